@@ -1,0 +1,143 @@
+"""Writes the tree a real BookKeeper cluster keeps in ZooKeeper (for tests, the demo, benchmarks).
+
+Ledgers are created in batched transactions with a bounded number of commits in flight, which is
+what makes a million-ledger cluster practical (single creates manage a few thousand per second).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError
+
+from scrutiny.bookkeeper import ledger_metadata_pb2
+from scrutiny.metadata import (
+    BookieRegistration,
+    Layout,
+    LedgerMetadata,
+    UnderreplicationMark,
+    encode_bookie_service_info,
+    encode_ledger_metadata,
+    encode_racks,
+    encode_ur_mark,
+    format_layout,
+    ledger_path,
+    ur_mark_path,
+)
+
+
+class ClusterWriter:
+    def __init__(self, client: KazooClient, root: str = "/ledgers", layout: Layout = Layout.HIERARCHICAL) -> None:
+        self.client = client
+        self.root = root
+        self.layout = layout
+        self._known_parents: set[str] = set()
+
+    def init_cluster(self, instance_id: str | None = None, write_layout: bool = True) -> None:
+        """The znodes `bookkeeper shell initnewcluster` creates."""
+        c = self.client
+        c.ensure_path(self.root)
+        if write_layout:
+            self._put(f"{self.root}/LAYOUT", format_layout(self.layout))
+        self._put(f"{self.root}/INSTANCEID", (instance_id or str(uuid.uuid4())).encode())
+        for sub in ("available/readonly", "cookies", "underreplication/ledgers", "underreplication/locks",
+                    "idgen"):
+            c.ensure_path(f"{self.root}/{sub}")
+        self._put(f"{self.root}/underreplication/LAYOUT", b'type: "BASIC"\nversion: 1\n')
+
+    def _put(self, path: str, data: bytes, ephemeral: bool = False) -> None:
+        try:
+            self.client.create(path, data, makepath=True, ephemeral=ephemeral)
+        except NodeExistsError:
+            self.client.set(path, data)
+
+    def _ensure_parents(self, paths: Iterable[str]) -> None:
+        for parent in sorted({p.rsplit("/", 1)[0] for p in paths} - self._known_parents):
+            self.client.ensure_path(parent)
+            self._known_parents.add(parent)
+
+    def write_ledgers(self, ledgers: Iterable[LedgerMetadata],
+                      version: int | Callable[[LedgerMetadata], int] = 3,
+                      batch: int = 500, in_flight: int = 8) -> int:
+        """Create ledger znodes (a batch per transaction); returns how many were written."""
+        pick = version if callable(version) else (lambda _md: version)
+        pending: deque[Any] = deque()
+        written = 0
+
+        def settle() -> None:
+            results = pending.popleft().get()
+            bad = [r for r in results if isinstance(r, Exception)]
+            if bad:
+                raise RuntimeError(f"ledger batch failed: {bad[0]!r}")
+
+        def flush(items: list[tuple[str, bytes]]) -> None:
+            self._ensure_parents(p for p, _ in items)
+            tx = self.client.transaction()
+            for p, data in items:
+                tx.create(p, data)
+            if len(pending) >= in_flight:
+                settle()
+            pending.append(tx.commit_async())
+
+        items: list[tuple[str, bytes]] = []
+        for md in ledgers:
+            items.append((ledger_path(self.layout, self.root, md.ledger_id), encode_ledger_metadata(md, pick(md))))
+            if len(items) >= batch:
+                flush(items)
+                written += len(items)
+                items = []
+        if items:
+            flush(items)
+            written += len(items)
+        while pending:
+            settle()
+        return written
+
+    def write_raw_ledger(self, ledger_id: int, data: bytes) -> None:
+        """Any payload at a ledger's path (hostile and malformed znodes for tests)."""
+        self._put(ledger_path(self.layout, self.root, ledger_id), data)
+
+    def update_ledger(self, md: LedgerMetadata, version: int = 3) -> None:
+        self.client.set(ledger_path(self.layout, self.root, md.ledger_id), encode_ledger_metadata(md, version))
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        self.client.delete(ledger_path(self.layout, self.root, ledger_id))
+
+    def register_bookie(self, reg: BookieRegistration, ephemeral: bool = True, cookie: bool = True) -> None:
+        base = f"{self.root}/available" + ("/readonly" if reg.readonly else "")
+        self._put(f"{base}/{reg.bookie_id}", encode_bookie_service_info(reg), ephemeral=ephemeral)
+        if cookie:
+            self._put(f"{self.root}/cookies/{reg.bookie_id}", b"4\nbookieHost: \"" + reg.bookie_id.encode() + b"\"\n")
+
+    def unregister_bookie(self, bookie_id: str) -> None:
+        for path in (f"{self.root}/available/{bookie_id}", f"{self.root}/available/readonly/{bookie_id}"):
+            if self.client.exists(path):
+                self.client.delete(path)
+
+    def mark_underreplicated(self, mark: UnderreplicationMark) -> None:
+        self._put(ur_mark_path(self.root, mark.ledger_id), encode_ur_mark(mark))
+
+    def unmark_underreplicated(self, ledger_id: int) -> None:
+        self.client.delete(ur_mark_path(self.root, ledger_id))
+
+    def write_racks(self, racks: Mapping[str, str], path: str) -> None:
+        self._put(path, encode_racks(racks))
+
+    def set_replication_disabled(self, disabled: bool) -> None:
+        path = f"{self.root}/underreplication/disable"
+        if disabled:
+            self._put(path, b"")
+        elif self.client.exists(path):
+            self.client.delete(path)
+
+    def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
+        self._put(f"{self.root}/underreplication/lostBookieRecoveryDelay", str(seconds).encode())
+
+    def set_check_ctime(self, name: str, ms: int) -> None:
+        """checkallledgersctime / placementpolicycheckctime / replicascheckctime."""
+        msg = ledger_metadata_pb2.CheckCTimeFormat(ctime=ms)
+        self._put(f"{self.root}/underreplication/{name}", msg.SerializeToString())

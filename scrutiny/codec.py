@@ -1,0 +1,452 @@
+"""BP-34's availability encoding: which entries of a ledger a bookie holds, as SequenceGroups.
+
+Layout (all big-endian): int32 version (0), int32 group count, 56 reserved bytes, then per group
+int64 firstSequenceStart, int64 lastSequenceStart, int32 sequenceSize, int32 sequencePeriod.
+
+Set arithmetic here works on groups, never on expanded entry ids where the shapes allow it: sets are
+turned into per-residue intervals ("entry e = k * modulus + r, for k in [k0, k1]"), so a bookie's
+share of a healthy ten-million-entry ledger is a handful of intervals, as for a ten-entry one.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+HEADER_SIZE = 64
+GROUP_SIZE = 24
+CURRENT_VERSION = 0
+INT64_MAX = (1 << 63) - 1
+# Refuse to expand more ids than this into memory unless the caller asks for more.
+DEFAULT_EXPAND_LIMIT = 50_000_000
+
+_HEADER = struct.Struct(">ii")
+_GROUP_DTYPE = np.dtype([("first", ">i8"), ("last", ">i8"), ("size", ">i4"), ("period", ">i4")])
+# Periods up to this are combined exactly (lcm); larger mixes fall back to run-by-run work.
+_MAX_MODULUS = 1 << 16
+
+
+class CodecError(ValueError):
+    """An availability answer that does not follow the BP-34 encoding."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SequenceGroup:
+    """Entries first + k*period + j, k = 0..(last-first)/period, j = 0..size-1."""
+
+    first: int
+    last: int
+    size: int
+    period: int
+
+    @property
+    def sequences(self) -> int:
+        return 1 if self.last == self.first else (self.last - self.first) // self.period + 1
+
+    @property
+    def count(self) -> int:
+        return self.sequences * self.size
+
+    @property
+    def end(self) -> int:
+        """The last entry id of the group."""
+        return self.last + self.size - 1
+
+    def __contains__(self, entry_id: object) -> bool:
+        if not isinstance(entry_id, int | np.integer):
+            return False
+        e = int(entry_id)
+        if e < self.first or e > self.end:
+            return False
+        if self.last == self.first:
+            return True
+        offset = (e - self.first) % self.period
+        return offset < self.size and e - offset <= self.last
+
+    def runs(self) -> Iterator[tuple[int, int]]:
+        """Each sequence as an inclusive (first, last) pair."""
+        if self.last == self.first:
+            yield self.first, self.end
+            return
+        for start in range(self.first, self.last + 1, self.period):
+            yield start, start + self.size - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+
+def _sorted_unique(entry_ids: Iterable[int] | np.ndarray) -> np.ndarray:
+    if isinstance(entry_ids, np.ndarray):
+        arr = entry_ids.astype(np.int64, copy=False).ravel()
+    else:
+        arr = np.fromiter((int(e) for e in entry_ids), dtype=np.int64)
+    if arr.size and arr.min() < 0:
+        raise CodecError(f"negative entry id {int(arr.min())}")
+    # Sort and de-duplicate by hand: much faster than np.unique here, and free when already sorted.
+    step = np.diff(arr)
+    if step.size and not bool((step > 0).all()):
+        arr = np.sort(arr)
+        arr = arr[np.concatenate(([True], np.diff(arr) != 0))]
+    return arr
+
+
+def group_runs(starts: np.ndarray, sizes: np.ndarray) -> list[SequenceGroup]:
+    """BP-34's greedy grouping of runs (sorted, disjoint, non-adjacent) into SequenceGroups.
+
+    A group starts with one run; the next run of the same size sets the period; further runs of
+    that size at that period extend it; anything else closes it.
+    """
+    n = int(starts.size)
+    if n == 0:
+        return []
+    # link i: run i+1 may follow run i in one group (same size); key: (size, gap) of the link.
+    gaps = np.diff(starts)
+    linked = sizes[1:] == sizes[:-1]
+    # chain_end[i]: the last link of the unbroken stretch of links with the same key starting at i.
+    breaks = np.ones(max(n - 1, 0), dtype=bool)
+    if n > 2:
+        breaks[1:] = ~(linked[1:] & linked[:-1] & (gaps[1:] == gaps[:-1]))
+    stretch_id = np.cumsum(breaks) - 1
+    stretch_last = np.zeros(int(stretch_id[-1]) + 1 if n > 1 else 0, dtype=np.int64)
+    if n > 1:
+        stretch_last[stretch_id] = np.arange(n - 1)
+    groups: list[SequenceGroup] = []
+    starts_l = starts.tolist()
+    sizes_l = sizes.tolist()
+    linked_l = linked.tolist()
+    i = 0
+    while i < n:
+        if i < n - 1 and linked_l[i]:
+            last_link = int(stretch_last[stretch_id[i]])
+            j = last_link + 1
+            groups.append(SequenceGroup(starts_l[i], starts_l[j], sizes_l[i], starts_l[i + 1] - starts_l[i]))
+            i = j + 1
+        else:
+            groups.append(SequenceGroup(starts_l[i], starts_l[i], sizes_l[i], 0))
+            i += 1
+    return groups
+
+
+def runs_of(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Runs of consecutive ids in a sorted unique array: (starts, sizes)."""
+    if ids.size == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    cut = np.flatnonzero(np.diff(ids) != 1) + 1
+    begin = np.concatenate(([0], cut))
+    end = np.concatenate((cut, [ids.size]))
+    return ids[begin], end - begin
+
+
+def groups_of(entry_ids: Iterable[int] | np.ndarray) -> list[SequenceGroup]:
+    """The merged SequenceGroups of a set of entry ids (any order, duplicates allowed)."""
+    starts, sizes = runs_of(_sorted_unique(entry_ids))
+    if sizes.size and int(sizes.max()) > 0x7FFFFFFF:
+        raise CodecError("a run of more than 2^31-1 consecutive entries does not fit sequenceSize")
+    return group_runs(starts, sizes)
+
+
+def encode_groups(groups: Sequence[SequenceGroup]) -> bytes:
+    arr = np.empty(len(groups), dtype=_GROUP_DTYPE)
+    if groups:
+        arr["first"] = [g.first for g in groups]
+        arr["last"] = [g.last for g in groups]
+        arr["size"] = [g.size for g in groups]
+        arr["period"] = [g.period for g in groups]
+    return _HEADER.pack(CURRENT_VERSION, len(groups)) + bytes(HEADER_SIZE - _HEADER.size) + arr.tobytes()
+
+
+def encode(entry_ids: Iterable[int] | np.ndarray) -> bytes:
+    """Encode a set of entry ids, merging sequences into groups as BP-34 describes."""
+    return encode_groups(groups_of(entry_ids))
+
+
+def encode_unmerged(entry_ids: Iterable[int] | np.ndarray) -> bytes:
+    """One single-sequence group per run: the shape a real (upstream Java) bookie sends."""
+    starts, sizes = runs_of(_sorted_unique(entry_ids))
+    return encode_groups([SequenceGroup(s, s, z, 0) for s, z in zip(starts.tolist(), sizes.tolist(), strict=True)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+
+
+def decode(data: bytes | bytearray | memoryview) -> Availability:
+    """Decode and validate an answer; raises CodecError naming what is wrong."""
+    buf = bytes(data)
+    if len(buf) < HEADER_SIZE:
+        raise CodecError(f"short buffer: {len(buf)} bytes, the header alone is {HEADER_SIZE}")
+    version, count = _HEADER.unpack_from(buf, 0)
+    if version > CURRENT_VERSION or version < 0:
+        raise CodecError(f"unsupported header version {version} (this decoder reads version 0)")
+    if count < 0:
+        raise CodecError(f"negative group count {count}")
+    expected_len = HEADER_SIZE + GROUP_SIZE * count
+    if len(buf) != expected_len:
+        raise CodecError(
+            f"group count {count} needs {expected_len} bytes but the answer has {len(buf)}"
+        )
+    arr = np.frombuffer(buf, dtype=_GROUP_DTYPE, offset=HEADER_SIZE, count=count)
+    first = arr["first"].astype(np.int64)
+    last = arr["last"].astype(np.int64)
+    size = arr["size"].astype(np.int64)
+    period = arr["period"].astype(np.int64)
+    _validate(first, last, size, period)
+    return Availability(first, last, size, period)
+
+
+def _fail(what: str, mask: np.ndarray, first: np.ndarray) -> None:
+    bad = np.flatnonzero(mask)
+    if bad.size:
+        i = int(bad[0])
+        raise CodecError(f"group {i} (firstSequenceStart {int(first[i])}): {what}")
+
+
+def _validate(first: np.ndarray, last: np.ndarray, size: np.ndarray, period: np.ndarray) -> None:
+    _fail("negative entry id", first < 0, first)
+    _fail("sequenceSize is not positive", size <= 0, first)
+    _fail("negative sequencePeriod", period < 0, first)
+    _fail("lastSequenceStart is before firstSequenceStart", last < first, first)
+    _fail("sequencePeriod is 0 but lastSequenceStart differs from firstSequenceStart",
+          (period == 0) & (last != first), first)
+    periodic = period > 0
+    safe_period = np.where(periodic, period, 1)
+    _fail("lastSequenceStart - firstSequenceStart is not a multiple of sequencePeriod",
+          periodic & ((last - first) % safe_period != 0), first)
+    _fail("sequences of the group overlap (sequenceSize > sequencePeriod)",
+          periodic & (last != first) & (size > period), first)
+    _fail("the group's last entry id overflows a signed 64-bit integer", last > INT64_MAX - (size - 1), first)
+    if first.size > 1:
+        end = last + size - 1
+        _fail("groups out of order or overlapping (starts at or before the previous group's end)",
+              np.concatenate(([False], first[1:] <= end[:-1])), first)
+
+
+class Availability:
+    """A decoded, validated answer: the entries one bookie holds of one ledger."""
+
+    __slots__ = ("_first", "_last", "_period", "_size")
+
+    def __init__(self, first: np.ndarray, last: np.ndarray, size: np.ndarray, period: np.ndarray) -> None:
+        self._first, self._last, self._size, self._period = first, last, size, period
+
+    @classmethod
+    def of(cls, groups: Sequence[SequenceGroup]) -> Availability:
+        """From groups (checked like a decoded answer)."""
+        first = np.array([g.first for g in groups], dtype=np.int64)
+        last = np.array([g.last for g in groups], dtype=np.int64)
+        size = np.array([g.size for g in groups], dtype=np.int64)
+        period = np.array([g.period for g in groups], dtype=np.int64)
+        _validate(first, last, size, period)
+        return cls(first, last, size, period)
+
+    @classmethod
+    def empty(cls) -> Availability:
+        return cls.of(())
+
+    @property
+    def groups(self) -> tuple[SequenceGroup, ...]:
+        return tuple(
+            SequenceGroup(f, la, s, p)
+            for f, la, s, p in zip(self._first.tolist(), self._last.tolist(), self._size.tolist(),
+                                   self._period.tolist(), strict=True)
+        )
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def count(self) -> int:
+        """How many entries the answer holds."""
+        single = self._last == self._first
+        seqs = np.where(single, 1, (self._last - self._first) // np.where(single, 1, self._period) + 1)
+        # uint64: one group may hold up to 2^63 ids; the sum is taken in Python ints.
+        return sum((seqs.astype(np.uint64) * self._size.astype(np.uint64)).tolist())
+
+    def __contains__(self, entry_id: object) -> bool:
+        if not isinstance(entry_id, int | np.integer) or self._first.size == 0:
+            return False
+        e = int(entry_id)
+        i = int(np.searchsorted(self._first, e, side="right")) - 1
+        if i < 0:
+            return False
+        g = SequenceGroup(int(self._first[i]), int(self._last[i]), int(self._size[i]), int(self._period[i]))
+        return e in g
+
+    def entry_ids(self, limit: int = DEFAULT_EXPAND_LIMIT) -> np.ndarray:
+        """Every entry id held, ascending; refuses (CodecError) to expand more than `limit` ids."""
+        total = self.count
+        if total > limit:
+            raise CodecError(f"refusing to expand {total} entry ids (limit {limit})")
+        parts = []
+        for g in self.groups:
+            starts = np.arange(g.first, g.last + 1, g.period, dtype=np.int64) if g.period else np.array(
+                [g.first], dtype=np.int64)
+            parts.append((starts[:, None] + np.arange(g.size, dtype=np.int64)[None, :]).ravel())
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+    def missing(self, expected: SequenceGroup | Sequence[SequenceGroup]) -> list[SequenceGroup]:
+        """The entries of `expected` that this answer does not hold, as disjoint groups sorted by
+        first entry (their spans may interleave), computed on groups."""
+        wanted = sorted([expected] if isinstance(expected, SequenceGroup) else expected)
+        if not wanted:
+            return []
+        Availability.of(wanted)  # the expected set must itself be well formed
+        periods = [g.period for g in wanted if g.period] or [p for p in self._period.tolist() if p][:1]
+        modulus = 1
+        for p in periods:
+            modulus = math.lcm(modulus, p)
+            if modulus > _MAX_MODULUS:
+                # Odd mixes of periods: work sequence by sequence instead of by residue.
+                modulus = 1
+                break
+        lo = min(g.first for g in wanted)
+        hi = max(g.end for g in wanted)
+        want = residue_intervals(wanted, modulus, lo, hi)
+        have = self.residue_intervals(modulus, lo, hi)
+        gone = [subtract(w, h) for w, h in zip(want, have, strict=True)]
+        return groups_from_residues(gone, modulus)
+
+    def residue_intervals(self, modulus: int, lo: int, hi: int) -> list[list[tuple[int, int]]]:
+        """Held entries within [lo, hi] as, per residue r mod `modulus`, sorted disjoint
+        inclusive intervals [k0, k1] of k where entry k * modulus + r is held."""
+        if self._first.size == 0 or hi < lo:
+            return [[] for _ in range(modulus)]
+        # Only the groups whose span meets [lo, hi].
+        end = self._last + self._size - 1
+        a = int(np.searchsorted(end, lo, side="left"))
+        b = int(np.searchsorted(self._first, hi, side="right"))
+        sub = [
+            SequenceGroup(f, la, s, p)
+            for f, la, s, p in zip(self._first[a:b].tolist(), self._last[a:b].tolist(),
+                                   self._size[a:b].tolist(), self._period[a:b].tolist(), strict=True)
+        ]
+        return residue_intervals(sub, modulus, lo, hi)
+
+
+# ---------------------------------------------------------------------------------------------
+# Residue-interval arithmetic (pure, shared with the coverage check)
+
+Intervals = list[tuple[int, int]]
+
+
+def _append(out: Intervals, k0: int, k1: int) -> None:
+    """Append an interval to a list kept sorted by construction, merging touching neighbours."""
+    if k1 < k0:
+        return
+    if out and k0 <= out[-1][1] + 1:
+        if k1 > out[-1][1]:
+            out[-1] = (out[-1][0], k1)
+        return
+    out.append((k0, k1))
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -((-a) // b)
+
+
+def _run_into(per_residue: list[Intervals], start: int, stop: int, modulus: int) -> None:
+    """Add the single run [start, stop] to per-residue intervals."""
+    if stop - start + 1 >= modulus:
+        for r in range(modulus):
+            _append(per_residue[r], _ceil_div(start - r, modulus), (stop - r) // modulus)
+    else:
+        for e in range(start, stop + 1):
+            _append(per_residue[e % modulus], e // modulus, e // modulus)
+
+
+def residue_intervals(groups: Iterable[SequenceGroup], modulus: int, lo: int, hi: int) -> list[Intervals]:
+    """Groups (sorted by first entry) clipped to [lo, hi], as per-residue k-intervals."""
+    per_residue: list[Intervals] = [[] for _ in range(modulus)]
+    deferred: list[tuple[int, int]] = []
+    for g in groups:
+        if g.end < lo or g.first > hi:
+            continue
+        if g.last == g.first:
+            _run_into(per_residue, max(g.first, lo), min(g.end, hi), modulus)
+        elif g.period == modulus:
+            # Each offset j of the group's sequences is one residue, one k-interval.
+            for j in range(g.size):
+                r = (g.first + j) % modulus
+                e0 = g.first + j
+                e1 = g.last + j
+                e0 = e0 if e0 >= lo else e0 + _ceil_div(lo - e0, g.period) * g.period
+                e1 = e1 if e1 <= hi else e1 - _ceil_div(e1 - hi, g.period) * g.period
+                if e0 <= e1:
+                    _append(per_residue[r], e0 // modulus, e1 // modulus)
+        else:
+            # Shapes that do not line up with the modulus: sequence by sequence, clipped.
+            k_lo = max(0, _ceil_div(lo - (g.first + g.size - 1), g.period))
+            k_hi = min((g.last - g.first) // g.period, (hi - g.first) // g.period)
+            for k in range(k_lo, k_hi + 1):
+                s = g.first + k * g.period
+                deferred.append((max(s, lo), min(s + g.size - 1, hi)))
+    if deferred:
+        # Sequences of different groups can interleave here; sort so _append can merge.
+        runs: list[Intervals] = [[] for _ in range(modulus)]
+        for s, e in deferred:
+            _run_into(runs, s, e, modulus)
+        per_residue = [union(a, b) for a, b in zip(per_residue, runs, strict=True)]
+    return per_residue
+
+
+def union(a: Intervals, b: Intervals) -> Intervals:
+    out: Intervals = []
+    for k0, k1 in sorted(a + b):
+        _append(out, k0, k1)
+    return out
+
+
+def subtract(a: Intervals, b: Intervals) -> Intervals:
+    """a minus b, both sorted and disjoint."""
+    out: Intervals = []
+    j = 0
+    for k0, k1 in a:
+        cur = k0
+        while j < len(b) and b[j][1] < cur:
+            j += 1
+        i = j
+        while i < len(b) and b[i][0] <= k1 and cur <= k1:
+            if b[i][0] > cur:
+                out.append((cur, b[i][0] - 1))
+            cur = max(cur, b[i][1] + 1)
+            i += 1
+        if cur <= k1:
+            out.append((cur, k1))
+    return out
+
+
+def groups_from_residues(per_residue: Sequence[Intervals], modulus: int) -> list[SequenceGroup]:
+    """Per-residue k-intervals back into groups. Residue r with interval (k0, k1) continues into
+    residue r+1 with the same interval, or from the last residue into residue 0 at (k0+1, k1+1):
+    such chains are the sequences of one group."""
+    items = {(r, k0, k1) for r, intervals in enumerate(per_residue) for k0, k1 in intervals}
+
+    def successor(item: tuple[int, int, int]) -> tuple[int, int, int]:
+        r, k0, k1 = item
+        return (r + 1, k0, k1) if r + 1 < modulus else (0, k0 + 1, k1 + 1)
+
+    def predecessor(item: tuple[int, int, int]) -> tuple[int, int, int]:
+        r, k0, k1 = item
+        return (r - 1, k0, k1) if r > 0 else (modulus - 1, k0 - 1, k1 - 1)
+
+    out: list[SequenceGroup] = []
+    for head in items:
+        if predecessor(head) in items:
+            continue
+        length, nxt = 1, successor(head)
+        while nxt in items:
+            length, nxt = length + 1, successor(nxt)
+        r, k0, k1 = head
+        first, last = k0 * modulus + r, k1 * modulus + r
+        if k1 == k0 or length >= modulus:
+            # One sequence, or sequences that touch: a single run.
+            out.append(SequenceGroup(first, first, last - first + length, 0))
+        else:
+            out.append(SequenceGroup(first, last, length, modulus))
+    out.sort()
+    return out

@@ -1,0 +1,154 @@
+"""A private standalone ZooKeeper server from Debian's jars, for the demo and the tests."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+JAVA_DIR = Path("/usr/share/java")
+CLASSPATH_JARS = ("zookeeper.jar", "slf4j-log4j12.jar", "log4j-1.2.jar")
+
+
+class LocalZooKeeperError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _answers(port: int) -> bool:
+    """True when the server answers the `srvr` four-letter word (the port alone can accept early)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.1) as s:
+            s.settimeout(0.5)
+            s.sendall(b"srvr")
+            return s.recv(64).startswith(b"Zookeeper version")
+    except OSError:
+        return False
+
+
+class LocalZooKeeper:
+    """Start/stop/restart a standalone server on a loopback port with a private data dir."""
+
+    def __init__(self, port: int | None = None, workdir: str | Path | None = None) -> None:
+        missing = [j for j in CLASSPATH_JARS if not (JAVA_DIR / j).exists()]
+        if missing:
+            raise LocalZooKeeperError(
+                f"Debian's zookeeper jars are missing from {JAVA_DIR} ({', '.join(missing)}): run `make setup`"
+            )
+        if shutil.which("java") is None:
+            raise LocalZooKeeperError("no `java` on PATH: run `make setup`")
+        self.port = port or free_port()
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="scrutiny-zk-"))
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _write_config(self) -> Path:
+        data = self.workdir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        cfg = self.workdir / "zoo.cfg"
+        cfg.write_text(
+            "tickTime=2000\n"
+            f"dataDir={data}\n"
+            f"clientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\n"
+            "maxClientCnxns=0\n"
+            "4lw.commands.whitelist=srvr,stat\n"
+            # Small session bounds so that expiry tests do not wait long.
+            "minSessionTimeout=1000\n"
+            "maxSessionTimeout=60000\n"
+        )
+        log4j = self.workdir / "log4j.properties"
+        log4j.write_text(
+            "log4j.rootLogger=WARN, FILE\n"
+            "log4j.appender.FILE=org.apache.log4j.FileAppender\n"
+            f"log4j.appender.FILE.File={self.workdir / 'zookeeper.log'}\n"
+            "log4j.appender.FILE.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.FILE.layout.ConversionPattern=%d %p %c{1}: %m%n\n"
+        )
+        return cfg
+
+    def start(self, timeout: float = 30.0) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        cfg = self._write_config()
+        cp = ":".join(str(JAVA_DIR / j) for j in CLASSPATH_JARS)
+        cmd = [
+            "java", "-Xmx512m",
+            f"-Dzookeeper.log.dir={self.workdir}",
+            f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}",
+            "-cp", cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg),
+        ]
+        out = open(self.workdir / "stdout.log", "ab")  # noqa: SIM115 - the child keeps it open
+        self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise LocalZooKeeperError(
+                    f"ZooKeeper exited with status {self._proc.returncode}; see {self.workdir}/stdout.log"
+                )
+            if _answers(self.port):
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise LocalZooKeeperError(f"ZooKeeper did not answer on port {self.port} within {timeout} s")
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> LocalZooKeeper:
+        self.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+def expire_session(hosts: str, session_id: int, password: bytes, timeout: float = 10.0) -> None:
+    """Make the server expire a session: a second client attaches to it and closes it (the method
+    of kazoo's own test harness)."""
+    from kazoo.client import KazooClient
+
+    other = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=timeout)
+    other.start(timeout=timeout)
+    with contextlib.suppress(Exception):
+        other.stop()
+    other.close()
+

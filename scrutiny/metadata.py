@@ -1,0 +1,489 @@
+"""BookKeeper's metadata as it is stored in ZooKeeper: pure parsing and formatting, no I/O.
+
+Everything here turns znode bytes into immutable snapshots (or back, for the cluster writer), and
+raises MetadataError with a message that names the znode or ledger when the bytes are wrong.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import text_format
+from google.protobuf.internal import decoder as pb_decoder
+from google.protobuf.internal import encoder as pb_encoder
+from google.protobuf.message import DecodeError
+
+from scrutiny.bookkeeper import bookie_service_info_pb2, ledger_metadata_pb2
+
+DEFAULT_ROOT = "/ledgers"
+DEFAULT_RACK = "/default-rack"
+DEFAULT_ZONE_LOCATION = "/default-zone/default-upgradedomain"
+DEFAULT_REGION_LOCATION = "/default-region/default-rack"
+MAX_ENSEMBLE_SIZE = 1024
+SHORT_PATH_LIMIT = 2147483647  # ids from here on take the long (3-4-4-4-4) hierarchical path
+HEADER_PREFIX = b"BookieMetadataFormatVersion\t"
+NON_LEDGER_CHILDREN = frozenset(
+    {"available", "cookies", "LAYOUT", "INSTANCEID", "underreplication", "idgen", "idgen-long"}
+)
+IN_RECOVERY_V1 = -102
+
+_LMF = ledger_metadata_pb2.LedgerMetadataFormat
+
+
+class MetadataError(ValueError):
+    """Metadata that cannot be decoded or is inconsistent."""
+
+
+class LedgerState(enum.IntEnum):
+    OPEN = 1
+    IN_RECOVERY = 2
+    CLOSED = 3
+
+
+class Layout(enum.StrEnum):
+    FLAT = "flat"
+    HIERARCHICAL = "hierarchical"
+    LONG_HIERARCHICAL = "longhierarchical"
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    first_entry_id: int
+    ensemble: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerMetadata:
+    ledger_id: int
+    state: LedgerState
+    ensemble_size: int
+    write_quorum: int
+    ack_quorum: int
+    last_entry_id: int
+    length: int
+    segments: tuple[Segment, ...]
+    ctime: int = -1
+    custom_metadata: tuple[tuple[str, bytes], ...] = ()
+    digest_type: str = "CRC32C"
+    password: bytes = b""
+    ctoken: int = 0
+    format_version: int = 3
+    znode_version: int = -1
+
+    @property
+    def closed(self) -> bool:
+        return self.state is LedgerState.CLOSED
+
+    @property
+    def bookies(self) -> frozenset[str]:
+        return frozenset(b for s in self.segments for b in s.ensemble)
+
+    def segment_ranges(self) -> list[tuple[Segment, int, int]]:
+        """(segment, first, last) for every non-empty segment of a closed ledger, per the spec:
+        segment i covers [first_i, first_{i+1} - 1], the last one [first_last, lastEntryId]."""
+        out = []
+        for i, seg in enumerate(self.segments):
+            end = self.segments[i + 1].first_entry_id - 1 if i + 1 < len(self.segments) else self.last_entry_id
+            end = min(end, self.last_entry_id)
+            if seg.first_entry_id <= end:
+                out.append((seg, seg.first_entry_id, end))
+        return out
+
+
+def inconsistencies(md: LedgerMetadata) -> list[str]:
+    """What makes a decoded ledger's metadata impossible to check (empty when it is sound)."""
+    problems = []
+    e, wq, aq = md.ensemble_size, md.write_quorum, md.ack_quorum
+    if e < 1 or e > MAX_ENSEMBLE_SIZE:
+        problems.append(f"ensemble size {e} outside 1..{MAX_ENSEMBLE_SIZE}")
+    if wq < 1 or wq > e:
+        problems.append(f"write quorum {wq} outside 1..ensemble size {e}")
+    if aq < 1 or aq > wq:
+        problems.append(f"ack quorum {aq} outside 1..write quorum {wq}")
+    if not md.segments:
+        problems.append("no segment (ensemble) at all")
+    elif md.segments[0].first_entry_id != 0:
+        problems.append(f"first segment starts at entry {md.segments[0].first_entry_id}, not 0")
+    previous = 0
+    for seg in md.segments:
+        if seg.first_entry_id < previous:
+            problems.append(f"segment at entry {seg.first_entry_id} is out of order")
+        previous = seg.first_entry_id
+        if len(seg.ensemble) != e:
+            problems.append(
+                f"segment at entry {seg.first_entry_id} has {len(seg.ensemble)} bookies, ensemble size is {e}"
+            )
+        if len(set(seg.ensemble)) != len(seg.ensemble):
+            problems.append(f"segment at entry {seg.first_entry_id} names a bookie twice")
+        if any(not b for b in seg.ensemble):
+            problems.append(f"segment at entry {seg.first_entry_id} has an empty bookie id")
+    if md.last_entry_id < -1:
+        problems.append(f"lastEntryId {md.last_entry_id} is below -1")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Ledger metadata znode payloads (formats v1, v2, v3)
+
+
+def _split_header(ledger_id: int, data: bytes) -> tuple[int, int]:
+    """The format version and the offset of the body."""
+    if not data:
+        raise MetadataError(f"ledger {ledger_id}: empty metadata znode")
+    if not data.startswith(HEADER_PREFIX):
+        raise MetadataError(f"ledger {ledger_id}: metadata does not start with 'BookieMetadataFormatVersion'")
+    nl = data.find(b"\n", len(HEADER_PREFIX), len(HEADER_PREFIX) + 12)
+    if nl < 0:
+        raise MetadataError(f"ledger {ledger_id}: metadata version line is not terminated within 10 digits")
+    digits = data[len(HEADER_PREFIX):nl]
+    if not digits or len(digits) > 10 or not digits.isdigit():
+        raise MetadataError(f"ledger {ledger_id}: metadata version {digits[:16]!r} is not a number of 1-10 digits")
+    return int(digits), nl + 1
+
+
+def decode_ledger_metadata(
+    ledger_id: int, data: bytes, znode_ctime: int = -1, znode_version: int = -1, *, check: bool = True
+) -> LedgerMetadata:
+    """Decode a ledger metadata znode. With `check`, inconsistent metadata is refused too."""
+    version, offset = _split_header(ledger_id, data)
+    body = data[offset:]
+    if version == 1:
+        md = _decode_v1(ledger_id, body, znode_ctime, znode_version)
+    elif version in (2, 3):
+        msg = _LMF()
+        try:
+            if version == 3:
+                length, pos = pb_decoder._DecodeVarint32(body, 0)  # type: ignore[attr-defined]
+                if length > len(body) - pos:
+                    raise MetadataError(
+                        f"ledger {ledger_id}: v3 metadata says {length} bytes but {len(body) - pos} follow"
+                    )
+                msg.ParseFromString(body[pos:pos + length])
+            else:
+                text_format.Parse(body.decode("utf-8"), msg, allow_unknown_field=True)
+        except MetadataError:
+            raise
+        except (DecodeError, text_format.ParseError, UnicodeDecodeError, IndexError, ValueError) as exc:
+            raise MetadataError(f"ledger {ledger_id}: undecodable v{version} metadata: {exc}") from None
+        md = _from_proto(ledger_id, msg, version, znode_ctime, znode_version)
+    else:
+        raise MetadataError(f"ledger {ledger_id}: unsupported metadata format version {version} (known: 1, 2, 3)")
+    if check:
+        problems = inconsistencies(md)
+        if problems:
+            raise MetadataError(f"ledger {ledger_id}: inconsistent metadata: {'; '.join(problems)}")
+    return md
+
+
+def _from_proto(ledger_id: int, msg: Any, version: int, znode_ctime: int, znode_version: int) -> LedgerMetadata:
+    for name in ("quorumSize", "ensembleSize"):
+        if not msg.HasField(name):
+            raise MetadataError(f"ledger {ledger_id}: v{version} metadata lacks {name}")
+    try:
+        state = LedgerState(msg.state)
+    except ValueError:
+        raise MetadataError(f"ledger {ledger_id}: unknown ledger state {msg.state}") from None
+    wq = msg.quorumSize
+    return LedgerMetadata(
+        ledger_id=ledger_id,
+        state=state,
+        ensemble_size=msg.ensembleSize,
+        write_quorum=wq,
+        ack_quorum=msg.ackQuorumSize if msg.HasField("ackQuorumSize") else wq,
+        last_entry_id=msg.lastEntryId if msg.HasField("lastEntryId") else -1,
+        length=msg.length,
+        segments=tuple(Segment(s.firstEntryId, tuple(s.ensembleMember)) for s in msg.segment),
+        ctime=msg.ctime if msg.HasField("ctime") else znode_ctime,
+        custom_metadata=tuple((c.key, bytes(c.value)) for c in msg.customMetadata),
+        digest_type=_LMF.DigestType.Name(msg.digestType) if msg.HasField("digestType") else "CRC32",
+        password=bytes(msg.password),
+        ctoken=msg.cToken,
+        format_version=version,
+        znode_version=znode_version,
+    )
+
+
+def _decode_v1(ledger_id: int, body: bytes, znode_ctime: int, znode_version: int) -> LedgerMetadata:
+    try:
+        lines = body.decode("ascii").split("\n")
+    except UnicodeDecodeError:
+        raise MetadataError(f"ledger {ledger_id}: v1 metadata is not ASCII text") from None
+    lines = [ln for ln in lines if ln != ""]
+    if len(lines) < 3:
+        raise MetadataError(f"ledger {ledger_id}: v1 metadata needs quorumSize, ensembleSize and length lines")
+    try:
+        wq, e, length = int(lines[0]), int(lines[1]), int(lines[2])
+        state, last = LedgerState.OPEN, -1
+        segments = []
+        for ln in lines[3:]:
+            fields = ln.split("\t")
+            if len(fields) == 2 and fields[1] == "CLOSED":
+                last = int(fields[0])
+                state = LedgerState.IN_RECOVERY if last == IN_RECOVERY_V1 else LedgerState.CLOSED
+                if state is LedgerState.IN_RECOVERY:
+                    last = -1
+            else:
+                segments.append(Segment(int(fields[0]), tuple(fields[1:])))
+    except ValueError as exc:
+        raise MetadataError(f"ledger {ledger_id}: malformed v1 metadata: {exc}") from None
+    return LedgerMetadata(ledger_id, state, e, wq, wq, last, length, tuple(segments), znode_ctime,
+                          format_version=1, znode_version=znode_version, digest_type="CRC32")
+
+
+def encode_ledger_metadata(md: LedgerMetadata, version: int = 3) -> bytes:
+    """The znode payload BookKeeper would write for `md` in format `version`."""
+    header = HEADER_PREFIX + str(version).encode() + b"\n"
+    if version == 1:
+        lines = [str(md.write_quorum), str(md.ensemble_size), str(md.length)]
+        lines += ["\t".join([str(s.first_entry_id), *s.ensemble]) for s in md.segments]
+        if md.state is LedgerState.CLOSED:
+            lines.append(f"{md.last_entry_id}\tCLOSED")
+        elif md.state is LedgerState.IN_RECOVERY:
+            lines.append(f"{IN_RECOVERY_V1}\tCLOSED")
+        return header + ("\n".join(lines) + "\n").encode("ascii")
+    msg = _LMF(
+        quorumSize=md.write_quorum,
+        ensembleSize=md.ensemble_size,
+        length=md.length,
+        lastEntryId=md.last_entry_id,
+        state=md.state.name,
+        digestType=md.digest_type,
+        password=md.password,
+        ackQuorumSize=md.ack_quorum,
+        ctime=md.ctime,
+    )
+    for seg in md.segments:
+        msg.segment.add(ensembleMember=list(seg.ensemble), firstEntryId=seg.first_entry_id)
+    for key, value in md.custom_metadata:
+        msg.customMetadata.add(key=key, value=value)
+    if version == 2:
+        return header + text_format.MessageToString(msg).encode("utf-8")
+    if version != 3:
+        raise ValueError(f"unknown metadata format version {version}")
+    msg.cToken = md.ctoken
+    body = msg.SerializeToString()
+    return header + pb_encoder._VarintBytes(len(body)) + body  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths and layouts
+
+
+def ledger_path(layout: Layout, root: str, ledger_id: int) -> str:
+    if ledger_id < 0:
+        raise ValueError(f"negative ledger id {ledger_id}")
+    if layout is Layout.FLAT:
+        return f"{root}/L{ledger_id:010d}"
+    if layout is Layout.HIERARCHICAL and ledger_id < SHORT_PATH_LIMIT:
+        s = f"{ledger_id:010d}"
+        return f"{root}/{s[0:2]}/{s[2:6]}/L{s[6:10]}"
+    s = f"{ledger_id:019d}"
+    return f"{root}/{s[0:3]}/{s[3:7]}/{s[7:11]}/{s[11:15]}/L{s[15:19]}"
+
+
+def is_ledger_child(name: str) -> bool:
+    """Children of the root that can be ledgers or ledger buckets."""
+    return name not in NON_LEDGER_CHILDREN and not name.startswith("ID-")
+
+
+_LAYOUT_CLASSES = {
+    "HierarchicalLedgerManagerFactory": Layout.HIERARCHICAL,
+    "LegacyHierarchicalLedgerManagerFactory": Layout.HIERARCHICAL,
+    "LongHierarchicalLedgerManagerFactory": Layout.LONG_HIERARCHICAL,
+    "FlatLedgerManagerFactory": Layout.FLAT,
+}
+
+
+def parse_layout(data: bytes) -> Layout:
+    """The LAYOUT znode: `2\\n<factory class>:<version>`."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MetadataError("LAYOUT znode is not text") from None
+    lines = text.strip().split("\n")
+    if len(lines) != 2 or ":" not in lines[1]:
+        raise MetadataError(f"LAYOUT znode is not '<version>\\n<factory>:<version>': {text[:80]!r}")
+    cls = lines[1].rsplit(":", 1)[0].rsplit(".", 1)[-1]
+    if cls not in _LAYOUT_CLASSES:
+        raise MetadataError(f"LAYOUT names an unknown ledger manager factory {cls!r}")
+    return _LAYOUT_CLASSES[cls]
+
+
+def format_layout(layout: Layout) -> bytes:
+    cls = {
+        Layout.HIERARCHICAL: "HierarchicalLedgerManagerFactory",
+        Layout.LONG_HIERARCHICAL: "LongHierarchicalLedgerManagerFactory",
+        Layout.FLAT: "FlatLedgerManagerFactory",
+    }[layout]
+    return f"2\norg.apache.bookkeeper.meta.{cls}:1".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataServiceUri:
+    servers: tuple[str, ...]
+    root: str
+    layout: Layout | None  # None: read it from the LAYOUT znode
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(self.servers)
+
+    @property
+    def racks_path(self) -> str:
+        """Pulsar's rack znode sits beside the ledgers root (`/bookies` for `/ledgers`)."""
+        parent = self.root.rsplit("/", 1)[0]
+        return f"{parent}/bookies"
+
+
+_URI = re.compile(r"^zk(?:\+(?P<type>[a-z]+))?://(?P<servers>[^/]+)(?P<root>/.*)?$")
+
+
+def parse_metadata_service_uri(uri: str) -> MetadataServiceUri:
+    m = _URI.match(uri.strip())
+    if not m:
+        raise MetadataError(f"metadata service URI {uri!r} is not of the form zk+<layout>://host:port;.../root")
+    kind = m.group("type")
+    layouts = {"flat": Layout.FLAT, "hierarchical": Layout.HIERARCHICAL,
+               "longhierarchical": Layout.LONG_HIERARCHICAL, "null": None, None: None}
+    if kind not in layouts:
+        raise MetadataError(f"metadata service URI {uri!r}: unknown layout {kind!r}")
+    servers = tuple(s for s in re.split(r"[;,]", m.group("servers")) if s)
+    for s in servers:
+        host, _, port = s.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise MetadataError(f"metadata service URI {uri!r}: {s!r} is not host:port")
+    root = (m.group("root") or DEFAULT_ROOT).rstrip("/") or DEFAULT_ROOT
+    return MetadataServiceUri(servers, root, layouts[kind])
+
+
+# ---------------------------------------------------------------------------------------------
+# Under-replication marks
+
+
+def ur_mark_path(root: str, ledger_id: int) -> str:
+    parts = [(ledger_id >> shift) & 0xFFFF for shift in (48, 32, 16, 0)]
+    return f"{root}/underreplication/ledgers/" + "/".join(f"{p:04x}" for p in parts) + f"/urL{ledger_id:010d}"
+
+
+@dataclass(frozen=True, slots=True)
+class UnderreplicationMark:
+    ledger_id: int
+    replicas: tuple[str, ...]
+    ctime: int | None  # ms since epoch; None when the mark has none (older BookKeeper)
+
+    def age_seconds(self, now_ms: int) -> int | None:
+        return None if self.ctime is None else (now_ms - self.ctime) // 1000
+
+
+def decode_ur_mark(ledger_id: int, data: bytes) -> UnderreplicationMark:
+    msg = ledger_metadata_pb2.UnderreplicatedLedgerFormat()
+    try:
+        text_format.Parse(data.decode("utf-8"), msg, allow_unknown_field=True)
+    except (text_format.ParseError, UnicodeDecodeError) as exc:
+        raise MetadataError(f"under-replication mark of ledger {ledger_id}: {exc}") from None
+    return UnderreplicationMark(ledger_id, tuple(msg.replica), msg.ctime if msg.HasField("ctime") else None)
+
+
+def encode_ur_mark(mark: UnderreplicationMark) -> bytes:
+    msg = ledger_metadata_pb2.UnderreplicatedLedgerFormat(replica=list(mark.replicas))
+    if mark.ctime is not None:
+        msg.ctime = mark.ctime
+    return text_format.MessageToString(msg).encode()
+
+
+def ledger_id_of_mark(name: str) -> int | None:
+    return int(name[3:]) if name.startswith("urL") and name[3:].isdigit() else None
+
+
+def decode_check_ctime(data: bytes) -> int | None:
+    msg = ledger_metadata_pb2.CheckCTimeFormat()
+    try:
+        msg.ParseFromString(data)
+    except DecodeError:
+        return None
+    return msg.ctime if msg.HasField("ctime") else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Bookie registrations and racks
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    id: str
+    host: str
+    port: int
+    protocol: str
+
+
+@dataclass(frozen=True, slots=True)
+class BookieRegistration:
+    bookie_id: str
+    readonly: bool
+    endpoints: tuple[Endpoint, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+def decode_bookie_service_info(bookie_id: str, readonly: bool, data: bytes) -> BookieRegistration:
+    """An empty payload is a legacy bookie: registered, no endpoint list."""
+    if not data:
+        return BookieRegistration(bookie_id, readonly)
+    msg = bookie_service_info_pb2.BookieServiceInfoFormat()
+    try:
+        msg.ParseFromString(data)
+    except DecodeError as exc:
+        raise MetadataError(f"registration of bookie {bookie_id}: undecodable BookieServiceInfo: {exc}") from None
+    eps = tuple(Endpoint(e.id, e.host, e.port, e.protocol) for e in msg.endpoints)
+    return BookieRegistration(bookie_id, readonly, eps, dict(msg.properties))
+
+
+def encode_bookie_service_info(reg: BookieRegistration) -> bytes:
+    msg = bookie_service_info_pb2.BookieServiceInfoFormat()
+    for e in reg.endpoints:
+        msg.endpoints.add(id=e.id, host=e.host, port=e.port, protocol=e.protocol)
+    msg.properties.update(reg.properties)
+    return msg.SerializeToString()
+
+
+def normalize_rack(rack: str) -> str:
+    rack = rack.strip()
+    if rack in ("", "/"):
+        return DEFAULT_RACK
+    return rack if rack.startswith("/") else "/" + rack
+
+
+def decode_racks(data: bytes, where: str = "/bookies") -> tuple[dict[str, str], list[str]]:
+    """Pulsar's rack-awareness JSON: {group: {bookie: {"rack": ..., "hostname": ...}}}.
+    Returns the racks and a list of problems with single entries (those entries are left out)."""
+    if not data:
+        return {}, []
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MetadataError(f"rack znode {where}: not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise MetadataError(f"rack znode {where}: expected an object of groups, got {type(doc).__name__}")
+    racks: dict[str, str] = {}
+    problems = []
+    for group, members in doc.items():
+        if not isinstance(members, dict):
+            problems.append(f"rack znode {where}: group {group!r} is not an object")
+            continue
+        for bookie, info in members.items():
+            rack = info.get("rack") if isinstance(info, dict) else None
+            if not isinstance(rack, str):
+                problems.append(f"rack znode {where}: bookie {bookie!r} of group {group!r} has no rack string")
+                continue
+            racks[bookie] = normalize_rack(rack)
+    return racks, problems
+
+
+def encode_racks(racks: Mapping[str, str], group: str = "default") -> bytes:
+    return json.dumps(
+        {group: {b: {"rack": r, "hostname": b.rsplit(":", 1)[0]} for b, r in sorted(racks.items())}}
+    ).encode()

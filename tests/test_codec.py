@@ -1,0 +1,182 @@
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scrutiny.codec import (
+    HEADER_SIZE,
+    Availability,
+    CodecError,
+    SequenceGroup,
+    decode,
+    encode,
+    encode_groups,
+    encode_unmerged,
+)
+
+G = SequenceGroup
+
+
+def raw(groups: list[tuple[int, int, int, int]], version: int = 0, count: int | None = None) -> bytes:
+    header = struct.pack(">ii", version, len(groups) if count is None else count) + bytes(56)
+    return header + b"".join(struct.pack(">qqii", *g) for g in groups)
+
+
+def test_bp34_examples_give_exactly_the_listed_groups() -> None:
+    assert decode(encode([1, 2, 4, 5, 7, 8, 10, 11])).groups == (G(1, 10, 2, 3),)
+    assert decode(encode([1, 2, 3, 6, 7, 8, 11, 13, 16, 17, 18, 21, 22])).groups == (
+        G(1, 6, 3, 5), G(11, 13, 1, 2), G(16, 16, 3, 0), G(21, 21, 2, 0))
+
+
+def test_layout_is_big_endian_with_a_64_byte_header() -> None:
+    data = encode([1, 2, 4, 5, 7, 8, 10, 11])
+    assert len(data) == HEADER_SIZE + 24
+    assert data[:8] == b"\x00\x00\x00\x00\x00\x00\x00\x01"  # version 0, ONE group (not 8 entries)
+    assert data[8:64] == bytes(56)
+    assert struct.unpack(">qqii", data[64:]) == (1, 10, 2, 3)
+
+
+def test_empty_answer_is_64_zero_bytes() -> None:
+    assert encode([]) == bytes(64)
+    a = decode(bytes(64))
+    assert a.count == 0 and a.groups == () and 5 not in a
+
+
+def test_unsorted_duplicates_and_numpy_input() -> None:
+    assert encode([8, 7, 1, 2, 2, 5, 4, 11, 10]) == encode(np.array([1, 2, 4, 5, 7, 8, 10, 11], dtype=np.int32))
+
+
+def test_java_shape_one_group_per_run_is_accepted() -> None:
+    a = decode(encode_unmerged([1, 2, 4, 5, 7, 8]))
+    assert a.groups == (G(1, 1, 2, 0), G(4, 4, 2, 0), G(7, 7, 2, 0))
+    assert a.entry_ids().tolist() == [1, 2, 4, 5, 7, 8]
+    assert a.missing(G(1, 10, 2, 3)) == [G(10, 10, 2, 0)]
+
+
+def test_membership_count_and_expansion() -> None:
+    a = decode(encode([1, 2, 3, 6, 7, 8, 11, 13, 16, 17, 18, 21, 22]))
+    assert a.count == 13
+    assert [e for e in range(25) if e in a] == [1, 2, 3, 6, 7, 8, 11, 13, 16, 17, 18, 21, 22]
+    assert a.entry_ids().tolist() == [1, 2, 3, 6, 7, 8, 11, 13, 16, 17, 18, 21, 22]
+    assert "x" not in a and -1 not in a
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (b"", "short buffer"),
+        (bytes(63), "short buffer"),
+        (raw([], version=1), "version 1"),
+        (raw([(0, 0, 1, 0)], count=2), "group count 2"),
+        (raw([(0, 0, 1, 0)], count=0), "group count 0"),
+        (raw([], count=-1), "negative group count"),
+        (raw([(0, 0, 0, 0)]), "not positive"),
+        (raw([(0, 0, -3, 0)]), "not positive"),
+        (raw([(0, 6, 2, 0)]), "sequencePeriod is 0"),
+        (raw([(6, 0, 2, 3)]), "before firstSequenceStart"),
+        (raw([(0, 7, 2, 3)]), "not a multiple"),
+        (raw([(0, 6, 2, -3)]), "negative sequencePeriod"),
+        (raw([(10, 10, 2, 0), (0, 0, 2, 0)]), "out of order"),
+        (raw([(0, 0, 5, 0), (3, 3, 2, 0)]), "overlapping"),
+        (raw([(-5, -5, 2, 0)]), "negative entry id"),
+        (raw([(0, 6, 4, 3)]), "overlap"),
+        (raw([(2**63 - 2, 2**63 - 2, 5, 0)]), "overflows"),
+    ],
+)
+def test_malformed_answers_are_refused_with_a_clear_error(data: bytes, words: str) -> None:
+    with pytest.raises(CodecError, match=words):
+        decode(data)
+
+
+def test_missing_of_a_healthy_ten_million_entry_share_is_computed_on_groups() -> None:
+    ids = np.arange(10_000_000, dtype=np.int64)
+    share = ids[((0 - ids) % 3) < 2]  # ensemble position 0 of E=3, WQ=2
+    a = decode(encode(share))
+    assert len(a.groups) == 2  # merged: {0}, then {2, .., 2, 3}
+    assert a.missing(G(2, 9_999_998, 2, 3)) == []
+    holey = decode(encode(np.setdiff1d(share, np.arange(100, 200))))
+    assert holey.missing(G(2, 9_999_998, 2, 3)) == [G(101, 197, 2, 3)]
+
+
+def test_missing_single_run_expected() -> None:
+    a = Availability.of([G(0, 0, 10, 0), G(20, 20, 10, 0)])
+    assert a.missing(G(0, 0, 30, 0)) == [G(10, 10, 10, 0)]
+    assert Availability.empty().missing(G(5, 5, 3, 0)) == [G(5, 5, 3, 0)]
+
+
+def test_missing_refuses_a_malformed_expected_set() -> None:
+    with pytest.raises(CodecError):
+        Availability.empty().missing(G(0, 10, 2, 0))
+
+
+def test_expansion_is_bounded() -> None:
+    a = Availability.of([G(0, 0, 2**31 - 1, 0)])
+    with pytest.raises(CodecError, match="refusing to expand"):
+        a.entry_ids(limit=1000)
+
+
+id_sets = st.lists(st.integers(min_value=0, max_value=5000), max_size=300)
+
+
+@given(id_sets)
+def test_roundtrip(ids: list[int]) -> None:
+    a = decode(encode(ids))
+    assert a.entry_ids().tolist() == sorted(set(ids))
+    assert a.count == len(set(ids))
+    b = decode(encode_unmerged(ids))
+    assert b.entry_ids().tolist() == sorted(set(ids))
+
+
+@given(id_sets, id_sets)
+def test_missing_matches_set_difference(held: list[int], wanted: list[int]) -> None:
+    a = decode(encode(held))
+    expected_groups = decode(encode(wanted)).groups
+    gone = a.missing(expected_groups)
+    got = sorted(e for g in gone for e in Availability.of([g]).entry_ids().tolist())
+    assert got == sorted(set(wanted) - set(held))
+
+
+@given(st.integers(1, 7), st.integers(1, 7), st.integers(0, 40), st.integers(0, 400),
+       st.lists(st.integers(0, 500), max_size=40))
+def test_missing_of_round_robin_shares(e: int, wq: int, lo: int, span: int, lost: list[int]) -> None:
+    wq = min(wq, e)
+    hi = lo + span
+    for pos in range(e):
+        share = [x for x in range(lo, hi + 1) if (pos - x) % e < wq]
+        held = sorted(set(share) - set(lost))
+        gone = decode(encode(held)).missing(decode(encode(share)).groups) if share else []
+        got = sorted(x for g in gone for x in Availability.of([g]).entry_ids().tolist())
+        assert got == sorted(set(share) & set(lost))
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=400))
+def test_random_bytes_never_crash(data: bytes) -> None:
+    try:
+        a = decode(data)
+    except CodecError:
+        return
+    assert a.count >= 0
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.integers(-3, 2**63 - 1), st.integers(-3, 2**63 - 1),
+                          st.integers(-2, 2**31 - 1), st.integers(-2, 2**31 - 1)), max_size=6))
+def test_random_groups_are_validated_or_refused(groups: list[tuple[int, int, int, int]]) -> None:
+    try:
+        a = decode(raw(groups))
+    except CodecError:
+        return
+    # Accepted answers are well formed: membership and counts never crash or allocate.
+    assert a.count >= 0
+    for g in a.groups:
+        assert g.first in a and g.end in a
+
+
+def test_encode_groups_roundtrip() -> None:
+    gs = [G(1, 6, 3, 5), G(11, 13, 1, 2)]
+    assert list(decode(encode_groups(gs)).groups) == gs

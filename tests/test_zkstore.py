@@ -1,0 +1,175 @@
+"""The metadata layer against a real ZooKeeper server."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from scrutiny.clusterwriter import ClusterWriter
+from scrutiny.localzk import LocalZooKeeper, expire_session
+from scrutiny.metadata import (
+    BookieRegistration,
+    Endpoint,
+    Layout,
+    LedgerMetadata,
+    LedgerState,
+    Segment,
+    UnderreplicationMark,
+    encode_ledger_metadata,
+)
+from scrutiny.zkstore import ZkMetadataStore
+
+ENS = ("a:3181", "b:3181", "c:3181")
+
+
+def ledger(lid: int, state: LedgerState = LedgerState.CLOSED, last: int = 9) -> LedgerMetadata:
+    return LedgerMetadata(lid, state, 3, 2, 2, last, 100, (Segment(0, ENS),), ctime=1000)
+
+
+def store_for(zk_server: LocalZooKeeper, root: str, layout: str = "hierarchical",
+              **kw: object) -> ZkMetadataStore:
+    return ZkMetadataStore.connect(f"zk+{layout}://{zk_server.hosts}{root}", **kw)  # type: ignore[arg-type]
+
+
+IDS_AROUND_SWITCH = [0, 1, 9999, 10000, 21234561, 2147483646, 2147483647, 2147483648, 9_999_999_999_999]
+
+
+@pytest.mark.parametrize("layout", list(Layout))
+def test_enumeration_and_reads_per_layout(layout: Layout, zk_server: LocalZooKeeper, zk_client: KazooClient,
+                                          zk_namespace: str) -> None:
+    root = f"{zk_namespace}/ledgers"
+    w = ClusterWriter(zk_client, root, layout)
+    w.init_cluster()
+    assert w.write_ledgers([ledger(i) for i in IDS_AROUND_SWITCH], version=lambda md: 1 + md.ledger_id % 3) == 9
+    # Non-ledger children the enumeration must skip.
+    zk_client.ensure_path(f"{root}/idgen-long")
+    zk_client.ensure_path(f"{root}/ID-0000000001")
+    if layout is Layout.HIERARCHICAL:
+        zk_client.ensure_path(f"{root}/abc/0000")
+        zk_client.ensure_path(f"{root}/1/0000")
+    with store_for(zk_server, root, "null") as store:  # plain: read the LAYOUT znode
+        assert store.layout is layout
+        ranges = store.ledger_ranges()
+        ids = sorted(i for r in ranges for i in store.ledger_ids(r))
+        assert ids == IDS_AROUND_SWITCH
+        reads = list(store.read_ledgers(ids))
+        assert [r.ledger_id for r in reads] == ids
+        assert all(r.metadata is not None and r.metadata.segments[0].ensemble == ENS for r in reads)
+        assert {r.metadata.format_version for r in reads if r.metadata} == {1, 2, 3}
+
+
+def test_hierarchical_lists_both_trees_as_separate_ranges(zk_server: LocalZooKeeper, zk_client: KazooClient,
+                                                          zk_namespace: str) -> None:
+    root = f"{zk_namespace}/ledgers"
+    w = ClusterWriter(zk_client, root)
+    w.init_cluster()
+    w.write_ledgers([ledger(i) for i in (5, 10005, 2147483648)])
+    with store_for(zk_server, root) as store:
+        ranges = store.ledger_ranges()
+    assert [(r.path.removeprefix(root), r.prefix) for r in ranges] == [
+        ("/00/0000", "000000"), ("/00/0001", "000001"), ("/000/0000/0021/4748", "000000000214748")]
+
+
+def test_bad_and_deleted_ledgers_do_not_stop_a_read(zk_server: LocalZooKeeper, zk_client: KazooClient,
+                                                    zk_namespace: str) -> None:
+    root = f"{zk_namespace}/ledgers"
+    w = ClusterWriter(zk_client, root)
+    w.init_cluster()
+    w.write_ledgers([ledger(i) for i in range(1, 6)])
+    w.write_raw_ledger(3, b"random \x00 bytes")
+    w.write_raw_ledger(4, encode_ledger_metadata(
+        LedgerMetadata(4, LedgerState.CLOSED, 2, 3, 2, 5, 0, (Segment(0, ("a:1", "b:1")),)), 3))
+    with store_for(zk_server, root) as store:
+        ids = store.ledger_ids(store.ledger_ranges()[0])
+        w.delete_ledger(5)  # deleted between enumeration and read
+        reads = {r.ledger_id: r for r in store.read_ledgers(ids)}
+    assert reads[1].metadata is not None and reads[2].metadata is not None
+    assert reads[3].error and "ledger 3" in reads[3].error
+    assert reads[4].error and "write quorum 3" in reads[4].error
+    assert reads[5].deleted
+
+
+def test_marks_registrations_racks_and_switches(zk_server: LocalZooKeeper, zk_client: KazooClient,
+                                                zk_namespace: str) -> None:
+    root = f"{zk_namespace}/ledgers"
+    w = ClusterWriter(zk_client, root)
+    w.init_cluster()
+    for lid in (1, 2**40 + 7):
+        w.mark_underreplicated(UnderreplicationMark(lid, ("a:3181",), 1_700_000_000_000))
+    w.mark_underreplicated(UnderreplicationMark(3, ("b:3181",), None))
+    zk_client.create(f"{root}/underreplication/ledgers/0000/0000/0000/0004/urL0000000004", b"\xff\xfe",
+                     makepath=True)
+    w.register_bookie(BookieRegistration("a:3181", False, (Endpoint("scrutiny-grpc", "127.0.0.1", 4181, "grpc"),)))
+    w.register_bookie(BookieRegistration("b:3181", True))
+    w.register_bookie(BookieRegistration("c:3181", False), ephemeral=False)
+    w.write_racks({"a:3181": "/r1", "b:3181": "/r2"}, f"{zk_namespace}/bookies")
+    w.set_replication_disabled(True)
+    w.set_lost_bookie_recovery_delay(30)
+    with store_for(zk_server, root) as store:
+        marks, problems = store.underreplication_marks()
+        assert set(marks) == {1, 2**40 + 7, 3}
+        assert marks[1].ctime == 1_700_000_000_000 and marks[1].replicas == ("a:3181",)
+        assert marks[3].ctime is None
+        assert len(problems) == 1 and "ledger 4" in problems[0]
+        assert store.underreplication_mark(2**40 + 7) is not None and store.underreplication_mark(9) is None
+        regs = store.registrations()
+        assert set(regs.writable) == {"a:3181", "c:3181"} and set(regs.readonly) == {"b:3181"}
+        assert regs.writable["a:3181"].endpoints[0].port == 4181
+        assert regs.cookies == {"a:3181", "b:3181", "c:3181"}
+        assert store.racks() == ({"a:3181": "/r1", "b:3181": "/r2"}, [])
+        assert store.replication_disabled() and store.lost_bookie_recovery_delay() == 30
+        w.set_replication_disabled(False)
+        assert not store.replication_disabled()
+
+
+def test_pipelining_respects_its_bound(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str) -> None:
+    root = f"{zk_namespace}/ledgers"
+    w = ClusterWriter(zk_client, root)
+    w.init_cluster()
+    w.write_ledgers([ledger(i) for i in range(2000)])
+    with store_for(zk_server, root, max_in_flight=32) as store:
+        reads = list(store.read_ledgers(range(2000)))
+        assert len(reads) == 2000 and all(r.metadata for r in reads)
+        assert store.peak_in_flight == 32
+
+
+def _read_all_with_fault(store: ZkMetadataStore, n: int, fault: object) -> list[int]:
+    got = []
+    for i, r in enumerate(store.read_ledgers(range(n))):
+        if i == 300:
+            t = threading.Thread(target=fault)  # type: ignore[arg-type]
+            t.start()
+            t.join()
+        assert r.metadata is not None, r
+        got.append(r.ledger_id)
+    return got
+
+
+def test_reads_survive_a_server_restart_mid_enumeration(zk_server: LocalZooKeeper, zk_client: KazooClient,
+                                                        zk_namespace: str) -> None:
+    root = f"{zk_namespace}/ledgers"
+    ClusterWriter(zk_client, root).init_cluster()
+    ClusterWriter(zk_client, root).write_ledgers([ledger(i) for i in range(3000)])
+    with store_for(zk_server, root, max_in_flight=64) as store:
+        assert _read_all_with_fault(store, 3000, zk_server.restart) == list(range(3000))
+        ranges = store.ledger_ranges()
+        assert sum(len(store.ledger_ids(r)) for r in ranges) == 3000
+
+
+def test_reads_survive_session_expiry_mid_enumeration(zk_server: LocalZooKeeper, zk_client: KazooClient,
+                                                      zk_namespace: str) -> None:
+    root = f"{zk_namespace}/ledgers"
+    ClusterWriter(zk_client, root).init_cluster()
+    ClusterWriter(zk_client, root).write_ledgers([ledger(i) for i in range(3000)])
+    with store_for(zk_server, root, max_in_flight=64, session_timeout=4.0) as store:
+        sid, pw = store.client.client_id
+
+        def expire() -> None:
+            expire_session(zk_server.hosts, sid, pw)
+            time.sleep(0.5)
+
+        assert _read_all_with_fault(store, 3000, expire) == list(range(3000))
+        assert store.client.client_id[0] != sid  # it really got a new session
