@@ -336,8 +336,12 @@ class MetadataServiceUri:
     @property
     def racks_path(self) -> str:
         """Pulsar's rack znode sits beside the ledgers root (`/bookies` for `/ledgers`)."""
-        parent = self.root.rsplit("/", 1)[0]
-        return f"{parent}/bookies"
+        return f"{self.root.rsplit('/', 1)[0]}/bookies"
+
+    @property
+    def scrutiny_path(self) -> str:
+        """scrutiny's own znodes (agents, auditor election, cadence), beside the ledgers root."""
+        return f"{self.root.rsplit('/', 1)[0]}/scrutiny"
 
 
 _URI = re.compile(r"^zk(?:\+(?P<type>[a-z]+))?://(?P<servers>[^/]+)(?P<root>/.*)?$")

@@ -7,6 +7,7 @@ auditor expired its own session by firing every read at once, BookKeeper #2802).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import deque
@@ -324,6 +325,20 @@ class ZkMetadataStore:
                     found[readonly][bookie] = BookieRegistration(bookie, readonly)
         cookies = frozenset(self.children(f"{self.root}/cookies"))
         return Registrations(found[False], found[True], cookies, tuple(problems))
+
+    def agent_addresses(self) -> dict[str, str]:
+        """bookie id -> address of its agent, from the agents' own registrations."""
+        base = f"{self.uri.scrutiny_path}/agents"
+        out = {}
+        for path, got in self.get_many(f"{base}/{b}" for b in self.children(base)):
+            if got is None:
+                continue
+            try:
+                doc = json.loads(got[0])
+                out[str(doc["bookie_id"])] = str(doc["address"])
+            except (ValueError, KeyError, TypeError):
+                log.warning("ignoring unreadable agent registration %s", path)
+        return out
 
     def racks(self, path: str | None = None) -> tuple[dict[str, str], list[str]]:
         where = path or self.uri.racks_path

@@ -1,0 +1,249 @@
+"""The scan's client of the bookie agents: which entries does each bookie hold of each ledger?
+
+Every (bookie, ledger) question gets exactly one outcome: the entries, no such ledger, unavailable
+(timeout, refused, I/O error: copies unknown, not missing) or invalid (an answer that cannot be
+decoded). BP-34 asks the check to be light on bookies: calls per bookie are bounded, and many ledgers
+travel in one streaming call.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Collection, Iterable, Mapping
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from scrutiny.agent import DEFAULT_AGENT_PORT
+from scrutiny.codec import Availability, CodecError, decode
+from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+_TRANSIENT = (grpc.StatusCode.UNAVAILABLE,)
+
+
+class Outcome(enum.StrEnum):
+    ENTRIES = "entries"
+    NO_LEDGER = "no_ledger"
+    UNAVAILABLE = "unavailable"
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class BookieAnswer:
+    outcome: Outcome
+    availability: Availability | None = None
+    reason: str = ""
+
+
+NO_LEDGER = BookieAnswer(Outcome.NO_LEDGER)
+
+
+def interpret(bookie_id: str, msg: Any) -> BookieAnswer:
+    """One GetListOfEntriesOfALedgerResponse as an outcome."""
+    if msg.status == bookie_pb2.EOK:
+        try:
+            return BookieAnswer(Outcome.ENTRIES, decode(msg.availability_of_entries_of_ledger))
+        except CodecError as exc:
+            return BookieAnswer(Outcome.INVALID, reason=f"bookie {bookie_id}, ledger {msg.ledger_id}: {exc}")
+    if msg.status == bookie_pb2.ENOLEDGER:
+        return NO_LEDGER
+    try:
+        name = bookie_pb2.StatusCode.Name(msg.status)
+    except ValueError:
+        name = f"status {msg.status}"
+    return BookieAnswer(Outcome.UNAVAILABLE, reason=f"{name}: {msg.message}".rstrip(": "))
+
+
+class EndpointResolver:
+    """Where a bookie's agent listens: an explicit address, else the agent's own registration,
+    else the configured default port on the bookie's host."""
+
+    def __init__(self, explicit: Mapping[str, str] | None = None, registered: Mapping[str, str] | None = None,
+                 default_port: int = DEFAULT_AGENT_PORT) -> None:
+        self.explicit = dict(explicit or {})
+        self.registered = dict(registered or {})
+        self.default_port = default_port
+
+    def address(self, bookie_id: str) -> str:
+        if bookie_id in self.explicit:
+            return self.explicit[bookie_id]
+        if bookie_id in self.registered:
+            return self.registered[bookie_id]
+        host = bookie_id.rsplit(":", 1)[0] if ":" in bookie_id else bookie_id
+        return f"{host}:{self.default_port}"
+
+
+@dataclass
+class ClientStats:
+    calls: int = 0
+    failed_calls: int = 0
+    ledgers_asked: int = 0
+
+
+class BookieClient:
+    def __init__(self, resolver: EndpointResolver, deadline: float = 30.0, ledgers_per_call: int = 1000,
+                 max_calls_per_bookie: int = 2, retries: int = 2, backoff: float = 0.2, streaming: bool = True,
+                 unary_in_flight: int = 16, max_message_bytes: int = 64 * 1024 * 1024,
+                 credentials: grpc.ChannelCredentials | None = None, parallelism: int = 8) -> None:
+        self.resolver = resolver
+        self.deadline = deadline
+        self.ledgers_per_call = ledgers_per_call
+        self.max_calls_per_bookie = max_calls_per_bookie
+        self.retries = retries
+        self.backoff = backoff
+        self.streaming = streaming
+        self.unary_in_flight = unary_in_flight
+        self.max_message_bytes = max_message_bytes
+        self.credentials = credentials
+        self.stats = ClientStats()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._no_streaming: set[str] = set()
+        self._per_bookie: dict[str, threading.Semaphore] = {}
+        self._lock = threading.Lock()
+        self._pool = futures.ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="bookie-call")
+
+    # -- channels --------------------------------------------------------------------------------
+
+    def _stub(self, bookie_id: str) -> bookie_pb2_grpc.BookieStub:
+        with self._lock:
+            ch = self._channels.get(bookie_id)
+            if ch is None:
+                address = self.resolver.address(bookie_id)
+                options = [("grpc.max_receive_message_length", self.max_message_bytes),
+                           ("grpc.enable_retries", 0)]
+                ch = (grpc.secure_channel(address, self.credentials, options) if self.credentials
+                      else grpc.insecure_channel(address, options))
+                self._channels[bookie_id] = ch
+            return bookie_pb2_grpc.BookieStub(ch)
+
+    def _slot(self, bookie_id: str) -> threading.Semaphore:
+        with self._lock:
+            return self._per_bookie.setdefault(bookie_id, threading.Semaphore(self.max_calls_per_bookie))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            for ch in self._channels.values():
+                ch.close()
+            self._channels.clear()
+
+    def __enter__(self) -> BookieClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- fetching ---------------------------------------------------------------------------------
+
+    def fetch_many(self, wanted: Mapping[str, Collection[int]]) -> dict[str, dict[int, BookieAnswer]]:
+        """Ask every bookie about its ledgers, bookies in parallel, calls per bookie bounded."""
+        tasks = []
+        for bookie_id, ledger_ids in wanted.items():
+            ids = sorted(set(ledger_ids))
+            for i in range(0, len(ids), self.ledgers_per_call):
+                chunk = ids[i:i + self.ledgers_per_call]
+                tasks.append((bookie_id, self._pool.submit(self._fetch_chunk, bookie_id, chunk)))
+        out: dict[str, dict[int, BookieAnswer]] = {b: {} for b in wanted}
+        for bookie_id, fut in tasks:
+            out[bookie_id].update(fut.result())
+        return out
+
+    def fetch(self, bookie_id: str, ledger_ids: Iterable[int]) -> dict[int, BookieAnswer]:
+        return self.fetch_many({bookie_id: list(ledger_ids)})[bookie_id]
+
+    def _fetch_chunk(self, bookie_id: str, ids: list[int]) -> dict[int, BookieAnswer]:
+        with self._slot(bookie_id):
+            got: dict[int, BookieAnswer] = {}
+            reason = ""
+            for attempt in range(self.retries + 1):
+                remaining = [i for i in ids if i not in got]
+                if not remaining:
+                    break
+                if attempt:
+                    time.sleep(self.backoff * (2 ** (attempt - 1)))
+                try:
+                    if self.streaming and bookie_id not in self._no_streaming:
+                        self._stream(bookie_id, remaining, got)
+                    else:
+                        self._unary(bookie_id, remaining, got)
+                    missing = [i for i in remaining if i not in got]
+                    for i in missing:
+                        got[i] = BookieAnswer(Outcome.UNAVAILABLE, reason="the agent's stream ended without it")
+                    break
+                except grpc.RpcError as exc:
+                    code = exc.code()
+                    reason = f"{code.name}: {exc.details()}"
+                    self.stats.failed_calls += 1
+                    if code == grpc.StatusCode.UNIMPLEMENTED and bookie_id not in self._no_streaming:
+                        log.info("bookie %s has no streaming call: unary from now on", bookie_id)
+                        self._no_streaming.add(bookie_id)
+                        continue
+                    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (exc.details() or ""):
+                        self._one_by_one(bookie_id, [i for i in remaining if i not in got], got)
+                        break
+                    if code not in _TRANSIENT:
+                        break
+            for i in ids:
+                got.setdefault(i, BookieAnswer(Outcome.UNAVAILABLE, reason=f"bookie {bookie_id}: {reason}"))
+            return got
+
+    def _stream(self, bookie_id: str, ids: list[int], got: dict[int, BookieAnswer]) -> None:
+        stub = self._stub(bookie_id)
+        asked = set(ids)
+        self.stats.calls += 1
+        self.stats.ledgers_asked += len(ids)
+        req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ids)
+        for msg in stub.GetListOfEntriesOfLedgers(req, timeout=self.deadline):
+            for ans in msg.ledgers:
+                if ans.ledger_id in asked and ans.ledger_id not in got:
+                    got[ans.ledger_id] = interpret(bookie_id, ans)
+
+    def _unary(self, bookie_id: str, ids: list[int], got: dict[int, BookieAnswer]) -> None:
+        """One call per ledger, as upstream's auditor does, a bounded number in flight."""
+        stub = self._stub(bookie_id)
+        pending: list[tuple[int, Any]] = []
+        failure: grpc.RpcError | None = None
+
+        def settle(lid: int, fut: Any) -> None:
+            nonlocal failure
+            try:
+                got[lid] = interpret(bookie_id, fut.result())
+            except grpc.RpcError as exc:
+                if exc.code() in _TRANSIENT:
+                    failure = exc
+                else:
+                    got[lid] = BookieAnswer(Outcome.UNAVAILABLE, reason=f"{exc.code().name}: {exc.details()}")
+
+        for lid in ids:
+            if len(pending) >= self.unary_in_flight:
+                settle(*pending.pop(0))
+            self.stats.calls += 1
+            self.stats.ledgers_asked += 1
+            req = bookie_pb2.GetListOfEntriesOfALedgerRequest(ledger_id=lid)
+            pending.append((lid, stub.GetListOfEntriesOfALedger.future(req, timeout=self.deadline)))
+        for lid, fut in pending:
+            settle(lid, fut)
+        if failure is not None:
+            raise failure
+
+    def _one_by_one(self, bookie_id: str, ids: list[int], got: dict[int, BookieAnswer]) -> None:
+        """After a message too large for the limit: find which ledgers' answers are too large."""
+        stub = self._stub(bookie_id)
+        for lid in ids:
+            try:
+                msg = stub.GetListOfEntriesOfALedger(bookie_pb2.GetListOfEntriesOfALedgerRequest(ledger_id=lid),
+                                                     timeout=self.deadline)
+                got[lid] = interpret(bookie_id, msg)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    got[lid] = BookieAnswer(Outcome.INVALID, reason=(
+                        f"bookie {bookie_id}, ledger {lid}: answer larger than {self.max_message_bytes} bytes"))
+                else:
+                    got[lid] = BookieAnswer(Outcome.UNAVAILABLE, reason=f"{exc.code().name}: {exc.details()}")

@@ -1,0 +1,32 @@
+"""A real agent process whose source is slow (for kill-mid-stream and slow-agent tests).
+
+usage: python tests/slow_agent.py SYNTHETIC_FILE DELAY_SECONDS_PER_LEDGER
+Prints the port on its first line, then serves until killed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from scrutiny.agent import BookieAgent
+from scrutiny.entrysources import SyntheticStore
+
+
+class SlowSource:
+    def __init__(self, inner: SyntheticStore, delay: float) -> None:
+        self.inner, self.delay = inner, delay
+
+    def availability(self, ledger_id: int) -> bytes | None:
+        time.sleep(self.delay)
+        return self.inner.availability(ledger_id)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+if __name__ == "__main__":
+    agent = BookieAgent(SlowSource(SyntheticStore(sys.argv[1]), float(sys.argv[2])), bind="127.0.0.1:0",
+                        answers_per_message=10).start()
+    print(agent.port, flush=True)
+    agent.wait()

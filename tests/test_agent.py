@@ -1,0 +1,308 @@
+"""The bookie agent over each source, and the client the scan uses, on loopback."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from kazoo.client import KazooClient
+
+from scrutiny import codec
+from scrutiny.agent import BookieAgent
+from scrutiny.bookieclient import BookieClient, EndpointResolver, Outcome
+from scrutiny.bookkeeper import bookie_protocol_pb2 as bkp
+from scrutiny.entrysources import (
+    CORRUPT,
+    BookieBridgeSource,
+    DbLedgerStorageSource,
+    SyntheticStore,
+    SyntheticStoreWriter,
+    read_frame,
+    request_frame,
+    write_locations_index,
+)
+from scrutiny.localzk import LocalZooKeeper
+from scrutiny.metadata import parse_metadata_service_uri
+from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
+from scrutiny.zkstore import ZkMetadataStore
+
+G = codec.SequenceGroup
+
+
+@pytest.fixture
+def synthetic(tmp_path: Path) -> Path:
+    w = SyntheticStoreWriter()
+    w.add_entries("b1:3181", 1, range(0, 100))
+    w.add("b1:3181", 2, [G(0, 996, 2, 3)])
+    w.add("b1:3181", 3, CORRUPT)
+    w.add("b1:3181", 4, [])
+    for lid in range(100, 2100):
+        w.add("b1:3181", lid, [G(0, 0, 10, 0)])
+    return w.write_all(tmp_path)["b1:3181"]
+
+
+@pytest.fixture
+def agent(synthetic: Path) -> Iterator[BookieAgent]:
+    a = BookieAgent(SyntheticStore(synthetic), bind="127.0.0.1:0").start()
+    yield a
+    a.stop(grace=0)
+
+
+def client_for(port: int, **kw: object) -> BookieClient:
+    return BookieClient(EndpointResolver({"b1:3181": f"127.0.0.1:{port}"}), **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_synthetic_store_through_the_agent(agent: BookieAgent, streaming: bool) -> None:
+    with client_for(agent.port, streaming=streaming, ledgers_per_call=700) as c:
+        got = c.fetch("b1:3181", [1, 2, 3, 4, 5, *range(100, 2100)])
+    assert got[1].outcome is Outcome.ENTRIES and got[1].availability is not None
+    assert got[1].availability.groups == (G(0, 0, 100, 0),)
+    assert got[2].availability is not None and got[2].availability.groups == (G(0, 996, 2, 3),)
+    assert got[3].outcome is Outcome.INVALID and "ledger 3" in got[3].reason
+    assert got[4].outcome is Outcome.ENTRIES and got[4].availability is not None and got[4].availability.count == 0
+    assert got[5].outcome is Outcome.NO_LEDGER
+    assert all(got[i].outcome is Outcome.ENTRIES for i in range(100, 2100))
+    assert len(got) == 2005
+
+
+def test_bad_requests_get_invalid_argument(agent: BookieAgent) -> None:
+    stub = bookie_pb2_grpc.BookieStub(grpc.insecure_channel(f"127.0.0.1:{agent.port}"))
+    with pytest.raises(grpc.RpcError) as err:
+        stub.GetListOfEntriesOfALedger(bookie_pb2.GetListOfEntriesOfALedgerRequest(ledger_id=-4))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "-4" in (err.value.details() or "")
+    with pytest.raises(grpc.RpcError) as err:
+        list(stub.GetListOfEntriesOfLedgers(bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=[1, -2])))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as err:
+        list(stub.GetListOfEntriesOfLedgers(bookie_pb2.GetListOfEntriesOfLedgersRequest(
+            ledger_ids=list(range(100_001)))))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most" in (err.value.details() or "")
+    # duplicates in one request: exactly one answer each
+    msgs = list(stub.GetListOfEntriesOfLedgers(bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=[1, 1, 5])))
+    assert sorted(a.ledger_id for m in msgs for a in m.ledgers) == [1, 5]
+
+
+def test_health_service(agent: BookieAgent) -> None:
+    stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{agent.port}"))
+    resp = stub.Check(health_pb2.HealthCheckRequest(service="scrutiny.v1.Bookie"))
+    assert resp.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def _tree_digest(path: Path) -> dict[str, tuple[int, str]]:
+    return {str(p.relative_to(path)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_dbledgerstorage_index_read_only_and_unioned(tmp_path: Path) -> None:
+    d0, d1 = tmp_path / "ledgers0", tmp_path / "ledgers1"
+    write_locations_index(d0, {2: range(0, 50), 4: [0, 2, 4], 7: range(10, 20)})
+    write_locations_index(d1, {3: range(5), 7: range(20, 25)})  # ledger 7 in both: the union counts
+    before = {d: _tree_digest(d) for d in (d0, d1)}
+    source = DbLedgerStorageSource([d0, d1], scratch_dir=tmp_path / "scratch")
+    agent = BookieAgent(source, bind="127.0.0.1:0").start()
+    try:
+        with client_for(agent.port) as c:
+            got = c.fetch("b1:3181", [2, 3, 4, 7, 99])
+    finally:
+        agent.stop(grace=0)
+    assert got[2].availability is not None and got[2].availability.groups == (G(0, 0, 50, 0),)
+    assert got[4].availability is not None and got[4].availability.groups == (G(0, 4, 1, 2),)
+    assert got[7].availability is not None and got[7].availability.groups == (G(10, 10, 15, 0),)
+    assert got[3].outcome is Outcome.ENTRIES and got[99].outcome is Outcome.NO_LEDGER
+    assert {d: _tree_digest(d) for d in (d0, d1)} == before  # not one byte of the bookie's files touched
+
+
+def test_dbledgerstorage_sees_new_writes_after_refresh(tmp_path: Path) -> None:
+    from rocksdict import Options, Rdict
+
+    d0 = tmp_path / "ledgers0"
+    write_locations_index(d0, {1: range(3)})
+    source = DbLedgerStorageSource([d0], refresh_seconds=0.0)
+    try:
+        assert source.entry_ids(1) is not None and source.entry_ids(1).tolist() == [0, 1, 2]  # type: ignore[union-attr]
+        live = Rdict(str(d0 / "current" / "locations"), options=Options(raw_mode=True))  # the "bookie"
+        live[(1).to_bytes(8, "big") + (3).to_bytes(8, "big")] = b"\0" * 8
+        live.flush()
+        got = source.entry_ids(1)
+        live.close()
+        assert got is not None and got.tolist() == [0, 1, 2, 3]
+    finally:
+        source.close()
+
+
+def test_dbledgerstorage_missing_index_is_a_clear_error(tmp_path: Path) -> None:
+    from scrutiny.entrysources import SourceError
+
+    with pytest.raises(SourceError, match="no RocksDB locations index"):
+        DbLedgerStorageSource([tmp_path / "nothing"])
+
+
+# -- the bridge to a stock bookie ---------------------------------------------------------------
+
+def test_request_frame_matches_the_spec_example() -> None:
+    assert request_frame(7, 1).hex() == "0000000d0a060803100b1801e206020807"
+
+
+class FakeStockBookie(socketserver.ThreadingTCPServer):
+    """Speaks BookKeeper's v3 framing for GET_LIST_OF_ENTRIES_OF_LEDGER."""
+
+    allow_reuse_address = True
+    daemon_threads = True
+
+    def __init__(self, ledgers: dict[int, bytes | int]) -> None:
+        self.ledgers = ledgers
+        self.requests: list[bytes] = []
+        super().__init__(("127.0.0.1", 0), _BookieHandler)
+
+
+class _BookieHandler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        server: FakeStockBookie = self.server  # type: ignore[assignment]
+        sock: socket.socket = self.request
+        while True:
+            try:
+                body = read_frame(sock)
+            except Exception:
+                return
+            server.requests.append(body)
+            req = bkp.Request()
+            req.ParseFromString(body)
+            lid = req.getListOfEntriesOfLedgerRequest.ledgerId
+            held = server.ledgers.get(lid, bkp.ENOLEDGER)
+            inner = bkp.GetListOfEntriesOfLedgerResponse(ledgerId=lid)
+            resp = bkp.Response(header=req.header)
+            if isinstance(held, bytes):
+                resp.status = inner.status = bkp.EOK
+                inner.availabilityOfEntriesOfLedger = held
+            else:
+                resp.status = inner.status = held
+            resp.getListOfEntriesOfLedgerResponse.CopyFrom(inner)
+            out = resp.SerializeToString()
+            sock.sendall(len(out).to_bytes(4, "big") + out)
+
+
+def test_bridge_relays_a_stock_bookie() -> None:
+    stock = FakeStockBookie({7: codec.encode_unmerged([0, 1, 3, 4, 6, 7]), 8: bkp.EIO})
+    threading.Thread(target=stock.serve_forever, daemon=True).start()
+    source = BookieBridgeSource("127.0.0.1", stock.server_address[1])
+    agent = BookieAgent(source, bind="127.0.0.1:0").start()
+    try:
+        with client_for(agent.port) as c:
+            got = c.fetch("b1:3181", [7, 8, 9])
+    finally:
+        agent.stop(grace=0)
+        stock.shutdown()
+        stock.server_close()
+    av = got[7].availability
+    assert av is not None and av.entry_ids().tolist() == [0, 1, 3, 4, 6, 7]  # Java's unmerged shape accepted
+    assert got[8].outcome is Outcome.UNAVAILABLE and "EIO" in got[8].reason
+    assert got[9].outcome is Outcome.NO_LEDGER
+    first = bkp.Request()
+    first.ParseFromString(stock.requests[0])
+    assert first.header.operation == bkp.GET_LIST_OF_ENTRIES_OF_LEDGER and first.header.version == bkp.VERSION_THREE
+
+
+def test_bridge_to_a_dead_bookie_answers_eio() -> None:
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    dead = port.getsockname()[1]
+    port.close()
+    agent = BookieAgent(BookieBridgeSource("127.0.0.1", dead, timeout=1), bind="127.0.0.1:0").start()
+    try:
+        with client_for(agent.port) as c:
+            got = c.fetch("b1:3181", [1])
+    finally:
+        agent.stop(grace=0)
+    assert got[1].outcome is Outcome.UNAVAILABLE and "EIO" in got[1].reason
+
+
+# -- registration, resolution, failures ------------------------------------------------------------
+
+def test_agent_registers_itself_and_the_scan_finds_it(agent: BookieAgent, zk_server: LocalZooKeeper,
+                                                      zk_client: KazooClient, zk_namespace: str) -> None:
+    uri = parse_metadata_service_uri(f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers")
+    agent.register(zk_client, uri.scrutiny_path, "b1:3181", f"127.0.0.1:{agent.port}")
+    with ZkMetadataStore.connect(uri) as store:
+        addresses = store.agent_addresses()
+    assert addresses == {"b1:3181": f"127.0.0.1:{agent.port}"}
+    with BookieClient(EndpointResolver(registered=addresses)) as c:
+        assert c.fetch("b1:3181", [1])[1].outcome is Outcome.ENTRIES
+    assert EndpointResolver(default_port=4444).address("10.1.2.3:3181") == "10.1.2.3:4444"
+    agent.stop(grace=0)
+    with ZkMetadataStore.connect(uri) as store:
+        assert store.agent_addresses() == {}
+
+
+def test_nobody_listening_is_unavailable_not_missing() -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with client_for(port, retries=1, backoff=0.05, deadline=2) as c:
+        got = c.fetch("b1:3181", [1, 2])
+    assert {a.outcome for a in got.values()} == {Outcome.UNAVAILABLE}
+
+
+def test_agent_killed_mid_stream(synthetic: Path) -> None:
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("slow_agent.py")), str(synthetic), "0.005"],
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        port = int(proc.stdout.readline())  # type: ignore[union-attr]
+        killer = threading.Timer(1.0, lambda: os.kill(proc.pid, signal.SIGKILL))
+        killer.start()
+        with client_for(port, retries=1, backoff=0.05, deadline=20) as c:
+            t0 = time.monotonic()
+            got = c.fetch("b1:3181", list(range(100, 2100)))
+            elapsed = time.monotonic() - t0
+    finally:
+        proc.kill()
+        proc.wait()
+    outcomes = [got[i].outcome for i in range(100, 2100)]
+    assert Outcome.ENTRIES in outcomes and Outcome.UNAVAILABLE in outcomes  # it really died mid-stream
+    assert Outcome.NO_LEDGER not in outcomes and Outcome.INVALID not in outcomes
+    assert elapsed < 10
+
+
+def test_a_hung_agent_costs_one_deadline(synthetic: Path) -> None:
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("slow_agent.py")), str(synthetic), "30"],
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        port = int(proc.stdout.readline())  # type: ignore[union-attr]
+        with client_for(port, deadline=1.0) as c:
+            t0 = time.monotonic()
+            got = c.fetch("b1:3181", [1, 2])
+            elapsed = time.monotonic() - t0
+    finally:
+        proc.kill()
+        proc.wait()
+    assert {a.outcome for a in got.values()} == {Outcome.UNAVAILABLE}
+    assert "DEADLINE_EXCEEDED" in got[1].reason and elapsed < 3
+
+
+def test_store_file_validation(tmp_path: Path) -> None:
+    from scrutiny.entrysources import SourceError
+
+    bad = tmp_path / "bad.synth"
+    bad.write_bytes(b"nope")
+    with pytest.raises(SourceError, match="not a synthetic store"):
+        SyntheticStore(bad)
+    w = SyntheticStoreWriter()
+    w.add_entries("x", 1, np.arange(5))
+    p = w.write_all(tmp_path)["x"]
+    p.write_bytes(p.read_bytes()[:-3])
+    with pytest.raises(SourceError, match="truncated"):
+        SyntheticStore(p)
