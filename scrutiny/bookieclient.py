@@ -8,7 +8,6 @@ travel in one streaming call.
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 import time
@@ -20,29 +19,13 @@ from typing import Any
 import grpc
 
 from scrutiny.agent import DEFAULT_AGENT_PORT
-from scrutiny.codec import Availability, CodecError, decode
+from scrutiny.checks import NO_LEDGER, BookieAnswer, Outcome
+from scrutiny.codec import CodecError, decode
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE,)
-
-
-class Outcome(enum.StrEnum):
-    ENTRIES = "entries"
-    NO_LEDGER = "no_ledger"
-    UNAVAILABLE = "unavailable"
-    INVALID = "invalid"
-
-
-@dataclass(frozen=True, slots=True)
-class BookieAnswer:
-    outcome: Outcome
-    availability: Availability | None = None
-    reason: str = ""
-
-
-NO_LEDGER = BookieAnswer(Outcome.NO_LEDGER)
 
 
 def interpret(bookie_id: str, msg: Any) -> BookieAnswer:

@@ -293,6 +293,7 @@ class SyntheticStoreWriter:
         os.replace(tmp, path)
 
     def write_all(self, directory: str | Path) -> dict[str, Path]:
+        Path(directory).mkdir(parents=True, exist_ok=True)
         out = {}
         for b in self.bookies():
             p = Path(directory) / f"{b.replace(':', '_')}.synth"

@@ -6,6 +6,7 @@ raises MetadataError with a message that names the znode or ledger when the byte
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import re
@@ -74,6 +75,7 @@ class LedgerMetadata:
     ctoken: int = 0
     format_version: int = 3
     znode_version: int = -1
+    modified_ms: int = -1  # the znode's mtime: for a closed ledger, about when it was closed
 
     @property
     def closed(self) -> bool:
@@ -147,7 +149,8 @@ def _split_header(ledger_id: int, data: bytes) -> tuple[int, int]:
 
 
 def decode_ledger_metadata(
-    ledger_id: int, data: bytes, znode_ctime: int = -1, znode_version: int = -1, *, check: bool = True
+    ledger_id: int, data: bytes, znode_ctime: int = -1, znode_version: int = -1, *, check: bool = True,
+    znode_mtime: int = -1,
 ) -> LedgerMetadata:
     """Decode a ledger metadata znode. With `check`, inconsistent metadata is refused too."""
     version, offset = _split_header(ledger_id, data)
@@ -173,6 +176,8 @@ def decode_ledger_metadata(
         md = _from_proto(ledger_id, msg, version, znode_ctime, znode_version)
     else:
         raise MetadataError(f"ledger {ledger_id}: unsupported metadata format version {version} (known: 1, 2, 3)")
+    if znode_mtime != -1:
+        md = dataclasses.replace(md, modified_ms=znode_mtime)
     if check:
         problems = inconsistencies(md)
         if problems:

@@ -254,7 +254,8 @@ class ZkMetadataStore:
                 continue
             data, stat = got
             try:
-                yield LedgerRead(lid, decode_ledger_metadata(lid, data, stat.ctime, stat.version))
+                md = decode_ledger_metadata(lid, data, stat.ctime, stat.version, znode_mtime=stat.mtime)
+                yield LedgerRead(lid, md)
             except MetadataError as exc:
                 yield LedgerRead(lid, error=str(exc))
 

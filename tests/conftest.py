@@ -18,6 +18,9 @@ def zk_server() -> Iterator[LocalZooKeeper]:
     server = LocalZooKeeper()
     server.start()
     yield server
+    from scrutiny.run import close_worker_resources
+
+    close_worker_resources()  # sessions cached by in-process runs: close them before the server goes
     server.close()
 
 
@@ -37,3 +40,13 @@ def zk_client(zk_server: LocalZooKeeper) -> Iterator[KazooClient]:
     yield client
     client.stop()
     client.close()
+
+
+@pytest.fixture(scope="session")
+def spark_engine() -> Iterator[object]:
+    """One real SparkSession (local mode) for the whole test session."""
+    from scrutiny.sparkjob import SparkEngine, spark_session
+
+    session = spark_session("local[2]")
+    yield SparkEngine(session=session)
+    session.stop()

@@ -1,0 +1,359 @@
+"""The checks of a scrutiny run, as pure functions over plain data (no I/O).
+
+- placement: does every write set of every segment ensemble follow the placement policy?
+- coverage: does every entry of a closed ledger have its copies on its write set (round robin)?
+- under-replication age: has a ledger been marked under-replicated for longer than the grace period?
+
+Coverage works on residues: in a segment with ensemble size E, entry e = k*E + r sits on ensemble
+positions (r + w) % E, w < WQ, whatever k is. A bookie's expected share and what it holds become, per
+residue r, intervals of k; lost entries are interval differences, so checking a healthy ledger of
+ten million entries costs what checking one of ten does.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scrutiny.codec import Availability, Intervals, SequenceGroup, groups_from_residues, subtract
+from scrutiny.metadata import (
+    DEFAULT_RACK,
+    DEFAULT_REGION_LOCATION,
+    DEFAULT_ZONE_LOCATION,
+    LedgerMetadata,
+    UnderreplicationMark,
+)
+
+MAX_DETAIL_RANGES = 50
+
+
+class Category(enum.StrEnum):
+    PLACEMENT_POLICY_NOT_ADHERING = "PLACEMENT_POLICY_NOT_ADHERING"
+    PLACEMENT_POLICY_SOFTLY_ADHERING = "PLACEMENT_POLICY_SOFTLY_ADHERING"
+    NO_REPLICA_OF_AN_ENTRY = "NO_REPLICA_OF_AN_ENTRY"
+    LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY = "LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"
+    LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY = "LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"
+    UNDERREPLICATED_ELAPSED_GRACE_PERIOD = "UNDERREPLICATED_ELAPSED_GRACE_PERIOD"
+    BOOKIE_UNAVAILABLE = "BOOKIE_UNAVAILABLE"
+    INVALID_METADATA = "INVALID_METADATA"
+    INVALID_BOOKIE_RESPONSE = "INVALID_BOOKIE_RESPONSE"
+
+
+# Warnings: reported and counted, but the exit status stays 0.
+WARNING_CATEGORIES = frozenset({Category.PLACEMENT_POLICY_SOFTLY_ADHERING})
+COVERAGE_CATEGORIES = (Category.NO_REPLICA_OF_AN_ENTRY, Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY,
+                       Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY)
+
+
+@dataclass(frozen=True)
+class Violation:
+    category: Category
+    ledger_id: int
+    bookies: tuple[str, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+    # The metadata znode version the finding was computed from (for the re-read before reporting).
+    metadata_version: int = -1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"category": str(self.category), "ledger_id": self.ledger_id, "bookies": list(self.bookies),
+                "details": dict(self.details)}
+
+
+# ---------------------------------------------------------------------------------------------
+# What a bookie said about a ledger
+
+
+class Outcome(enum.StrEnum):
+    ENTRIES = "entries"
+    NO_LEDGER = "no_ledger"
+    UNAVAILABLE = "unavailable"
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class BookieAnswer:
+    outcome: Outcome
+    availability: Availability | None = None
+    reason: str = ""
+
+
+NO_LEDGER = BookieAnswer(Outcome.NO_LEDGER)
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement
+
+
+class PlacementResult(enum.IntEnum):
+    FAIL = 0
+    MEETS_SOFT = 1
+    MEETS_STRICT = 2
+
+
+@dataclass(frozen=True)
+class PlacementPolicy:
+    kind: str = "rackaware"  # rackaware | zoneaware | regionaware | none
+    min_racks_per_write_quorum: int = 2
+    enforce_min_racks: bool = False
+    min_zones_per_write_quorum: int = 2
+    desired_zones_per_write_quorum: int = 3
+    min_regions_for_durability: int = 2
+
+    KINDS = ("rackaware", "zoneaware", "regionaware", "none")
+
+
+def write_sets(ensemble: Sequence[str], wq: int) -> list[tuple[str, ...]]:
+    """The write set starting at every ensemble position (wrapping)."""
+    e = len(ensemble)
+    return [tuple(ensemble[(i + j) % e] for j in range(wq)) for i in range(e)]
+
+
+def _rackaware(policy: PlacementPolicy, ensemble: Sequence[str], wq: int,
+               locate: Callable[[str], str]) -> tuple[PlacementResult, str]:
+    need = min(wq, policy.min_racks_per_write_quorum)
+    for i, ws in enumerate(write_sets(ensemble, wq)):
+        racks = {locate(b) for b in ws}
+        if len(racks) < need:
+            return PlacementResult.FAIL, f"write set at position {i} spans {len(racks)} rack(s) {sorted(racks)}, " \
+                                         f"needs {need}"
+        if policy.enforce_min_racks and DEFAULT_RACK in racks:
+            return PlacementResult.FAIL, f"write set at position {i} has a bookie on the default rack"
+    return PlacementResult.MEETS_STRICT, ""
+
+
+def _zoneaware(policy: PlacementPolicy, ensemble: Sequence[str], wq: int,
+               locate: Callable[[str], str]) -> tuple[PlacementResult, str]:
+    e = len(ensemble)
+    if e % wq != 0:
+        return PlacementResult.FAIL, f"ensemble size {e} is not a multiple of write quorum {wq}"
+    if wq <= policy.min_zones_per_write_quorum:
+        return PlacementResult.FAIL, f"write quorum {wq} is not above minNumZonesPerWriteQuorum " \
+                                     f"{policy.min_zones_per_write_quorum}"
+    where: dict[str, tuple[str, str]] = {}
+    for b in ensemble:
+        loc = locate(b)
+        parts = loc.strip("/").split("/")
+        if loc == DEFAULT_ZONE_LOCATION or len(parts) != 2 or not all(parts):
+            return PlacementResult.FAIL, f"bookie {b} has no known /zone/upgradeDomain location ({loc})"
+        where[b] = (parts[0], parts[1])
+    result, reason = PlacementResult.MEETS_STRICT, ""
+    desired = min(wq, policy.desired_zones_per_write_quorum)
+    for i, ws in enumerate(write_sets(ensemble, wq)):
+        zones: dict[str, set[str]] = {}
+        count: dict[str, int] = {}
+        for b in ws:
+            z, ud = where[b]
+            zones.setdefault(z, set()).add(ud)
+            count[z] = count.get(z, 0) + 1
+        if len(zones) < policy.min_zones_per_write_quorum:
+            return PlacementResult.FAIL, f"write set at position {i} spans {len(zones)} zone(s), needs " \
+                                         f"{policy.min_zones_per_write_quorum}"
+        for z, uds in zones.items():
+            if count[z] > 1 and len(uds) < 2:
+                return PlacementResult.FAIL, f"write set at position {i} has {count[z]} bookies in zone {z} " \
+                                             f"on one upgrade domain"
+        if len(zones) < desired and result is PlacementResult.MEETS_STRICT:
+            result, reason = PlacementResult.MEETS_SOFT, f"write set at position {i} spans {len(zones)} zone(s), " \
+                                                         f"desired {desired}"
+    return result, reason
+
+
+def _regionaware(policy: PlacementPolicy, ensemble: Sequence[str], wq: int,
+                 locate: Callable[[str], str]) -> tuple[PlacementResult, str]:
+    need = min(wq, policy.min_regions_for_durability)
+    result, reason = PlacementResult.MEETS_STRICT, ""
+    for i, ws in enumerate(write_sets(ensemble, wq)):
+        locs = [locate(b) for b in ws]
+        regions = {loc.strip("/").split("/")[0] for loc in locs}
+        if len(regions) < need:
+            return PlacementResult.FAIL, f"write set at position {i} spans {len(regions)} region(s), needs {need}"
+        if len(set(locs)) < len(locs) and result is PlacementResult.MEETS_STRICT:
+            result, reason = PlacementResult.MEETS_SOFT, f"write set at position {i} has two bookies on one rack"
+    return result, reason
+
+
+def check_ensemble(policy: PlacementPolicy, ensemble: Sequence[str], wq: int,
+                   locations: Mapping[str, str]) -> tuple[PlacementResult, str]:
+    """One segment's ensemble against the policy: (result, why when not strict)."""
+    if policy.kind == "none":
+        return PlacementResult.MEETS_STRICT, ""
+    if not ensemble:
+        return PlacementResult.FAIL, "empty ensemble"
+    if policy.kind == "rackaware":
+        # Every ensemble member counts, writable or not (upstream's false FAIL); unmapped: default rack.
+        return _rackaware(policy, ensemble, wq, lambda b: locations.get(b, DEFAULT_RACK))
+    if policy.kind == "zoneaware":
+        return _zoneaware(policy, ensemble, wq, lambda b: locations.get(b, DEFAULT_ZONE_LOCATION))
+    if policy.kind == "regionaware":
+        return _regionaware(policy, ensemble, wq, lambda b: locations.get(b, DEFAULT_REGION_LOCATION))
+    raise ValueError(f"unknown placement policy {policy.kind!r}")
+
+
+def check_placement(md: LedgerMetadata, policy: PlacementPolicy, locations: Mapping[str, str]) -> Violation | None:
+    """Every segment of the ledger; a ledger with any FAIL is not adhering, else any MEETS_SOFT is soft."""
+    worst = PlacementResult.MEETS_STRICT
+    findings: list[dict[str, Any]] = []
+    for seg in md.segments:
+        result, reason = check_ensemble(policy, seg.ensemble, md.write_quorum, locations)
+        if result is not PlacementResult.MEETS_STRICT:
+            findings.append({"first_entry_id": seg.first_entry_id, "ensemble": list(seg.ensemble),
+                             "result": result.name, "reason": reason})
+            worst = min(worst, result)
+    if worst is PlacementResult.MEETS_STRICT:
+        return None
+    category = (Category.PLACEMENT_POLICY_NOT_ADHERING if worst is PlacementResult.FAIL
+                else Category.PLACEMENT_POLICY_SOFTLY_ADHERING)
+    bookies = sorted({b for f in findings if f["result"] == worst.name for b in f["ensemble"]})
+    return Violation(category, md.ledger_id, tuple(bookies),
+                     {"policy": policy.kind, "segments": findings[:MAX_DETAIL_RANGES]}, md.znode_version)
+
+
+# ---------------------------------------------------------------------------------------------
+# Coverage (the replicas check)
+
+
+@dataclass(frozen=True)
+class CoverageResult:
+    least_copies: int  # over every entry of the ledger, counting unknown bookies as holding theirs
+    violation: Violation | None
+    unavailable: frozenset[str]  # bookies whose copies are unknown (no answer)
+    invalid: Mapping[str, str]  # bookie -> why its answer could not be used
+
+
+def _expected_k(r: int, e: int, lo: int, hi: int) -> tuple[int, int]:
+    return -((r - lo) // e), (hi - r) // e
+
+
+def _sweep(per_position: Sequence[Intervals]) -> list[tuple[int, int, frozenset[int]]]:
+    """Elementary k-intervals where a non-empty, constant set of positions misses the entries."""
+    points = sorted({p for ivs in per_position for k0, k1 in ivs for p in (k0, k1 + 1)})
+    cursor = [0] * len(per_position)
+    out = []
+    for a, b in itertools.pairwise(points):
+        missing = set()
+        for pos, ivs in enumerate(per_position):
+            while cursor[pos] < len(ivs) and ivs[cursor[pos]][1] < a:
+                cursor[pos] += 1
+            if cursor[pos] < len(ivs) and ivs[cursor[pos]][0] <= a:
+                missing.add(pos)
+        if missing:
+            out.append((a, b - 1, frozenset(missing)))
+    return out
+
+
+def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> CoverageResult:
+    """The replicas check of a closed ledger. A bookie without an entry in `answers`, or whose answer
+    is unavailable or invalid, is unknown: its copies are neither counted missing nor present."""
+    e, wq, aq = md.ensemble_size, md.write_quorum, md.ack_quorum
+    least = wq
+    unavailable: set[str] = set()
+    invalid: dict[str, str] = {}
+    # (missing bookies, copies) -> per-residue k-intervals, per segment (for the details)
+    findings: list[tuple[frozenset[str], int, list[Intervals]]] = []
+    for seg, lo, hi in md.segment_ranges():
+        missing: list[list[Intervals]] = []  # [position][residue]
+        for pos, b in enumerate(seg.ensemble):
+            ans = answers.get(b, BookieAnswer(Outcome.UNAVAILABLE, reason="not asked"))
+            if ans.outcome is Outcome.UNAVAILABLE:
+                unavailable.add(b)
+            elif ans.outcome is Outcome.INVALID:
+                invalid[b] = ans.reason
+            if ans.outcome in (Outcome.UNAVAILABLE, Outcome.INVALID):
+                missing.append([[] for _ in range(e)])
+                continue
+            held = (ans.availability.residue_intervals(e, lo, hi) if ans.availability is not None
+                    else [[] for _ in range(e)])
+            missing.append([
+                subtract([_expected_k(r, e, lo, hi)], held[r]) if (pos - r) % e < wq else []
+                for r in range(e)
+            ])
+        by_kind: dict[tuple[frozenset[str], int], list[Intervals]] = {}
+        for r in range(e):
+            positions = [(r + w) % e for w in range(wq)]
+            for k0, k1, gone in _sweep([missing[p][r] for p in positions]):
+                copies = wq - len(gone)
+                least = min(least, copies)
+                who = frozenset(seg.ensemble[positions[i]] for i in gone)
+                by_kind.setdefault((who, copies), [[] for _ in range(e)])[r].append((k0, k1))
+        findings += [(who, copies, per_r) for (who, copies), per_r in by_kind.items()]
+    violation = None
+    category = coverage_category(least, aq, wq)
+    if category is not None:
+        ranges = []
+        for who, copies, per_r in findings:
+            for g in groups_from_residues([sorted(ivs) for ivs in per_r], e):
+                ranges.append({"first_entry": g.first, "last_entry": g.end, "sequence_size": g.size,
+                               "sequence_period": g.period, "entries": g.count, "copies": copies,
+                               "missing_bookies": sorted(who)})
+        ranges.sort(key=lambda d: (d["copies"], d["first_entry"]))
+        bookies = sorted({b for who, _, _ in findings for b in who})
+        details: dict[str, Any] = {"least_copies": least, "write_quorum": wq, "ack_quorum": aq,
+                                   "ensemble_size": e, "under_covered": ranges[:MAX_DETAIL_RANGES]}
+        if len(ranges) > MAX_DETAIL_RANGES:
+            details["under_covered_truncated"] = len(ranges) - MAX_DETAIL_RANGES
+        if unavailable:
+            details["unknown_bookies"] = sorted(unavailable | set(invalid))
+        violation = Violation(category, md.ledger_id, tuple(bookies), details, md.znode_version)
+    return CoverageResult(least, violation, frozenset(unavailable), invalid)
+
+
+def coverage_category(least: int, aq: int, wq: int) -> Category | None:
+    if least <= 0:
+        return Category.NO_REPLICA_OF_AN_ENTRY
+    if least < aq:
+        return Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY
+    if least < wq:
+        return Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY
+    return None
+
+
+def expected_share(md: LedgerMetadata, bookie_id: str) -> list[SequenceGroup]:
+    """The groups a bookie must hold of a closed ledger, as a valid (merged) encoding: per segment a
+    partial head run, the periodic body (period E, size WQ) and a partial tail run."""
+    e, wq = md.ensemble_size, md.write_quorum
+    out: list[SequenceGroup] = []
+    for seg, lo, hi in md.segment_ranges():
+        if bookie_id not in seg.ensemble:
+            continue
+        if wq >= e:
+            out.append(SequenceGroup(lo, lo, hi - lo + 1, 0))
+            continue
+        # Runs of this position start at entries congruent to pos - WQ + 1 (mod E).
+        phase = (seg.ensemble.index(bookie_id) - wq + 1) % e
+        first_start = lo + (phase - lo) % e  # the first full-or-tail run starting at or after lo
+        head_end = first_start - e + wq - 1  # the run that began before lo may reach into the segment
+        if head_end >= lo:
+            out.append(SequenceGroup(lo, lo, min(head_end, hi) - lo + 1, 0))
+        if first_start > hi:
+            continue
+        last_start = first_start + (hi - first_start) // e * e
+        full_last = last_start if last_start + wq - 1 <= hi else last_start - e
+        if full_last >= first_start:
+            period = e if full_last > first_start else 0
+            out.append(SequenceGroup(first_start, full_last, wq, period))
+        if full_last != last_start:
+            out.append(SequenceGroup(last_start, last_start, hi - last_start + 1, 0))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Under-replication marks
+
+
+def check_underreplication_age(marks: Iterable[UnderreplicationMark], grace_seconds: int,
+                               now_ms: int) -> list[Violation]:
+    """Marks whose age in whole seconds is greater than the grace period (0 = off); marks of open
+    ledgers count too; marks without ctime cannot be aged."""
+    if grace_seconds <= 0:
+        return []
+    out = []
+    for mark in marks:
+        age = mark.age_seconds(now_ms)
+        if age is not None and age > grace_seconds:
+            details = {"marked_at_ms": mark.ctime, "age_seconds": age, "grace_period_seconds": grace_seconds}
+            out.append(Violation(Category.UNDERREPLICATED_ELAPSED_GRACE_PERIOD, mark.ledger_id, mark.replicas,
+                                 details))
+    return out

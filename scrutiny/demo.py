@@ -1,0 +1,257 @@
+"""`scrutiny demo`: a local ZooKeeper, a BookKeeper cluster with known faults, bookie agents, a scan,
+and whether what the scan found equals what was injected."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from kazoo.client import KazooClient
+
+from scrutiny.agent import BookieAgent
+from scrutiny.checks import Category, expected_share
+from scrutiny.clusterwriter import ClusterWriter
+from scrutiny.codec import Availability
+from scrutiny.config import ScanSettings
+from scrutiny.entrysources import CORRUPT, SyntheticStore, SyntheticStoreWriter
+from scrutiny.localzk import LocalZooKeeper
+from scrutiny.metadata import (
+    BookieRegistration,
+    Layout,
+    LedgerMetadata,
+    LedgerState,
+    Segment,
+    UnderreplicationMark,
+    parse_metadata_service_uri,
+)
+
+RACKS = {"/rack-a": (1, 2, 3), "/rack-b": (4, 5, 6), "/rack-c": (7, 8, 9)}
+UNREACHABLE = 9  # registered, but its agent never answers
+DECOMMISSIONED = 10  # cookie only: gone from the cluster with its copies
+
+
+def bookie(n: int) -> str:
+    # Loopback addresses: a bookie without agent is refused at once, and nothing leaves the machine.
+    return f"127.0.1.{n}:3181"
+
+
+@dataclass
+class DemoCluster:
+    """What was written, and the findings it must produce."""
+
+    root: str
+    expected: set[tuple[str, int]] = field(default_factory=set)
+    store_files: dict[str, Path] = field(default_factory=dict)
+    healthy: int = 0
+    notes: dict[tuple[str, int], str] = field(default_factory=dict)
+
+
+def _healthy_ensemble(rng: random.Random, e: int) -> tuple[str, ...]:
+    """Rack-aware: racks in turn (a, b, c, a, b), so every write set spans at least 2 racks."""
+    usable = {r: [n for n in ns if n != UNREACHABLE] for r, ns in RACKS.items()}
+    order = list(usable)
+    rng.shuffle(order)
+    picked: list[str] = []
+    used: set[int] = set()
+    for i in range(e):
+        choices = [n for n in usable[order[i % 3]] if n not in used]
+        n = rng.choice(choices)
+        used.add(n)
+        picked.append(bookie(n))
+    return tuple(picked)
+
+
+def build_demo_cluster(client: KazooClient, root: str, store_dir: Path, healthy: int = 3000,
+                       seed: int = 34) -> DemoCluster:
+    rng = random.Random(seed)
+    writer = ClusterWriter(client, root, Layout.HIERARCHICAL)
+    writer.init_cluster()
+    store = SyntheticStoreWriter()
+    demo = DemoCluster(root)
+    ledgers: list[LedgerMetadata] = []
+    now = int(time.time() * 1000)
+
+    def closed(lid: int, segments: tuple[Segment, ...], last: int, e: int = 3, wq: int = 2, aq: int = 2
+               ) -> LedgerMetadata:
+        return LedgerMetadata(lid, LedgerState.CLOSED, e, wq, aq, last, (last + 1) * 1024, segments, ctime=now,
+                              custom_metadata=(("application", b"scrutiny-demo"),))
+
+    def healthy_copies(md: LedgerMetadata, skip: str = "") -> None:
+        for b in md.bookies - {skip}:
+            store.add(b, md.ledger_id, expected_share(md, b))
+
+    def expect(category: Category, lid: int, why: str) -> None:
+        demo.expected.add((str(category), lid))
+        demo.notes[(str(category), lid)] = why
+
+    # Healthy ledgers in both hierarchical trees, every metadata format, some E=5, some two segments.
+    ids = [*range(1, healthy // 2 + 1), *range(2147483640, 2147483640 + healthy - healthy // 2)]
+    for lid in ids:
+        kind = rng.random()
+        e, wq = (5, rng.choice((2, 3))) if kind < 0.2 else (3, 2)
+        ens = _healthy_ensemble(rng, e)
+        last = rng.randint(20, 400)
+        segs: tuple[Segment, ...] = (Segment(0, ens),)
+        if kind > 0.85:  # an ensemble change: one bookie replaced by another of the same rack
+            pos = rng.randrange(e)
+            rack = next(r for r, ns in RACKS.items() if int(ens[pos].split(".")[3].split(":")[0]) in ns)
+            spare = [bookie(n) for n in RACKS[rack] if n != UNREACHABLE and bookie(n) not in ens]
+            if spare:
+                segs = (Segment(0, ens), Segment(last // 2, tuple(spare[0] if i == pos else b
+                                                                   for i, b in enumerate(ens))))
+        md = closed(lid, segs, last, e, wq, 2)
+        ledgers.append(md)
+        healthy_copies(md)
+    demo.healthy = len(ids)
+    # Ledgers that are skipped, not checked: open, in recovery, closed and empty.
+    for lid, state, last in ((5001, LedgerState.OPEN, -1), (5002, LedgerState.IN_RECOVERY, -1),
+                             (5003, LedgerState.CLOSED, -1)):
+        ledgers.append(LedgerMetadata(lid, state, 3, 2, 2, last, 0, (Segment(0, _healthy_ensemble(rng, 3)),)))
+
+    # -- the injected faults ----------------------------------------------------------------------
+    ens = _healthy_ensemble(rng, 3)
+    md = closed(9001, (Segment(0, ens),), 299)
+    ledgers.append(md)
+    for pos, b in enumerate(ens):  # positions 0 and 1 both lose entries 50..59
+        held = Availability.of(expected_share(md, b)).entry_ids()
+        store.add_entries(b, 9001, np.setdiff1d(held, np.arange(50, 60)) if pos < 2 else held)
+    expect(Category.NO_REPLICA_OF_AN_ENTRY, 9001, "two bookies of one write set lost entries 50-59")
+
+    md = closed(9002, (Segment(0, _healthy_ensemble(rng, 3)),), 199)
+    ledgers.append(md)
+    healthy_copies(md, skip=md.segments[0].ensemble[2])  # that bookie lost its whole copy
+    expect(Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY, 9002, "a bookie lost its copy of the ledger")
+
+    ens = _healthy_ensemble(rng, 3)
+    md = closed(9003, (Segment(0, ens),), 299, 3, 3, 2)
+    ledgers.append(md)
+    for pos, b in enumerate(ens):
+        held = Availability.of(expected_share(md, b)).entry_ids()
+        store.add_entries(b, 9003, np.setdiff1d(held, np.arange(100, 200)) if pos == 1 else held)
+    expect(Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY, 9003, "WQ 3: one bookie lost entries 100-199")
+
+    md = closed(9004, (Segment(0, tuple(bookie(n) for n in RACKS["/rack-a"])),), 99)
+    ledgers.append(md)
+    healthy_copies(md)
+    expect(Category.PLACEMENT_POLICY_NOT_ADHERING, 9004, "all three bookies on /rack-a")
+
+    writer.mark_underreplicated(UnderreplicationMark(17, (bookie(1),), now - 2 * 86400 * 1000))
+    expect(Category.UNDERREPLICATED_ELAPSED_GRACE_PERIOD, 17, "marked under-replicated two days ago")
+
+    for lid in (9005, 9006):
+        ens = _healthy_ensemble(rng, 3)
+        ens = tuple(bookie(UNREACHABLE) if b in {bookie(n) for n in RACKS["/rack-c"]} else b for b in ens)
+        md = closed(lid, (Segment(0, ens),), 99)
+        ledgers.append(md)
+        healthy_copies(md)
+        expect(Category.BOOKIE_UNAVAILABLE, lid, f"{bookie(UNREACHABLE)} is registered but never answers")
+
+    md = closed(9007, (Segment(0, _healthy_ensemble(rng, 3)),), 99)
+    ledgers.append(md)
+    healthy_copies(md, skip=md.segments[0].ensemble[0])
+    store.add(md.segments[0].ensemble[0], 9007, CORRUPT)
+    expect(Category.INVALID_BOOKIE_RESPONSE, 9007, "a bookie's answer is truncated")
+
+    ens = _healthy_ensemble(rng, 3)
+    ens = (bookie(DECOMMISSIONED), *ens[1:])
+    md = closed(9008, (Segment(0, ens),), 99)
+    ledgers.append(md)
+    healthy_copies(md, skip=bookie(DECOMMISSIONED))
+    expect(Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY, 9008,
+           f"{bookie(DECOMMISSIONED)} left the cluster (cookie only): its copies are gone")
+
+    md = closed(9009, (Segment(0, _healthy_ensemble(rng, 3)),), 99)
+    ledgers.append(md)
+    for b in md.bookies:  # every bookie holds every entry: extra copies never hurt
+        store.add_entries(b, 9009, range(100))
+
+    # Mixed formats for the healthy ledgers; v3 for the faults (v1 has no ack quorum: AQ = WQ there).
+    writer.write_ledgers(ledgers, version=lambda m: 3 if m.ledger_id >= 9000 else 1 + m.ledger_id % 3)
+    writer.write_raw_ledger(9010, b"BookieMetadataFormatVersion\t3\n\x05garbage")
+    expect(Category.INVALID_METADATA, 9010, "the metadata znode is not decodable")
+
+    racks = {bookie(n): r for r, ns in RACKS.items() for n in ns}
+    writer.write_racks(racks, parse_metadata_service_uri(f"zk://x:1{root}").racks_path)
+    for n in range(1, 10):
+        writer.register_bookie(BookieRegistration(bookie(n), readonly=(n == 6)))
+    client.ensure_path(f"{root}/cookies/{bookie(DECOMMISSIONED)}")
+    demo.store_files = store.write_all(store_dir)
+    return demo
+
+
+@contextlib.contextmanager
+def demo_agents(demo: DemoCluster, client: KazooClient, scrutiny_path: str) -> Iterator[list[BookieAgent]]:
+    """An in-process agent per bookie (not the unreachable one), registered in ZooKeeper."""
+    agents = []
+    try:
+        for b, path in sorted(demo.store_files.items()):
+            if b == bookie(UNREACHABLE):
+                continue
+            agent = BookieAgent(SyntheticStore(path), bind="127.0.0.1:0", workers=4).start()
+            agent.register(client, scrutiny_path, b, f"127.0.0.1:{agent.port}")
+            agents.append(agent)
+        yield agents
+    finally:
+        for a in agents:
+            a.stop(grace=0)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from scrutiny.cli import stop_engine
+    from scrutiny.run import ScrutinyRun, make_engine
+
+    workdir = Path(tempfile.mkdtemp(prefix="scrutiny-demo-"))
+    zk: LocalZooKeeper | None = None
+    client: KazooClient | None = None
+    try:
+        if args.metadata_service_uri:
+            uri = parse_metadata_service_uri(args.metadata_service_uri)
+            hosts, root = uri.hosts, f"{uri.root}-demo-{int(time.time())}"
+        else:
+            print("starting a local ZooKeeper from Debian's jars ...", file=sys.stderr)
+            zk = LocalZooKeeper(workdir=workdir / "zk")
+            zk.start()
+            hosts, root = zk.hosts, "/ledgers"
+        client = KazooClient(hosts=hosts, timeout=15)
+        client.start(timeout=15)
+        t0 = time.monotonic()
+        demo = build_demo_cluster(client, root, workdir, healthy=args.ledgers)
+        print(f"wrote a cluster of {demo.healthy + 13} ledgers on 10 bookies under {root} "
+              f"in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+        uri_text = f"zk+hierarchical://{hosts}{root}"
+        settings = ScanSettings(metadata_service_uri=uri_text, underreplicated_grace_period=3600,
+                                recheck_delay=2.0, engine=args.engine, bookie_deadline_seconds=10.0)
+        with demo_agents(demo, client, parse_metadata_service_uri(uri_text).scrutiny_path):
+            print(f"scanning with {args.engine} ...", file=sys.stderr)
+            engine = make_engine(settings)
+            try:
+                report = ScrutinyRun(settings, engine).execute()
+            finally:
+                stop_engine(engine)
+        print(report.dumps() if args.format == "json" else report.render_text())
+        found = {(str(v.category), v.ledger_id) for v in report.violations}
+        print("injected fault                                          found?")
+        for key in sorted(demo.expected, key=lambda k: (k[1], k[0])):
+            print(f"  ledger {key[1]:<6} {key[0]:<36} {'yes' if key in found else 'NO'}  ({demo.notes[key]})")
+        for key in sorted(found - demo.expected):
+            print(f"  ledger {key[1]:<6} {key[0]:<36} UNEXPECTED")
+        same = found == demo.expected and report.complete
+        print("\nthe findings equal the injected faults" if same
+              else "\nthe findings DIFFER from the injected faults")
+        return 0 if same else 1
+    finally:
+        if client is not None:
+            client.stop()
+            client.close()
+        if zk is not None:
+            zk.close()
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,255 @@
+"""The pure checks: BookKeeper's placement and replicas-check scenarios, against the spec."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scrutiny.checks import (
+    NO_LEDGER,
+    BookieAnswer,
+    Category,
+    Outcome,
+    PlacementPolicy,
+    PlacementResult,
+    check_coverage,
+    check_ensemble,
+    check_placement,
+    check_underreplication_age,
+    expected_share,
+)
+from scrutiny.codec import Availability, decode, encode, encode_unmerged
+from scrutiny.metadata import DEFAULT_RACK, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
+
+B = [f"b{i}:3181" for i in range(12)]
+
+
+def ledger(e: int, wq: int, aq: int, last: int, segments: list[tuple[int, list[str]]] | None = None,
+           lid: int = 1) -> LedgerMetadata:
+    segs = tuple(Segment(f, tuple(ens)) for f, ens in (segments or [(0, B[:e])]))
+    return LedgerMetadata(lid, LedgerState.CLOSED, e, wq, aq, last, 0, segs)
+
+
+def holding(ids: object) -> BookieAnswer:
+    return BookieAnswer(Outcome.ENTRIES, decode(encode(ids)))  # type: ignore[arg-type]
+
+
+def healthy_answers(md: LedgerMetadata) -> dict[str, BookieAnswer]:
+    return {b: BookieAnswer(Outcome.ENTRIES, Availability.of(expected_share(md, b))) for b in md.bookies}
+
+
+def share_ids(md: LedgerMetadata, b: str) -> np.ndarray:
+    return Availability.of(expected_share(md, b)).entry_ids()
+
+
+# -- placement ------------------------------------------------------------------------------------
+
+RACKAWARE = PlacementPolicy("rackaware")
+
+
+def test_rackaware_strict_and_fail() -> None:
+    racks = {B[0]: "/r1", B[1]: "/r2", B[2]: "/r3", B[3]: "/r1"}
+    assert check_ensemble(RACKAWARE, B[:3], 2, racks)[0] is PlacementResult.MEETS_STRICT
+    result, why = check_ensemble(RACKAWARE, [B[0], B[3], B[1]], 2, racks)
+    assert result is PlacementResult.FAIL and "position 0" in why  # b0, b3 share /r1
+    assert check_ensemble(RACKAWARE, [], 2, racks)[0] is PlacementResult.FAIL
+
+
+def test_rackaware_unmapped_bookies_are_on_the_default_rack() -> None:
+    racks = {B[0]: "/r1"}
+    # b1 and b2 both unmapped: the write set (b1, b2) spans one rack
+    assert check_ensemble(RACKAWARE, B[:3], 2, racks)[0] is PlacementResult.FAIL
+    racks = {B[0]: "/r1", B[1]: "/r2"}
+    assert check_ensemble(RACKAWARE, B[:3], 2, racks)[0] is PlacementResult.MEETS_STRICT  # b2 on the default
+    enforce = PlacementPolicy("rackaware", enforce_min_racks=True)
+    assert check_ensemble(enforce, B[:3], 2, racks)[0] is PlacementResult.FAIL
+    assert check_ensemble(enforce, B[:3], 2, {**racks, B[2]: "/r3"})[0] is PlacementResult.MEETS_STRICT
+    assert racks.get(B[5], DEFAULT_RACK) == "/default-rack"
+
+
+def test_rackaware_min_racks_is_capped_by_the_write_quorum() -> None:
+    racks = dict.fromkeys(B[:3], "/r1")
+    assert check_ensemble(RACKAWARE, B[:3], 1, racks)[0] is PlacementResult.MEETS_STRICT
+    three = PlacementPolicy("rackaware", min_racks_per_write_quorum=3)
+    two_racks = {B[0]: "/r1", B[1]: "/r2", B[2]: "/r1", B[3]: "/r2"}
+    assert check_ensemble(three, B[:4], 3, two_racks)[0] is PlacementResult.FAIL
+    assert check_ensemble(three, B[:4], 2, two_racks)[0] is PlacementResult.MEETS_STRICT
+
+
+ZONEAWARE = PlacementPolicy("zoneaware")
+
+
+@pytest.mark.parametrize(
+    ("ensemble", "wq", "locations", "expected"),
+    [
+        (B[:6], 3, {B[i]: f"/z{i % 3}/ud{i}" for i in range(6)}, PlacementResult.MEETS_STRICT),
+        (B[:5], 3, {B[i]: f"/z{i % 3}/ud{i}" for i in range(5)}, PlacementResult.FAIL),  # E % WQ != 0
+        (B[:4], 2, {B[i]: f"/z{i % 2}/ud{i}" for i in range(4)}, PlacementResult.FAIL),  # WQ <= min zones
+        (B[:6], 3, {**{B[i]: f"/z{i % 3}/ud{i}" for i in range(6)}, B[0]: "/default-zone/default-upgradedomain"},
+         PlacementResult.FAIL),
+        (B[:6], 3, {B[i]: f"/z{i % 3}/ud{i}" for i in range(5)}, PlacementResult.FAIL),  # b5 unknown
+        (B[:6], 3, {B[i]: f"/z{i % 2}/ud{i}" for i in range(6)}, PlacementResult.MEETS_SOFT),  # 2 < 3 zones
+        (B[:6], 3, {B[i]: f"/z{i % 2}/ud0" for i in range(6)}, PlacementResult.FAIL),  # one upgrade domain
+        (B[:6], 3, dict.fromkeys(B[:6], "/z0/ud1"), PlacementResult.FAIL),  # one zone
+    ],
+)
+def test_zoneaware(ensemble: list[str], wq: int, locations: dict[str, str], expected: PlacementResult) -> None:
+    assert check_ensemble(ZONEAWARE, ensemble, wq, locations)[0] is expected
+
+
+def test_regionaware_is_a_real_check() -> None:
+    policy = PlacementPolicy("regionaware")
+    two_regions = {B[0]: "/east/r1", B[1]: "/west/r1", B[2]: "/east/r2", B[3]: "/west/r2"}
+    assert check_ensemble(policy, B[:4], 2, two_regions)[0] is PlacementResult.MEETS_STRICT
+    assert check_ensemble(policy, B[:3], 2, two_regions)[0] is PlacementResult.FAIL  # (b2, b0): east only
+    one_region = {B[0]: "/east/r1", B[1]: "/east/r2", B[2]: "/east/r3"}
+    assert check_ensemble(policy, B[:3], 2, one_region)[0] is PlacementResult.FAIL
+    same_rack = {B[0]: "/east/r1", B[1]: "/east/r1", B[2]: "/west/r1", B[3]: "/west/r2"}
+    assert check_ensemble(policy, B[:4], 3, same_rack)[0] is PlacementResult.MEETS_SOFT
+    assert check_ensemble(PlacementPolicy("none"), B[:3], 2, {})[0] is PlacementResult.MEETS_STRICT
+
+
+def test_a_ledger_is_judged_by_its_worst_segment_and_counted_once() -> None:
+    racks = {B[0]: "/r1", B[1]: "/r2", B[2]: "/r3", B[3]: "/r1", B[4]: "/r1"}
+    md = ledger(3, 2, 2, 99, [(0, B[:3]), (10, [B[0], B[3], B[4]]), (20, [B[3], B[4], B[0]])])
+    v = check_placement(md, RACKAWARE, racks)
+    assert v is not None and v.category is Category.PLACEMENT_POLICY_NOT_ADHERING
+    assert len(v.details["segments"]) == 2 and v.ledger_id == 1
+    assert check_placement(ledger(3, 2, 2, 99), RACKAWARE, racks) is None
+    soft = check_placement(ledger(4, 3, 2, 9), PlacementPolicy("regionaware"),
+                           {B[0]: "/e/r1", B[1]: "/e/r1", B[2]: "/w/r1", B[3]: "/w/r2"})
+    assert soft is not None and soft.category is Category.PLACEMENT_POLICY_SOFTLY_ADHERING
+
+
+# -- coverage ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("e", "wq"), [(3, 2), (5, 2), (5, 3), (4, 2), (6, 2), (3, 3), (1, 1), (7, 2)])
+def test_healthy_ledgers_are_clean_including_e_minus_wq_at_least_2(e: int, wq: int) -> None:
+    md = ledger(e, wq, wq, 999)
+    res = check_coverage(md, healthy_answers(md))
+    assert res.violation is None and res.least_copies == wq and not res.unavailable
+    java_shape = {b: BookieAnswer(Outcome.ENTRIES, decode(encode_unmerged(share_ids(md, b)))) for b in md.bookies}
+    assert check_coverage(md, java_shape).violation is None
+
+
+def test_lost_ledger_copy_classes() -> None:
+    md = ledger(3, 2, 2, 99)
+    answers = {**healthy_answers(md), B[2]: NO_LEDGER}
+    v = check_coverage(md, answers).violation
+    assert v is not None and v.category is Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY and v.bookies == (B[2],)
+    md = ledger(3, 3, 2, 99)
+    v = check_coverage(md, {**healthy_answers(md), B[1]: NO_LEDGER}).violation
+    assert v is not None and v.category is Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY
+    v = check_coverage(md, {**healthy_answers(md), B[1]: NO_LEDGER, B[2]: NO_LEDGER}).violation
+    assert v is not None and v.category is Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY
+    v = check_coverage(md, dict.fromkeys(md.bookies, NO_LEDGER)).violation
+    assert v is not None and v.category is Category.NO_REPLICA_OF_AN_ENTRY
+
+
+def test_no_replica_of_one_entry_names_the_range_and_bookies() -> None:
+    md = ledger(3, 2, 2, 299)
+    answers = healthy_answers(md)
+    for b in B[:2]:
+        answers[b] = holding(np.setdiff1d(share_ids(md, b), [150]))
+    v = check_coverage(md, answers).violation
+    assert v is not None and v.category is Category.NO_REPLICA_OF_AN_ENTRY
+    worst = v.details["under_covered"][0]
+    assert (worst["first_entry"], worst["last_entry"], worst["copies"]) == (150, 150, 0)
+    assert worst["missing_bookies"] == sorted(B[:2])
+
+
+def test_copies_outside_the_write_set_do_not_count() -> None:
+    md = ledger(3, 2, 2, 99)
+    answers = healthy_answers(md)
+    answers[B[0]] = holding(np.setdiff1d(np.arange(100), [0]))  # everything but its own entry 0
+    v = check_coverage(md, answers).violation
+    assert v is not None and v.category is Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY
+    assert v.details["under_covered"][0]["first_entry"] == 0
+
+
+def test_unavailable_and_invalid_bookies_are_unknown_not_missing() -> None:
+    md = ledger(3, 2, 2, 99)
+    answers = {**healthy_answers(md), B[1]: BookieAnswer(Outcome.UNAVAILABLE, reason="refused"),
+               B[2]: BookieAnswer(Outcome.INVALID, reason="garbage")}
+    res = check_coverage(md, answers)
+    assert res.violation is None and res.unavailable == {B[1]} and res.invalid == {B[2]: "garbage"}
+    answers[B[0]] = NO_LEDGER
+    res = check_coverage(md, answers)
+    assert res.violation is not None and res.violation.details["unknown_bookies"] == sorted(B[1:3])
+
+
+def test_segments_with_their_own_ensembles_and_empty_segments() -> None:
+    md = ledger(3, 2, 2, 60, [(0, B[:3]), (10, B[3:6]), (10, B[6:9]), (70, B[9:12])])
+    answers = healthy_answers(md)
+    assert all(not expected_share(md, b) for b in B[3:6] + B[9:12])  # empty segments expect nothing
+    assert check_coverage(md, answers).violation is None
+    answers[B[6]] = NO_LEDGER
+    v = check_coverage(md, answers).violation
+    assert v is not None and all(r["first_entry"] >= 10 for r in v.details["under_covered"])
+
+
+def test_huge_healthy_ledger_is_checked_on_groups() -> None:
+    md = ledger(3, 2, 2, 9_999_999)
+    answers = healthy_answers(md)
+    assert all(len(a.availability.groups) <= 3 for a in answers.values() if a.availability)
+    assert check_coverage(md, answers).violation is None
+
+
+def _brute(md: LedgerMetadata, held: dict[str, set[int] | None]) -> int:
+    least = md.write_quorum
+    for seg, lo, hi in md.segment_ranges():
+        e = md.ensemble_size
+        for x in range(lo, hi + 1):
+            ws = [seg.ensemble[(x + w) % e] for w in range(md.write_quorum)]
+            least = min(least, sum(1 for b in ws if held[b] is None or x in held[b]))  # type: ignore[operator]
+    return least
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_coverage_matches_a_brute_force_count(data: st.DataObject) -> None:
+    e = data.draw(st.integers(1, 6))
+    wq = data.draw(st.integers(1, e))
+    aq = data.draw(st.integers(1, wq))
+    last = data.draw(st.integers(0, 80))
+    firsts = sorted({0, *data.draw(st.lists(st.integers(0, 90), max_size=2))})
+    segs = [(f, data.draw(st.permutations(B))[:e]) for f in firsts]
+    md = ledger(e, wq, aq, last, segs)
+    held: dict[str, set[int] | None] = {}
+    answers: dict[str, BookieAnswer] = {}
+    for b in sorted(md.bookies):
+        kind = data.draw(st.sampled_from(["healthy", "lossy", "none", "unavailable", "extra"]))
+        share = set(share_ids(md, b).tolist())
+        if kind == "unavailable":
+            held[b], answers[b] = None, BookieAnswer(Outcome.UNAVAILABLE)
+            continue
+        if kind == "lossy":
+            share -= set(data.draw(st.lists(st.integers(0, 90), max_size=30)))
+        elif kind == "none":
+            share = set()
+        elif kind == "extra":
+            share |= set(data.draw(st.lists(st.integers(0, 90), max_size=30)))
+        held[b], answers[b] = share, holding(sorted(share))
+    res = check_coverage(md, answers)
+    assert res.least_copies == _brute(md, held)
+    if res.violation is not None:
+        # the ranges name exactly the under-covered entries
+        named = {x for r in res.violation.details["under_covered"]
+                 for x in range(r["first_entry"], r["last_entry"] + 1)
+                 if r["sequence_period"] == 0 or (x - r["first_entry"]) % r["sequence_period"] < r["sequence_size"]}
+        assert min(r["copies"] for r in res.violation.details["under_covered"]) == res.least_copies
+        assert named
+
+
+# -- under-replication age ----------------------------------------------------------------------------
+
+def test_underreplication_age_is_strictly_greater_than_the_grace_period() -> None:
+    now = 1_700_000_100_000
+    marks = [UnderreplicationMark(1, ("a",), now - 100_000), UnderreplicationMark(2, ("a",), now - 100_999),
+             UnderreplicationMark(3, ("a",), now - 101_000), UnderreplicationMark(4, (), None)]
+    got = check_underreplication_age(marks, 100, now)
+    assert [v.ledger_id for v in got] == [3]
+    assert got[0].details["age_seconds"] == 101
+    assert check_underreplication_age(marks, 0, now) == []

@@ -1,0 +1,145 @@
+"""The `scrutiny` command as operators run it: real processes, exit statuses, outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from scrutiny.config import ConfigError, ScanSettings, build
+from scrutiny.demo import DemoCluster, build_demo_cluster, demo_agents
+from scrutiny.entrysources import SyntheticStoreWriter
+from scrutiny.localzk import LocalZooKeeper, free_port
+from scrutiny.metadata import parse_metadata_service_uri
+
+SCRUTINY = [sys.executable, "-m", "scrutiny.cli"]
+
+
+def scrutiny(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SCRUTINY, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def demo(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
+         tmp_path: Path) -> Iterator[tuple[DemoCluster, str]]:
+    cluster = build_demo_cluster(zk_client, f"{zk_namespace}/ledgers", tmp_path, healthy=100)
+    uri = f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers"
+    with demo_agents(cluster, zk_client, parse_metadata_service_uri(uri).scrutiny_path):
+        yield cluster, uri
+
+
+def test_scan_json_on_spark_follows_the_contract(demo: tuple[DemoCluster, str], tmp_path: Path) -> None:
+    cluster, uri = demo
+    out = tmp_path / "report.json"
+    res = scrutiny("scan", "--metadata-service-uri", uri, "--format", "json", "--output", str(out),
+                   "--recheck-delay", "0.5", "--underreplicated-grace-period", "3600", "--spark-master", "local[2]")
+    assert res.returncode == 1, res.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert set(report) >= {"run_id", "started_at", "finished_at", "complete", "ledgers", "counts", "violations"}
+    assert set(report["ledgers"]) == {"seen", "checked", "skipped_open", "skipped_empty",
+                                      "skipped_underreplicated", "deleted_during_run"}
+    assert report["complete"] is True and report["started_at"].endswith("Z")
+    assert {(v["category"], v["ledger_id"]) for v in report["violations"]} == cluster.expected
+    assert set(report["violations"][0]) == {"category", "ledger_id", "bookies", "details"}
+    assert report["counts"]["BOOKIE_UNAVAILABLE"] == 2 and report["counts"]["PLACEMENT_POLICY_SOFTLY_ADHERING"] == 0
+
+
+def test_scan_text_of_healthy_ledgers_exits_0(demo: tuple[DemoCluster, str]) -> None:
+    _, uri = demo
+    res = scrutiny("scan", "--metadata-service-uri", uri, "--engine", "local", "--ledger", "1", "--ledger", "2",
+                   "--ledger", "9009")
+    assert res.returncode == 0, res.stderr
+    assert "NO_REPLICA_OF_AN_ENTRY" in res.stdout and "seen 3" in res.stdout
+
+
+def test_flags_win_over_the_config_file(demo: tuple[DemoCluster, str], tmp_path: Path) -> None:
+    _, uri = demo
+    cfg = tmp_path / "scrutiny.yaml"
+    cfg.write_text(f"metadata-service-uri: {uri}\nengine: local\nledgers: [9004]\nplacement_policy: none\n")
+    assert scrutiny("scan", "--config", str(cfg)).returncode == 0  # placement off: 9004 is fine
+    res = scrutiny("scan", "--config", str(cfg), "--placement-policy", "rackaware", "--format", "json")
+    assert res.returncode == 1 and '"PLACEMENT_POLICY_NOT_ADHERING": 1' in res.stdout
+    toml = tmp_path / "scrutiny.toml"
+    toml.write_text(f'metadata_service_uri = "{uri}"\nengine = "local"\nledgers = [9004]\n\n[auditor]\nx = 1\n')
+    assert scrutiny("scan", "--config", str(toml)).returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("metadata_service_uri: zk://127.0.0.1:1/ledgers\nrecheck_dealy: 3\n", "unknown key 'recheck_dealy'"),
+        ("metadata_service_uri: zk://127.0.0.1:1/ledgers\nrecheck_delay: soon\n", "'recheck_delay'"),
+        ("metadata_service_uri: zk://127.0.0.1:1/ledgers\nplacement_policy: random\n", "placement_policy"),
+        ("- a\n- b\n", "expected a mapping"),
+        ("key: [unclosed\n", "not valid YAML"),
+    ],
+)
+def test_bad_config_is_refused_naming_the_key(tmp_path: Path, content: str, words: str) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(content)
+    res = scrutiny("scan", "--config", str(cfg), "--engine", "local")
+    assert res.returncode == 2 and words in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_unusable_arguments_exit_2() -> None:
+    assert scrutiny("scan", "--engine", "local").returncode == 2  # no metadata service
+    res = scrutiny("scan", "--metadata-service-uri", "http://x:1/ledgers", "--engine", "local")
+    assert res.returncode == 2 and "zk+<layout>" in res.stderr
+    res = scrutiny("scan", "--metadata-service-uri", "zk://h:1/l", "--bookie-endpoint", "nonsense")
+    assert res.returncode == 2 and "--bookie-endpoint" in res.stderr
+
+
+def test_unreachable_zookeeper_exits_2_with_one_line(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"metadata_service_uri: zk+hierarchical://127.0.0.1:{free_port()}/ledgers\n"
+                   "zk_connect_timeout: 1.5\nengine: local\n")
+    t0 = time.monotonic()
+    res = scrutiny("scan", "--config", str(cfg))
+    assert res.returncode == 2 and "cannot reach ZooKeeper" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and time.monotonic() - t0 < 30
+
+
+def test_environment_variables_sit_between_file_and_flags() -> None:
+    s = build(ScanSettings, {"recheck_delay": 1, "format": "text"}, {"format": "json"},
+              env={"SCRUTINY_RECHECK_DELAY": "7", "SCRUTINY_FORMAT": "text"})
+    assert (s.recheck_delay, s.format) == (7.0, "json")
+    with pytest.raises(ConfigError, match="SCRUTINY_ENFORCE_MIN_RACKS"):
+        build(ScanSettings, {}, {}, env={"SCRUTINY_ENFORCE_MIN_RACKS": "maybe"})
+
+
+def test_bookie_agent_command_registers_and_stops_cleanly(zk_server: LocalZooKeeper, zk_client: KazooClient,
+                                                          zk_namespace: str, tmp_path: Path) -> None:
+    w = SyntheticStoreWriter()
+    w.add_entries("127.0.1.1:3181", 5, range(10))
+    store = w.write_all(tmp_path)["127.0.1.1:3181"]
+    uri = f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers"
+    proc = subprocess.Popen([*SCRUTINY, "bookie-agent", "--bookie-id", "127.0.1.1:3181", "--source", "synthetic",
+                             "--synthetic-file", str(store), "--bind", "127.0.0.1:0", "--metadata-service-uri", uri],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert "listening on port" in line
+        node = f"{zk_namespace}/scrutiny/agents/127.0.1.1:3181"
+        deadline = time.monotonic() + 10
+        while not zk_client.exists(node) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        doc = json.loads(zk_client.get(node)[0])
+        assert doc["address"].startswith("127.0.0.1:") and doc["bookie_id"] == "127.0.1.1:3181"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        assert not zk_client.exists(node)
+    finally:
+        proc.kill()
+        proc.wait()
+    res = scrutiny("bookie-agent", "--bookie-id", "x:1", "--source", "bridge")
+    assert res.returncode == 2 and "--bookie-address" in res.stderr

@@ -1,0 +1,193 @@
+"""Whole runs: real ZooKeeper, real agents, the Spark job; BP-34's re-check and re-read steps."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from scrutiny.agent import BookieAgent
+from scrutiny.checks import Category, expected_share
+from scrutiny.clusterwriter import ClusterWriter
+from scrutiny.config import ScanSettings
+from scrutiny.demo import DECOMMISSIONED, DemoCluster, bookie, build_demo_cluster, demo_agents
+from scrutiny.entrysources import SyntheticStore, SyntheticStoreWriter
+from scrutiny.localzk import LocalZooKeeper
+from scrutiny.metadata import (
+    BookieRegistration,
+    LedgerMetadata,
+    LedgerState,
+    Segment,
+    UnderreplicationMark,
+    parse_metadata_service_uri,
+)
+from scrutiny.run import LocalEngine, Pass, RangeResult, RunContext, ScrutinyRun
+from scrutiny.zkstore import LedgerRange
+
+
+def settings_for(zk_server: LocalZooKeeper, root: str, **kw: object) -> ScanSettings:
+    base = dict(metadata_service_uri=f"zk+hierarchical://{zk_server.hosts}{root}", recheck_delay=0.5,
+                underreplicated_grace_period=3600, bookie_deadline_seconds=5.0)
+    base.update(kw)
+    return ScanSettings(**base)  # type: ignore[arg-type]
+
+
+def only_coverage(zk_server: LocalZooKeeper, root: str) -> ScanSettings:
+    """The small cluster has no rack data: look at coverage alone."""
+    return settings_for(zk_server, root, placement_policy="none")
+
+
+@pytest.fixture
+def demo(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
+         tmp_path: Path) -> Iterator[DemoCluster]:
+    cluster = build_demo_cluster(zk_client, f"{zk_namespace}/ledgers", tmp_path, healthy=300)
+    path = parse_metadata_service_uri(f"zk://x:1{zk_namespace}/ledgers").scrutiny_path
+    with demo_agents(cluster, zk_client, path):
+        yield cluster
+
+
+def found(report_violations: list) -> set[tuple[str, int]]:  # type: ignore[type-arg]
+    return {(str(v.category), v.ledger_id) for v in report_violations}
+
+
+def test_spark_run_finds_exactly_the_injected_faults(demo: DemoCluster, zk_server: LocalZooKeeper,
+                                                     spark_engine: object) -> None:
+    report = ScrutinyRun(settings_for(zk_server, demo.root), spark_engine).execute()  # type: ignore[arg-type]
+    assert report.complete, report.errors
+    assert found(report.violations) == demo.expected
+    assert report.ledgers["seen"] == demo.healthy + 13
+    assert (report.ledgers["skipped_open"], report.ledgers["skipped_empty"],
+            report.ledgers["skipped_underreplicated"]) == (2, 1, 1)
+    assert report.counts["BOOKIE_UNAVAILABLE"] == 2 and report.counts["PLACEMENT_POLICY_SOFTLY_ADHERING"] == 0
+    assert report.exit_status() == 1
+    # the same findings from the in-process engine
+    local = ScrutinyRun(settings_for(zk_server, demo.root), LocalEngine()).execute()
+    assert found(local.violations) == found(report.violations)
+
+
+def test_scope_of_chosen_ledgers_and_of_one_bookie(demo: DemoCluster, zk_server: LocalZooKeeper) -> None:
+    report = ScrutinyRun(settings_for(zk_server, demo.root, ledgers=(9001, 9004, 3, 17)), LocalEngine()).execute()
+    assert found(report.violations) == {("NO_REPLICA_OF_AN_ENTRY", 9001), ("PLACEMENT_POLICY_NOT_ADHERING", 9004),
+                                        ("UNDERREPLICATED_ELAPSED_GRACE_PERIOD", 17)}
+    assert report.ledgers["seen"] == 4
+    gone = ScrutinyRun(settings_for(zk_server, demo.root), LocalEngine()).execute(only_bookie=bookie(DECOMMISSIONED))
+    # its ledger, and the one whose metadata nobody can read (it may be one of its ledgers)
+    assert found(gone.violations) == {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 9008), ("INVALID_METADATA", 9010)}
+    assert gone.ledgers["seen"] == 2
+
+
+class HookEngine(LocalEngine):
+    """The local engine, with something happening to the cluster after the first pass."""
+
+    def __init__(self, after_first_pass: Callable[[], None]) -> None:
+        self.hook: Callable[[], None] | None = after_first_pass
+
+    def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
+                   progress: Callable[[int, int], None] | None = None) -> Iterator[RangeResult]:
+        yield from super().map_ranges(ctx, ranges, mode, progress)
+        if self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+
+
+def _small_cluster(zk_client: KazooClient, root: str, tmp_path: Path) -> tuple[ClusterWriter, dict[str, Path],
+                                                                                LedgerMetadata]:
+    """Ledger 1 (E3, WQ2, AQ2) whose third bookie lost its copy; a fourth bookie holds a copy too."""
+    w = ClusterWriter(zk_client, root)
+    w.init_cluster()
+    ens = tuple(bookie(n) for n in (1, 2, 3))
+    md = LedgerMetadata(1, LedgerState.CLOSED, 3, 2, 2, 99, 0, (Segment(0, ens),))
+    w.write_ledgers([md])
+    store = SyntheticStoreWriter()
+    store.add(bookie(1), 1, expected_share(md, bookie(1)))
+    store.add(bookie(2), 1, expected_share(md, bookie(2)))
+    store.add(bookie(4), 1, expected_share(md, bookie(3)))  # the re-replicated copy
+    for n in (1, 2, 3, 4):
+        w.register_bookie(BookieRegistration(bookie(n), False))
+    store.add(bookie(3), 2, [])
+    return w, store.write_all(tmp_path), md
+
+
+Small = tuple[ClusterWriter, LedgerMetadata, dict[str, BookieAgent], str]
+
+
+@pytest.fixture
+def small(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
+          tmp_path: Path) -> Iterator[Small]:
+    root = f"{zk_namespace}/ledgers"
+    w, files, md = _small_cluster(zk_client, root, tmp_path)
+    path = parse_metadata_service_uri(f"zk://x:1{root}").scrutiny_path
+    agents = {}
+    for b, f in files.items():
+        a = BookieAgent(SyntheticStore(f), bind="127.0.0.1:0").start()
+        a.register(zk_client, path, b, f"127.0.0.1:{a.port}")
+        agents[b] = a
+    yield w, md, agents, root
+    for a in agents.values():
+        a.stop(grace=0)
+
+
+def test_the_fault_is_reported_when_nothing_changes(small: tuple, zk_server: LocalZooKeeper) -> None:  # type: ignore[type-arg]
+    _, _, _, root = small
+    report = ScrutinyRun(only_coverage(zk_server, root), LocalEngine()).execute()
+    assert found(report.violations) == {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 1)}
+
+
+def test_metadata_change_during_the_run_is_no_false_alarm(small: tuple, zk_server: LocalZooKeeper) -> None:  # type: ignore[type-arg]
+    w, md, _, root = small
+    rereplicated = dataclasses.replace(md, segments=(Segment(0, (bookie(1), bookie(2), bookie(4))),))
+    run = ScrutinyRun(only_coverage(zk_server, root), HookEngine(lambda: w.update_ledger(rereplicated)))
+    report = run.execute()
+    assert report.violations == [] and report.complete
+    assert report.stats["reanalyzed_after_metadata_change"] == 1
+
+
+def test_ledger_marked_or_deleted_during_the_run_is_dropped(small: tuple, zk_server: LocalZooKeeper) -> None:  # type: ignore[type-arg]
+    w, _, _, root = small
+    mark = UnderreplicationMark(1, (bookie(3),), None)
+    report = ScrutinyRun(only_coverage(zk_server, root), HookEngine(lambda: w.mark_underreplicated(mark))).execute()
+    assert report.violations == [] and report.stats["dropped_marked_during_run"] == 1
+    w.unmark_underreplicated(1)
+    report = ScrutinyRun(only_coverage(zk_server, root), HookEngine(lambda: w.delete_ledger(1))).execute()
+    assert report.violations == [] and report.ledgers["deleted_during_run"] == 1
+
+
+def test_an_agent_that_comes_back_before_the_recheck(small: tuple, zk_server: LocalZooKeeper,  # type: ignore[type-arg]
+                                                     zk_client: KazooClient) -> None:
+    _w, md, agents, root = small
+    # bookie 3 is healthy this time, but its agent is down when the run starts
+    store = SyntheticStoreWriter()
+    store.add(bookie(3), 1, expected_share(md, bookie(3)))
+    path = store.write_all(Path(agents[bookie(1)].source.path).parent / "again")  # type: ignore[attr-defined]
+    agents[bookie(3)].stop(grace=0)
+    revived: list[BookieAgent] = []
+
+    def come_back(_: float) -> None:
+        a = BookieAgent(SyntheticStore(path[bookie(3)]), bind="127.0.0.1:0").start()
+        a.register(zk_client, parse_metadata_service_uri(f"zk://x:1{root}").scrutiny_path, bookie(3),
+                   f"127.0.0.1:{a.port}")
+        revived.append(a)
+
+    try:
+        report = ScrutinyRun(only_coverage(zk_server, root), LocalEngine(), sleep=come_back).execute()
+    finally:
+        for a in revived:
+            a.stop(grace=0)
+    assert report.violations == [] and report.stats["potentially_faulty"] == 1
+
+
+def test_still_silent_registered_bookie_is_reported_unregistered_one_lost(small: Small,
+                                                                          zk_server: LocalZooKeeper) -> None:
+    w, _md, agents, root = small
+    agents[bookie(1)].stop(grace=0)
+    report = ScrutinyRun(only_coverage(zk_server, root), LocalEngine()).execute()
+    assert found(report.violations) == {("BOOKIE_UNAVAILABLE", 1), ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 1)}
+    unavailable = next(v for v in report.violations if v.category is Category.BOOKIE_UNAVAILABLE)
+    assert unavailable.bookies == (bookie(1),)
+    # once bookie 1 is no longer registered, its copies count as gone: entries on {1, 3} have none
+    w.unregister_bookie(bookie(1))
+    report = ScrutinyRun(only_coverage(zk_server, root), LocalEngine()).execute()
+    assert found(report.violations) == {("NO_REPLICA_OF_AN_ENTRY", 1)}
