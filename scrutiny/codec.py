@@ -282,12 +282,15 @@ class Availability:
         total = self.count
         if total > limit:
             raise CodecError(f"refusing to expand {total} entry ids (limit {limit})")
-        parts = []
-        for g in self.groups:
-            starts = np.arange(g.first, g.last + 1, g.period, dtype=np.int64) if g.period else np.array(
-                [g.first], dtype=np.int64)
-            parts.append((starts[:, None] + np.arange(g.size, dtype=np.int64)[None, :]).ravel())
-        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        single = self._last == self._first
+        seqs = np.where(single, 1, (self._last - self._first) // np.where(single, 1, self._period) + 1)
+        per_group = seqs * self._size
+        starts = np.cumsum(per_group) - per_group
+        # Position t of group g holds first + (t // size) * period + t % size.
+        g = np.repeat(np.arange(per_group.size), per_group)
+        t = np.arange(total, dtype=np.int64) - starts[g]
+        size = self._size[g]
+        return self._first[g] + (t // size) * self._period[g] + t % size
 
     def missing(self, expected: SequenceGroup | Sequence[SequenceGroup]) -> list[SequenceGroup]:
         """The entries of `expected` that this answer does not hold, as disjoint groups sorted by

@@ -6,7 +6,6 @@ raises MetadataError with a message that names the znode or ledger when the byte
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import json
 import re
@@ -156,7 +155,7 @@ def decode_ledger_metadata(
     version, offset = _split_header(ledger_id, data)
     body = data[offset:]
     if version == 1:
-        md = _decode_v1(ledger_id, body, znode_ctime, znode_version)
+        md = _decode_v1(ledger_id, body, znode_ctime, znode_version, znode_mtime)
     elif version in (2, 3):
         msg = _LMF()
         try:
@@ -173,11 +172,9 @@ def decode_ledger_metadata(
             raise
         except (DecodeError, text_format.ParseError, UnicodeDecodeError, IndexError, ValueError) as exc:
             raise MetadataError(f"ledger {ledger_id}: undecodable v{version} metadata: {exc}") from None
-        md = _from_proto(ledger_id, msg, version, znode_ctime, znode_version)
+        md = _from_proto(ledger_id, msg, version, znode_ctime, znode_version, znode_mtime)
     else:
         raise MetadataError(f"ledger {ledger_id}: unsupported metadata format version {version} (known: 1, 2, 3)")
-    if znode_mtime != -1:
-        md = dataclasses.replace(md, modified_ms=znode_mtime)
     if check:
         problems = inconsistencies(md)
         if problems:
@@ -185,7 +182,8 @@ def decode_ledger_metadata(
     return md
 
 
-def _from_proto(ledger_id: int, msg: Any, version: int, znode_ctime: int, znode_version: int) -> LedgerMetadata:
+def _from_proto(ledger_id: int, msg: Any, version: int, znode_ctime: int, znode_version: int,
+                znode_mtime: int) -> LedgerMetadata:
     for name in ("quorumSize", "ensembleSize"):
         if not msg.HasField(name):
             raise MetadataError(f"ledger {ledger_id}: v{version} metadata lacks {name}")
@@ -210,10 +208,12 @@ def _from_proto(ledger_id: int, msg: Any, version: int, znode_ctime: int, znode_
         ctoken=msg.cToken,
         format_version=version,
         znode_version=znode_version,
+        modified_ms=znode_mtime,
     )
 
 
-def _decode_v1(ledger_id: int, body: bytes, znode_ctime: int, znode_version: int) -> LedgerMetadata:
+def _decode_v1(ledger_id: int, body: bytes, znode_ctime: int, znode_version: int, znode_mtime: int
+               ) -> LedgerMetadata:
     try:
         lines = body.decode("ascii").split("\n")
     except UnicodeDecodeError:
@@ -237,7 +237,8 @@ def _decode_v1(ledger_id: int, body: bytes, znode_ctime: int, znode_version: int
     except ValueError as exc:
         raise MetadataError(f"ledger {ledger_id}: malformed v1 metadata: {exc}") from None
     return LedgerMetadata(ledger_id, state, e, wq, wq, last, length, tuple(segments), znode_ctime,
-                          format_version=1, znode_version=znode_version, digest_type="CRC32")
+                          format_version=1, znode_version=znode_version, digest_type="CRC32",
+                          modified_ms=znode_mtime)
 
 
 def encode_ledger_metadata(md: LedgerMetadata, version: int = 3) -> bytes:

@@ -1,0 +1,31 @@
+"""Every benchmark of this directory, each with its baseline measured in the same run.
+
+    python -m bench.run [--quick]      (make bench)
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+from bench import agentcalls, codec, zkreads
+from bench.common import table
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true", help="small sizes (the smoke test)")
+    quick = p.parse_args().quick
+    print(f"# scrutiny benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, "
+          f"{platform.python_version()}\n")
+    print("## codec (python -m bench.codec)\n")
+    print(table(codec.run([100_000] if quick else [1_000_000, 10_000_000], 1 if quick else 3)) + "\n")
+    print("## ZooKeeper metadata reads (python -m bench.zkreads)\n")
+    print(table(zkreads.run(1000 if quick else 20_000)) + "\n")
+    print("## bookie agent calls (python -m bench.agentcalls)\n")
+    print(table(agentcalls.run(500 if quick else 20_000)) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+"""The benchmarks keep working (tiny sizes; no timing is asserted here)."""
+
+from __future__ import annotations
+
+from bench import agentcalls, codec, zkreads
+
+
+def test_codec_bench_agrees_with_its_baseline() -> None:
+    rows = codec.run([20_000], 1)
+    assert [r["shape"] for r in rows] == ["healthy share", "random 90%"]
+    assert rows[0]["groups"] == 2
+
+
+def test_zookeeper_and_agent_benches_run() -> None:
+    assert any("pipelined" in str(r["what"]) for r in zkreads.run(300))
+    rows = agentcalls.run(300)
+    assert [r["ledgers"] for r in rows] == [300, 300, 300]
