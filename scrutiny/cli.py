@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import json
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
+from scrutiny.auditor import AuditorSettings
 from scrutiny.config import ConfigError, ScanSettings, build, read_config_file
 from scrutiny.metadata import MetadataError
 from scrutiny.report import Report
@@ -174,11 +176,115 @@ def stop_engine(engine: object) -> None:
         session.stop()
 
 
+def _auditor_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("auditor", help="the background daemon (leader election, schedules, RPC, StatsD)")
+    p.add_argument("--config", help="settings file: scan keys at the top level, an `auditor` section")
+    p.add_argument("--validate-config", action="store_true", help="check the settings and exit")
+    p.add_argument("--metadata-service-uri")
+    p.add_argument("--listen", help="RPC address (default 0.0.0.0:3192)")
+    p.add_argument("--reports-dir")
+    p.add_argument("--json-logs", action="store_true", default=None)
+    p.add_argument("--log-level", default="INFO")
+
+
+def auditor_settings(args: argparse.Namespace) -> tuple[ScanSettings, AuditorSettings]:
+    file_values = read_config_file(args.config) if args.config else {}
+    where = args.config or "config"
+    scan = build(ScanSettings, file_values, {"metadata_service_uri": args.metadata_service_uri}, where=where)
+    flags = {"listen": args.listen, "reports_dir": args.reports_dir, "json_logs": args.json_logs}
+    settings = build(AuditorSettings, file_values, flags, where=where, env_prefix="SCRUTINY_AUDITOR_",
+                     section="auditor")
+    return scan.validate(), settings.validate()
+
+
+def run_auditor(args: argparse.Namespace) -> int:
+    from scrutiny.auditor import Auditor
+
+    scan, settings = auditor_settings(args)
+    if args.validate_config:
+        print(f"configuration OK: {scan.metadata_service_uri}, RPC on {settings.listen}")
+        return EXIT_CLEAN
+    configure_logging(args.log_level, settings.json_logs)
+    auditor = Auditor(scan, settings, reload=lambda: auditor_settings(args)).start()
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=auditor.stop).start())
+    signal.signal(signal.SIGINT, lambda *_: threading.Thread(target=auditor.stop).start())
+    signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=auditor.reload).start())
+    print(f"auditor RPC on port {auditor.port}", flush=True)
+    while not auditor.stopping.wait(0.5):
+        pass
+    auditor.stop()
+    stop_engine(auditor.engine)
+    return EXIT_CLEAN
+
+
+def _rescan_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rescan", help="ask a running auditor for an on-demand run")
+    p.add_argument("--auditor", default="127.0.0.1:3192", help="HOST:PORT of any auditor (standbys redirect)")
+    scope = p.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--all", action="store_true", help="every ledger")
+    scope.add_argument("--ledger", action="append", type=int, metavar="ID", help="these ledgers (repeatable)")
+    scope.add_argument("--bookie", metavar="BOOKIE_ID", help="every ledger of this bookie (decommissioning)")
+    p.add_argument("--no-wait", action="store_true", help="print the run id and return")
+    p.add_argument("--wait-timeout", type=float, default=0.0, metavar="SECONDS")
+    p.add_argument("--token-file", help="a bearer token for the auditor")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--output", default="", metavar="FILE")
+    p.add_argument("--log-level", default="WARNING")
+
+
+def run_rescan(args: argparse.Namespace) -> int:
+    import grpc
+
+    from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
+
+    request = auditor_pb2.RescanRequest(wait=not args.no_wait, wait_timeout_seconds=args.wait_timeout)
+    if args.all:
+        request.all_ledgers = True
+    elif args.ledger:
+        request.ledgers.ledger_ids.extend(args.ledger)
+    else:
+        request.bookie_id = args.bookie
+    metadata = []
+    if args.token_file:
+        try:
+            metadata.append(("authorization", f"Bearer {Path(args.token_file).read_text().strip()}"))
+        except OSError as exc:
+            raise UsageError(f"cannot read --token-file: {exc.strerror}") from None
+    address = args.auditor
+    for _ in range(2):  # a standby names the leader: ask it once
+        with grpc.insecure_channel(address) as channel:
+            try:
+                resp = auditor_pb2_grpc.AuditorStub(channel).Rescan(request, metadata=metadata)
+                break
+            except grpc.RpcError as exc:
+                leader = dict(exc.trailing_metadata() or ()).get("leader-address")
+                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and leader and leader != address:
+                    address = leader
+                    continue
+                raise UsageError(f"{exc.code().name}: {exc.details()}") from None
+    else:
+        raise UsageError("the auditors keep redirecting: no leader right now")
+    if args.no_wait:
+        print(f"run {resp.run_id} {'queued' if resp.queued else 'started'} on {address}")
+        return EXIT_CLEAN
+    report = Report.from_json(json.loads(resp.report_json))
+    emit(report, args.format, args.output)
+    return report.exit_status()
+
+
+def configure_logging(level: str, json_lines: bool = False) -> None:
+    from scrutiny.logsetup import configure
+
+    configure(level, json_lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="scrutiny", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _scan_flags(sub.add_parser("scan", help="one scrutiny run, fsck-style, then exit"))
     _agent_parser(sub)
+    _auditor_parser(sub)
+    _rescan_parser(sub)
     demo = sub.add_parser("demo", help="a local cluster with known faults, agents and a scan")
     demo.add_argument("--metadata-service-uri", help="use this ZooKeeper instead of starting one")
     demo.add_argument("--ledgers", type=int, default=3000, help="healthy ledgers to write")
@@ -191,15 +297,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(args, "log_level", "INFO"), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if getattr(args, "log_level", "INFO") != "DEBUG":
-        # kazoo narrates every reconnection attempt; our own messages say what matters.
-        logging.getLogger("kazoo").setLevel(logging.ERROR)
+    configure_logging(getattr(args, "log_level", "INFO"))
     from scrutiny.demo import run_demo
 
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
-        "scan": run_scan, "bookie-agent": run_bookie_agent, "demo": run_demo}
+        "scan": run_scan, "bookie-agent": run_bookie_agent, "demo": run_demo, "auditor": run_auditor,
+        "rescan": run_rescan}
     try:
         return handlers[args.command](args)
     except (UsageError, ConfigError, MetadataError, MetadataStoreUnavailable) as exc:

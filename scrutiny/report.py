@@ -29,6 +29,13 @@ class Report:
         per = Counter(v.category for v in {(v.category, v.ledger_id): v for v in self.violations}.values())
         return {str(c): per.get(c, 0) for c in Category}
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Report:
+        violations = [Violation(Category(v["category"]), int(v["ledger_id"]), tuple(v.get("bookies", ())),
+                                v.get("details", {})) for v in doc.get("violations", [])]
+        return cls(doc["run_id"], doc["started_at"], doc["finished_at"], bool(doc["complete"]),
+                   dict(doc.get("ledgers", {})), violations, list(doc.get("errors", [])), dict(doc.get("stats", {})))
+
     def exit_status(self) -> int:
         if not self.complete:
             return EXIT_INCOMPLETE

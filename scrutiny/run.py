@@ -35,7 +35,7 @@ from scrutiny.checks import (
     check_underreplication_age,
 )
 from scrutiny.config import ScanSettings
-from scrutiny.metadata import LedgerMetadata, MetadataError
+from scrutiny.metadata import LedgerMetadata, MetadataError, UnderreplicationMark
 from scrutiny.report import Report
 from scrutiny.zkstore import LedgerRange, MetadataStoreUnavailable, ZkMetadataStore, chunk_ids
 
@@ -236,6 +236,23 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+@dataclass
+class PendingRun:
+    """A run between its first pass and its end (the delayed re-check)."""
+
+    store: ZkMetadataStore
+    started_ms: int
+    ctx: RunContext | None = None
+    marks: dict[int, UnderreplicationMark] = field(default_factory=dict)
+    scope: set[int] | None = None
+    counts: Counter[str] = field(default_factory=lambda: Counter({k: 0 for k in LEDGER_COUNTERS}))
+    violations: dict[tuple[Category, int], Violation] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    stats: Counter[str] = field(default_factory=Counter)
+    faulty: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    marked_in_scope: list[int] = field(default_factory=list)
+
+
 class ScrutinyRun:
     def __init__(self, settings: ScanSettings, engine: Engine | None = None,
                  progress: Callable[[int, int], None] | None = None, sleep: Callable[[float], None] = time.sleep,
@@ -249,47 +266,66 @@ class ScrutinyRun:
     def execute(self, ledger_ids: Iterable[int] | None = None, only_bookie: str = "") -> Report:
         """One run: every ledger, or the given ones, or those of one bookie. Raises
         MetadataStoreUnavailable when ZooKeeper cannot be reached at the start."""
+        pending = self.start(ledger_ids, only_bookie)
+        if pending.faulty:
+            self.sleep(self.settings.recheck_delay)
+        return self.finish(pending)
+
+    def start(self, ledger_ids: Iterable[int] | None = None, only_bookie: str = "") -> PendingRun:
+        """The first pass. The caller waits `recheck_delay` when the result has potentially faulty
+        ledgers (the daemon schedules `finish` as a one-off job), then calls `finish`."""
         s = self.settings
         started = _now_ms()
-        counts: Counter[str] = Counter({k: 0 for k in LEDGER_COUNTERS})
-        errors: list[str] = []
-        stats: Counter[str] = Counter()
-        with ZkMetadataStore.connect(s.metadata_service_uri, timeout=s.zk_connect_timeout,
-                                     session_timeout=s.zk_session_timeout, max_in_flight=s.zk_max_in_flight) as store:
+        store = ZkMetadataStore.connect(s.metadata_service_uri, timeout=s.zk_connect_timeout,
+                                        session_timeout=s.zk_session_timeout, max_in_flight=s.zk_max_in_flight)
+        try:
+            pending = PendingRun(store=store, started_ms=started)
             marks, mark_problems = store.underreplication_marks()
-            errors += mark_problems
+            pending.marks = marks
+            pending.errors += mark_problems
             locations = dict(s.racks)
             if not locations and s.placement_policy != "none":
                 locations, rack_problems = store.racks(s.racks_znode or None)
-                errors += rack_problems
+                pending.errors += rack_problems
             addresses = {**store.agent_addresses(), **s.bookie_endpoints}
-            ctx = RunContext(s, locations, frozenset(marks), addresses, started, only_bookie)
+            pending.ctx = RunContext(s, locations, frozenset(marks), addresses, started, only_bookie)
             wanted = list(ledger_ids) if ledger_ids is not None else list(s.ledgers)
+            pending.scope = set(wanted) if wanted else None
             ranges = chunk_ids(store.root, sorted(set(wanted))) if wanted else store.ledger_ranges()
             log.info("run %s: %d ranges to check", self.run_id, len(ranges))
+            t0 = time.monotonic()
+            pending.faulty = self._pass(pending.ctx, ranges, Pass.FIRST, pending.counts, pending.violations,
+                                        pending.errors, pending.stats, self.progress, pending.marked_in_scope)
+            pending.stats["first_pass_ms"] = int((time.monotonic() - t0) * 1000)
+            if only_bookie:
+                pending.scope = set(pending.marked_in_scope)
+            return pending
+        except BaseException:
+            store.close()
+            raise
 
-            violations: dict[tuple[Category, int], Violation] = {}
+    def finish(self, pending: PendingRun) -> Report:
+        """Re-check the potentially faulty ledgers, re-read before reporting, age the marks, report."""
+        s = self.settings
+        store, ctx, stats, violations = pending.store, pending.ctx, pending.stats, pending.violations
+        assert ctx is not None
+        try:
             t0 = time.monotonic()
-            marked_in_scope: list[int] = []
-            faulty = self._pass(ctx, ranges, Pass.FIRST, counts, violations, errors, stats, self.progress,
-                                marked_in_scope)
-            stats["first_pass_ms"] = int((time.monotonic() - t0) * 1000)
-            t0 = time.monotonic()
-            self._recheck(store, ctx, faulty, counts, violations, errors, stats)
+            self._recheck(store, ctx, pending.faulty, pending.counts, violations, pending.errors, stats)
             stats["recheck_ms"] = int((time.monotonic() - t0) * 1000)
             t0 = time.monotonic()
-            self._verify(store, ctx, counts, violations, errors, stats)
+            self._verify(store, ctx, pending.counts, violations, pending.errors, stats)
             stats["verify_ms"] = int((time.monotonic() - t0) * 1000)
-
-            scoped = set(wanted) if wanted else set(marked_in_scope) if only_bookie else None
-            aged = [m for lid, m in marks.items() if scoped is None or lid in scoped]
+            aged = [m for lid, m in pending.marks.items() if pending.scope is None or lid in pending.scope]
             for v in check_underreplication_age(aged, s.underreplicated_grace_period, _now_ms()):
                 violations[(v.category, v.ledger_id)] = v
+        finally:
+            store.close()
         report = Report(
-            run_id=self.run_id, started_at=_iso(started), finished_at=_iso(_now_ms()), complete=not errors,
-            ledgers={k: counts[k] for k in LEDGER_COUNTERS},
+            run_id=self.run_id, started_at=_iso(pending.started_ms), finished_at=_iso(_now_ms()),
+            complete=not pending.errors, ledgers={k: pending.counts[k] for k in LEDGER_COUNTERS},
             violations=sorted(violations.values(), key=lambda v: (v.category, v.ledger_id)),
-            errors=errors, stats=dict(stats),
+            errors=pending.errors, stats=dict(stats),
         )
         for v in report.violations:
             log.warning("violation %s", json.dumps({"run_id": self.run_id, **v.to_json()}, sort_keys=True))
@@ -332,10 +368,8 @@ class ScrutinyRun:
         silent and still registered is reported, one no longer registered has lost its copies."""
         if not faulty:
             return
-        stats["potentially_faulty"] = len(faulty)
-        log.info("run %s: %d potentially faulty ledgers, re-checking in %s s", self.run_id, len(faulty),
-                 self.settings.recheck_delay)
-        self.sleep(self.settings.recheck_delay)
+        stats["potentially_faulty"] += len(faulty)
+        log.info("run %s: re-checking %d potentially faulty ledgers", self.run_id, len(faulty))
         regs = store.registrations()
         silent = {b for bookies in faulty.values() for b in bookies}
         lost = frozenset(b for b in silent if not regs.registered(b))
@@ -380,5 +414,20 @@ class ScrutinyRun:
             sub: Counter[str] = Counter()  # these ledgers were counted at their first look
             faulty = self._pass(ctx, chunk_ids(store.root, changed), Pass.FIRST, sub, violations, errors, stats)
             counts["deleted_during_run"] += sub["deleted_during_run"]
+            if faulty:
+                self.sleep(self.settings.recheck_delay)
             self._recheck(store, ctx, faulty, counts, violations, errors, stats)
         errors.append(f"metadata kept changing for some ledgers after {self.settings.verify_rounds} re-reads")
+
+
+def check_marks(settings: ScanSettings, run_id: str | None = None) -> Report:
+    """The cheap periodic job: only the age of the under-replication marks."""
+    started = _now_ms()
+    with ZkMetadataStore.connect(settings.metadata_service_uri, timeout=settings.zk_connect_timeout,
+                                 session_timeout=settings.zk_session_timeout) as store:
+        marks, problems = store.underreplication_marks()
+    found = check_underreplication_age(marks.values(), settings.underreplicated_grace_period, _now_ms())
+    return Report(run_id=run_id or uuid.uuid4().hex[:12], started_at=_iso(started), finished_at=_iso(_now_ms()),
+                  complete=not problems, ledgers={k: 0 for k in LEDGER_COUNTERS} | {"seen": len(marks)},
+                  violations=sorted(found, key=lambda v: v.ledger_id), errors=problems,
+                  stats={"underreplicated_marks": len(marks)})

@@ -1,0 +1,41 @@
+"""Logging: plain or JSON lines, with the run id on every line logged while a run is going."""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import sys
+import time
+
+RUN_ID: contextvars.ContextVar[str] = contextvars.ContextVar("scrutiny_run_id", default="")
+
+
+class _RunIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.run_id = RUN_ID.get()
+        return True
+
+
+class JsonLines(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+               "level": record.levelname, "logger": record.name, "run_id": getattr(record, "run_id", ""),
+               "message": record.getMessage()}
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
+def configure(level: str = "INFO", json_lines: bool = False) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_RunIdFilter())
+    handler.setFormatter(JsonLines() if json_lines else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s [%(run_id)s]: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    if level != "DEBUG":
+        # kazoo narrates every reconnection attempt; our own messages say what matters.
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)

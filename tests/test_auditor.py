@@ -1,0 +1,279 @@
+"""The auditor daemon: election and failover between real processes, cadence kept in ZooKeeper,
+the Rescan RPC, StatsD packets on a real UDP socket, configuration checks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import grpc
+import pytest
+from kazoo.client import KazooClient
+
+from scrutiny.auditor import Auditor, AuditorSettings
+from scrutiny.clusterwriter import ClusterWriter
+from scrutiny.config import ScanSettings
+from scrutiny.demo import DemoCluster, build_demo_cluster, demo_agents
+from scrutiny.localzk import LocalZooKeeper, free_port
+from scrutiny.metadata import parse_metadata_service_uri
+from scrutiny.run import LocalEngine
+from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
+
+
+@pytest.fixture
+def cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
+            tmp_path: Path) -> Iterator[tuple[DemoCluster, str]]:
+    demo = build_demo_cluster(zk_client, f"{zk_namespace}/ledgers", tmp_path / "stores", healthy=60)
+    uri = f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers"
+    with demo_agents(demo, zk_client, parse_metadata_service_uri(uri).scrutiny_path):
+        yield demo, uri
+
+
+def scan_settings(uri: str) -> ScanSettings:
+    return ScanSettings(metadata_service_uri=uri, engine="local", recheck_delay=0.5,
+                        underreplicated_grace_period=3600, zk_session_timeout=4.0)
+
+
+class UdpListener:
+    """A StatsD receiver: the real packets, as lines."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.sock.settimeout(0.2)
+
+    def lines(self, until: str, timeout: float = 20.0) -> list[str]:
+        got: list[str] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not any(ln.startswith(until) for ln in got):
+            with contextlib.suppress(TimeoutError):
+                got += self.sock.recv(65536).decode().splitlines()
+        return got
+
+
+def stub(address: str) -> auditor_pb2_grpc.AuditorStub:
+    return auditor_pb2_grpc.AuditorStub(grpc.insecure_channel(address))
+
+
+def wait_for(predicate: object, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+def test_leader_runs_reports_statsd_and_rescan(cluster: tuple[DemoCluster, str], tmp_path: Path) -> None:
+    demo, uri = cluster
+    udp = UdpListener()
+    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), statsd_host="127.0.0.1",
+                               statsd_port=udp.port, statsd_prefix="scrutiny", underreplication_interval_seconds=0)
+    auditor = Auditor(scan_settings(uri), settings, engine=LocalEngine()).start()
+    try:
+        wait_for(lambda: auditor.leading.is_set())
+        # the first full run is due at once (no cadence yet)
+        lines = udp.lines(until="scrutiny.runs.full.complete")
+        assert "scrutiny.violations.NO_REPLICA_OF_AN_ENTRY:1|c" in lines
+        assert "scrutiny.auditor.NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY:1|g" in lines
+        assert "scrutiny.auditor.NUM_LEDGERS_HAVING_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY:2|g" in lines
+        assert "scrutiny.violations.BOOKIE_UNAVAILABLE:2|c" in lines
+        assert any(ln.startswith("scrutiny.run.full.duration:") and ln.endswith("|ms") for ln in lines)
+        assert f"scrutiny.ledgers.checked:{demo.healthy + 8}|c" in lines
+        wait_for(lambda: full_reports(tmp_path))
+        report = json.loads(full_reports(tmp_path)[0].read_text())
+        assert {(v["category"], v["ledger_id"]) for v in report["violations"]} == demo.expected
+        status = stub(auditor.address).GetStatus(auditor_pb2.GetStatusRequest())
+        assert status.role == auditor_pb2.LEADER and status.leader_address == auditor.address
+        assert "full" in status.next_runs
+        # the on-demand rescan of two ledgers returns their report
+        resp = stub(auditor.address).Rescan(auditor_pb2.RescanRequest(
+            ledgers=auditor_pb2.LedgerIds(ledger_ids=[9001, 1]), wait=True))
+        got = json.loads(resp.report_json)
+        assert {(v["category"], v["ledger_id"]) for v in got["violations"]} == {("NO_REPLICA_OF_AN_ENTRY", 9001)}
+        assert got["ledgers"]["seen"] == 2
+        last = stub(auditor.address).GetLastReport(auditor_pb2.GetLastReportRequest(kind="rescan"))
+        assert json.loads(last.report_json)["run_id"] == resp.run_id
+    finally:
+        auditor.stop()
+
+
+def full_reports(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "reports" / "full").glob("*.json"))
+
+
+@pytest.mark.parametrize(
+    ("request_", "code", "words"),
+    [
+        (auditor_pb2.RescanRequest(ledgers=auditor_pb2.LedgerIds(ledger_ids=[1, 424242])), "INVALID_ARGUMENT",
+         "no such ledger 424242"),
+        (auditor_pb2.RescanRequest(ledgers=auditor_pb2.LedgerIds(ledger_ids=[-1])), "INVALID_ARGUMENT", "negative"),
+        (auditor_pb2.RescanRequest(ledgers=auditor_pb2.LedgerIds(ledger_ids=list(range(10_001)))),
+         "INVALID_ARGUMENT", "at most"),
+        (auditor_pb2.RescanRequest(bookie_id="  "), "INVALID_ARGUMENT", "bookie_id is empty"),
+        (auditor_pb2.RescanRequest(), "INVALID_ARGUMENT", "say what to rescan"),
+        (auditor_pb2.RescanRequest(all_ledgers=True, wait_timeout_seconds=-1), "INVALID_ARGUMENT", "negative"),
+    ],
+)
+def test_bad_rescan_requests(cluster: tuple[DemoCluster, str], tmp_path: Path, request_: object, code: str,
+                             words: str) -> None:
+    _, uri = cluster
+    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path), full_interval_seconds=0,
+                               underreplication_interval_seconds=0)
+    auditor = Auditor(scan_settings(uri), settings, engine=LocalEngine()).start()
+    try:
+        wait_for(lambda: auditor.leading.is_set())
+        with pytest.raises(grpc.RpcError) as err:
+            stub(auditor.address).Rescan(request_)
+        assert err.value.code().name == code and words in (err.value.details() or "")
+        assert auditor.status().queued_runs == 0 and not auditor.last
+    finally:
+        auditor.stop()
+
+
+def test_token_guards_rescan(cluster: tuple[DemoCluster, str], tmp_path: Path) -> None:
+    _, uri = cluster
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path), full_interval_seconds=0,
+                               underreplication_interval_seconds=0, token_file=str(token))
+    auditor = Auditor(scan_settings(uri), settings, engine=LocalEngine()).start()
+    try:
+        wait_for(lambda: auditor.leading.is_set())
+        req = auditor_pb2.RescanRequest(ledgers=auditor_pb2.LedgerIds(ledger_ids=[1]), wait=True)
+        for md in ([], [("authorization", "Bearer wrong")]):
+            with pytest.raises(grpc.RpcError) as err:
+                stub(auditor.address).Rescan(req, metadata=md)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert not auditor.last  # nothing ran
+        ok = stub(auditor.address).Rescan(req, metadata=[("authorization", "Bearer s3cret")])
+        assert json.loads(ok.report_json)["ledgers"]["seen"] == 1
+        stub(auditor.address).GetStatus(auditor_pb2.GetStatusRequest())  # open by default
+    finally:
+        auditor.stop()
+
+
+def test_runs_are_skipped_while_replication_is_disabled(cluster: tuple[DemoCluster, str], tmp_path: Path,
+                                                        zk_client: KazooClient) -> None:
+    demo, uri = cluster
+    ClusterWriter(zk_client, demo.root).set_replication_disabled(True)
+    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path), full_interval_seconds=1,
+                               underreplication_interval_seconds=0)
+    auditor = Auditor(scan_settings(uri), settings, engine=LocalEngine()).start()
+    try:
+        wait_for(lambda: auditor.skipped["full.replication_disabled"] >= 2)
+        assert not auditor.last
+    finally:
+        auditor.stop()
+
+
+def _auditor_process(config: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def test_failover_keeps_the_cadence(cluster: tuple[DemoCluster, str], tmp_path: Path) -> None:
+    _, uri = cluster
+    ports = [free_port(), free_port()]
+    configs = []
+    for i, port in enumerate(ports):
+        cfg = tmp_path / f"auditor{i}.yaml"
+        cfg.write_text(f"metadata_service_uri: {uri}\nengine: local\nrecheck_delay: 0.5\nzk_session_timeout: 4\n"
+                       f"auditor:\n  listen: 127.0.0.1:{port}\n  reports_dir: {tmp_path / f'reports{i}'}\n"
+                       "  full_interval_seconds: 3600\n  underreplication_interval_seconds: 0\n")
+        configs.append(cfg)
+    first = _auditor_process(configs[0])
+    second = None
+    try:
+        a, b = f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"
+        wait_for(lambda: _status(a) is not None and _status(a).role == auditor_pb2.LEADER)
+        wait_for(lambda: any(r.kind == "full" and r.finished_at for r in _status(a).last_runs), 60)
+        ran_at = datetime.fromisoformat(next(r.started_at for r in _status(a).last_runs if r.kind == "full"))
+        second = _auditor_process(configs[1])
+        wait_for(lambda: _status(b) is not None and _status(b).role == auditor_pb2.STANDBY)
+        assert _status(b).leader_address == a
+        with pytest.raises(grpc.RpcError) as err:
+            stub(b).Rescan(auditor_pb2.RescanRequest(all_ledgers=True))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and a in (err.value.details() or "")
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        t0 = time.monotonic()
+        wait_for(lambda: _status(b).role == auditor_pb2.LEADER, 20)
+        assert time.monotonic() - t0 < 10  # within the 4 s session timeout, plus slack
+        status = _status(b)
+        # the new leader keeps the cadence: next full run one interval after the last, not now
+        due = datetime.fromisoformat(status.next_runs["full"])
+        assert abs((due - ran_at).total_seconds() - 3600) < 5
+        assert not any(r.kind == "full" for r in status.last_runs)
+        # SIGTERM: a clean exit that releases leadership
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=30) == 0
+    finally:
+        for p in (first, second):
+            if p is not None:
+                p.kill()
+                p.wait()
+
+
+def _status(address: str) -> auditor_pb2.GetStatusResponse | None:
+    try:
+        return stub(address).GetStatus(auditor_pb2.GetStatusRequest(), timeout=2)
+    except grpc.RpcError:
+        return None
+
+
+def test_validate_config(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("metadata_service_uri: zk+hierarchical://127.0.0.1:2181/ledgers\n"
+                    "auditor:\n  listen: 127.0.0.1:3192\n  full_interval_seconds: 600\n")
+    res = subprocess.run([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(good),
+                          "--validate-config"], capture_output=True, text=True)
+    assert res.returncode == 0 and "configuration OK" in res.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("metadata_service_uri: zk+hierarchical://127.0.0.1:2181/ledgers\n"
+                   "auditor:\n  full_interval_secs: 600\n")
+    res = subprocess.run([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(bad),
+                          "--validate-config"], capture_output=True, text=True)
+    assert res.returncode == 2 and "full_interval_secs" in res.stderr
+    bad.write_text("metadata_service_uri: zk+hierarchical://127.0.0.1:2181/ledgers\n"
+                   "auditor:\n  reports_keep: 0\n")
+    res = subprocess.run([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(bad),
+                          "--validate-config"], capture_output=True, text=True)
+    assert res.returncode == 2 and "reports_keep" in res.stderr
+
+
+def test_rescan_command(cluster: tuple[DemoCluster, str], tmp_path: Path) -> None:
+    _, uri = cluster
+    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path), full_interval_seconds=0,
+                               underreplication_interval_seconds=0)
+    leader = Auditor(scan_settings(uri), settings, engine=LocalEngine()).start()
+    standby = None
+    try:
+        wait_for(lambda: leader.leading.is_set())
+        standby = Auditor(scan_settings(uri), settings, engine=LocalEngine()).start()
+        wait_for(lambda: standby is not None and standby.leader_address() == leader.address)
+        cmd = [sys.executable, "-m", "scrutiny.cli", "rescan", "--auditor", standby.address]
+        res = subprocess.run([*cmd, "--ledger", "9004", "--format", "json"], capture_output=True, text=True)
+        assert res.returncode == 1, res.stderr  # asked the standby: answered by the leader
+        assert json.loads(res.stdout)["counts"]["PLACEMENT_POLICY_NOT_ADHERING"] == 1
+        res = subprocess.run([*cmd, "--ledger", "1"], capture_output=True, text=True)
+        assert res.returncode == 0 and "seen 1" in res.stdout
+        res = subprocess.run([*cmd, "--all", "--no-wait"], capture_output=True, text=True)
+        assert res.returncode == 0 and res.stdout.startswith("run ")
+        res = subprocess.run([*cmd, "--ledger", "777777"], capture_output=True, text=True)
+        assert res.returncode == 2 and "no such ledger 777777" in res.stderr
+    finally:
+        for a in (standby, leader):
+            if a is not None:
+                a.stop()
