@@ -117,6 +117,8 @@ def _scan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", metavar="FILE")
     p.add_argument("--engine", choices=["spark", "local"])
     p.add_argument("--spark-master", help="default local[*]; spark://host:port for a cluster")
+    p.add_argument("--spark-conf", action="append", type=_pairs("--spark-conf"), metavar="KEY=VALUE",
+                   help="a Spark setting, e.g. spark.archives=scrutiny-venv.tar.gz#environment (repeatable)")
     p.add_argument("--bookie-deadline", dest="bookie_deadline_seconds", type=float, metavar="SECONDS")
     p.add_argument("--zk-max-in-flight", type=int)
     p.add_argument("--log-level", default="WARNING")
@@ -128,6 +130,7 @@ def scan_settings(args: argparse.Namespace) -> ScanSettings:
     flags["bookie_endpoints"] = dict(args.bookie_endpoint) if args.bookie_endpoint else None
     flags["racks"] = dict(args.rack) if args.rack else None
     flags["ledgers"] = tuple(args.ledger) if args.ledger else None
+    flags["spark_conf"] = dict(args.spark_conf) if args.spark_conf else None
     return build(ScanSettings, file_values, flags, where=args.config or "config").validate()
 
 
@@ -182,6 +185,7 @@ def _auditor_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--validate-config", action="store_true", help="check the settings and exit")
     p.add_argument("--metadata-service-uri")
     p.add_argument("--listen", help="RPC address (default 0.0.0.0:3192)")
+    p.add_argument("--advertise-address", help="how the other auditors and clients reach this one")
     p.add_argument("--reports-dir")
     p.add_argument("--json-logs", action="store_true", default=None)
     p.add_argument("--log-level", default="INFO")
@@ -191,7 +195,8 @@ def auditor_settings(args: argparse.Namespace) -> tuple[ScanSettings, AuditorSet
     file_values = read_config_file(args.config) if args.config else {}
     where = args.config or "config"
     scan = build(ScanSettings, file_values, {"metadata_service_uri": args.metadata_service_uri}, where=where)
-    flags = {"listen": args.listen, "reports_dir": args.reports_dir, "json_logs": args.json_logs}
+    flags = {"listen": args.listen, "advertise_address": args.advertise_address, "reports_dir": args.reports_dir,
+             "json_logs": args.json_logs}
     settings = build(AuditorSettings, file_values, flags, where=where, env_prefix="SCRUTINY_AUDITOR_",
                      section="auditor")
     return scan.validate(), settings.validate()
@@ -290,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--ledgers", type=int, default=3000, help="healthy ledgers to write")
     demo.add_argument("--engine", choices=["spark", "local"], default="spark")
     demo.add_argument("--format", choices=["text", "json"], default="text")
+    demo.add_argument("--setup-only", action="store_true",
+                      help="write the cluster and the bookies' store files, then exit (for docker/compose.yaml)")
+    demo.add_argument("--stores-dir", help="with --setup-only: where the store files go")
     demo.add_argument("--log-level", default="WARNING")
     return parser
 

@@ -57,6 +57,7 @@ class ScanSettings:
     # engine
     engine: str = "spark"
     spark_master: str = "local[*]"
+    spark_conf: dict[str, str] = field(default_factory=dict)  # e.g. spark.archives for a packed venv
     zk_max_in_flight: int = 256
     zk_session_timeout: float = 30.0
     zk_connect_timeout: float = 15.0

@@ -206,7 +206,7 @@ def demo_agents(demo: DemoCluster, client: KazooClient, scrutiny_path: str) -> I
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from scrutiny.cli import stop_engine
+    from scrutiny.cli import UsageError, stop_engine
     from scrutiny.run import ScrutinyRun, make_engine
 
     workdir = Path(tempfile.mkdtemp(prefix="scrutiny-demo-"))
@@ -224,6 +224,14 @@ def run_demo(args: argparse.Namespace) -> int:
         client = KazooClient(hosts=hosts, timeout=15)
         client.start(timeout=15)
         t0 = time.monotonic()
+        if args.setup_only:
+            if not args.metadata_service_uri or not args.stores_dir:
+                raise UsageError("--setup-only needs --metadata-service-uri and --stores-dir")
+            root = uri.root  # a fresh cluster where asked: the compose file's agents and auditors use it
+            demo = build_demo_cluster(client, root, Path(args.stores_dir), healthy=args.ledgers)
+            print(f"wrote {demo.healthy + 13} ledgers under {root} and {len(demo.store_files)} store files "
+                  f"to {args.stores_dir}; expected findings: {sorted(demo.expected)}")
+            return 0
         demo = build_demo_cluster(client, root, workdir, healthy=args.ledgers)
         print(f"wrote a cluster of {demo.healthy + 13} ledgers on 10 bookies under {root} "
               f"in {time.monotonic() - t0:.1f} s", file=sys.stderr)

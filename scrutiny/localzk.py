@@ -40,7 +40,7 @@ def _answers(port: int) -> bool:
 class LocalZooKeeper:
     """Start/stop/restart a standalone server on a loopback port with a private data dir."""
 
-    def __init__(self, port: int | None = None, workdir: str | Path | None = None) -> None:
+    def __init__(self, port: int | None = None, workdir: str | Path | None = None, heap: str = "512m") -> None:
         missing = [j for j in CLASSPATH_JARS if not (JAVA_DIR / j).exists()]
         if missing:
             raise LocalZooKeeperError(
@@ -49,6 +49,7 @@ class LocalZooKeeper:
         if shutil.which("java") is None:
             raise LocalZooKeeperError("no `java` on PATH: run `make setup`")
         self.port = port or free_port()
+        self.heap = heap  # about 0.6 KB per znode: a million ledgers want 2g
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="scrutiny-zk-"))
         self._proc: subprocess.Popen[bytes] | None = None
@@ -89,7 +90,7 @@ class LocalZooKeeper:
         cfg = self._write_config()
         cp = ":".join(str(JAVA_DIR / j) for j in CLASSPATH_JARS)
         cmd = [
-            "java", "-Xmx512m",
+            "java", f"-Xmx{self.heap}",
             f"-Dzookeeper.log.dir={self.workdir}",
             f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}",
             "-cp", cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg),

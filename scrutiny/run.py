@@ -221,7 +221,7 @@ def make_engine(settings: ScanSettings) -> Engine:
         return LocalEngine()
     from scrutiny.sparkjob import SparkEngine
 
-    return SparkEngine(settings.spark_master)
+    return SparkEngine(settings.spark_master, conf=settings.spark_conf)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -46,14 +46,15 @@ def _partition(ctx: RunContext, mode: Pass, ranges: Iterator[LedgerRange]) -> It
 
 
 class SparkEngine:
-    def __init__(self, master: str = "local[*]", session: Any = None) -> None:
+    def __init__(self, master: str = "local[*]", session: Any = None, conf: dict[str, str] | None = None) -> None:
         self.master = master
+        self.conf = dict(conf or {})
         self._session = session
 
     @property
     def session(self) -> Any:
         if self._session is None:
-            self._session = spark_session(self.master)
+            self._session = spark_session(self.master, extra=self.conf)
         return self._session
 
     def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,

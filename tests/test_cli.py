@@ -143,3 +143,18 @@ def test_bookie_agent_command_registers_and_stops_cleanly(zk_server: LocalZooKee
         proc.wait()
     res = scrutiny("bookie-agent", "--bookie-id", "x:1", "--source", "bridge")
     assert res.returncode == 2 and "--bookie-address" in res.stderr
+
+
+def test_same_findings_on_a_spark_cluster_with_separate_executors(demo: tuple[DemoCluster, str],
+                                                                  tmp_path: Path) -> None:
+    """local-cluster mode: two executor JVMs, each with its own Python workers (the code travels as
+    on a real cluster: executors import the installed package)."""
+    cluster, uri = demo
+    out = tmp_path / "cluster.json"
+    res = scrutiny("scan", "--metadata-service-uri", uri, "--format", "json", "--output", str(out),
+                   "--recheck-delay", "0.5", "--underreplicated-grace-period", "3600",
+                   "--spark-master", "local-cluster[2,1,1024]", "--spark-conf", "spark.task.maxFailures=2",
+                   timeout=300)
+    assert res.returncode == 1, res.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert {(v["category"], v["ledger_id"]) for v in report["violations"]} == cluster.expected

@@ -1,0 +1,243 @@
+"""Scale: full scans of synthetic clusters against the floor measured in the same run.
+
+A cluster of 30 bookies on 5 racks, E=3/WQ=2/AQ=2 (plus E=5/WQ=3 and two-segment ledgers), 1,000
+entries per ledger, one bookie agent process per bookie on the synthetic store. For each size:
+
+- floor: a Spark job that only reads every ledger znode (pipelined, no decoding), plus a Spark job
+  that only streams every (bookie, ledger) answer from the agents (no decoding);
+- the full scan (`ScrutinyRun` on the same SparkSession) and its ratio to the floor;
+- the same scan with the unary bookie call (upstream's access pattern), up to --unary-max ledgers;
+- ledgers per second, peak RSS of the driver and of the executors (Python workers and the JVM),
+  peak ZooKeeper requests in flight.
+
+    python -m bench.scale --sizes 10000,100000,1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+from kazoo.client import KazooClient
+
+from bench.common import table
+from scrutiny.checks import expected_share
+from scrutiny.clusterwriter import ClusterWriter
+from scrutiny.config import ScanSettings
+from scrutiny.entrysources import SyntheticStoreWriter
+from scrutiny.localzk import LocalZooKeeper
+from scrutiny.metadata import (
+    BookieRegistration,
+    LedgerMetadata,
+    LedgerState,
+    Segment,
+    ledger_path,
+)
+from scrutiny.run import ScrutinyRun, close_worker_resources
+from scrutiny.sparkjob import SparkEngine, spark_session
+from scrutiny.zkstore import LedgerRange, ZkMetadataStore
+
+BOOKIES = 30
+RACKS = 5
+
+
+def bookie(n: int) -> str:
+    return f"127.0.2.{n + 1}:3181"
+
+
+def rack_of(n: int) -> str:
+    return f"/rack-{n % RACKS}"
+
+
+def synthetic_ledgers(count: int, entries: int, seed: int = 7) -> Iterator[LedgerMetadata]:
+    rng = random.Random(seed)
+    by_rack = {r: [n for n in range(BOOKIES) if n % RACKS == r] for r in range(RACKS)}
+    for lid in range(count):
+        kind = rng.random()
+        e, wq = (5, 3) if kind < 0.15 else (3, 2)
+        racks = rng.sample(range(RACKS), e)  # distinct racks: every write set spans >= 2
+        ens = tuple(bookie(rng.choice(by_rack[r])) for r in racks)
+        segs: tuple[Segment, ...] = (Segment(0, ens),)
+        if kind > 0.95:  # an ensemble change halfway: same rack, another bookie
+            pos = rng.randrange(e)
+            n = int(ens[pos].split(".")[3].split(":")[0]) - 1
+            spare = bookie(rng.choice([m for m in by_rack[n % RACKS] if bookie(m) not in ens]))
+            segs = (Segment(0, ens), Segment(entries // 2, tuple(spare if i == pos else b for i, b in enumerate(ens))))
+        yield LedgerMetadata(lid, LedgerState.CLOSED, e, wq, 2, entries - 1, entries * 1024, segs, ctime=1)
+
+
+def build(client: KazooClient, root: str, count: int, entries: int, store_dir: Path) -> dict[str, list[int]]:
+    """Write the cluster and the stores; return each bookie's ledgers (the floor asks for exactly those)."""
+    w = ClusterWriter(client, root)
+    w.init_cluster()
+    store = SyntheticStoreWriter()
+    held: dict[str, list[int]] = {}
+
+    def ledgers() -> Iterator[LedgerMetadata]:
+        for md in synthetic_ledgers(count, entries):
+            for b in md.bookies:
+                store.add(b, md.ledger_id, expected_share(md, b))
+                held.setdefault(b, []).append(md.ledger_id)
+            yield md
+
+    w.write_ledgers(ledgers(), batch=1000, in_flight=8)
+    w.write_racks({bookie(n): rack_of(n) for n in range(BOOKIES)}, f"{root.rsplit('/', 1)[0]}/bookies")
+    for n in range(BOOKIES):
+        w.register_bookie(BookieRegistration(bookie(n), False))
+    store.write_all(store_dir)
+    return held
+
+
+class PeakRss:
+    """Samples the RSS of this process and of the Spark executors (JVM and Python workers)."""
+
+    def __init__(self) -> None:
+        self.executors = 0
+        self.jvm = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+        self._t.start()
+
+    def _loop(self) -> None:
+        me = psutil.Process()
+        while not self._stop.wait(0.5):
+            try:
+                kids = me.children(recursive=True)
+            except psutil.Error:
+                continue
+            for p in kids:
+                try:
+                    cmd = " ".join(p.cmdline())
+                    rss = p.memory_info().rss
+                except psutil.Error:
+                    continue
+                if ("pyspark" in cmd and "daemon" in cmd) or "pyspark.worker" in cmd:
+                    self.executors = max(self.executors, rss)
+                elif "java" in cmd and "SparkSubmit" in cmd:
+                    self.jvm = max(self.jvm, rss)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._t.join()
+
+
+def _read_range(uri: str, rng: LedgerRange) -> int:
+    from scrutiny.run import RunContext, resources
+
+    store, _ = resources(RunContext(ScanSettings(metadata_service_uri=uri), {}, frozenset(), {}, 0))
+    ids = store.ledger_ids(rng)
+    paths = (ledger_path(store.layout, store.root, i) for i in ids)
+    return sum(1 for _, got in store.get_many(paths) if got is not None)
+
+
+def _stream(address: str, ids: list[int]) -> int:
+    import grpc
+
+    from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
+
+    n = 0
+    with grpc.insecure_channel(address, [("grpc.max_receive_message_length", 64 << 20)]) as ch:
+        stub = bookie_pb2_grpc.BookieStub(ch)
+        for i in range(0, len(ids), 1000):
+            for msg in stub.GetListOfEntriesOfLedgers(bookie_pb2.GetListOfEntriesOfLedgersRequest(
+                    ledger_ids=ids[i:i + 1000]), timeout=300):
+                n += len(msg.ledgers)
+    return n
+
+
+def run_size(count: int, entries: int, unary_max: int, master: str) -> dict[str, Any]:
+    row: dict[str, Any] = {"ledgers": count}
+    heap = "3g" if count > 300_000 else "1g"
+    with tempfile.TemporaryDirectory() as tmp, LocalZooKeeper(heap=heap) as zk:
+        root = "/ledgers"
+        uri = f"zk+hierarchical://{zk.hosts}{root}"
+        client = KazooClient(hosts=zk.hosts, timeout=30)
+        client.start()
+        t0 = time.perf_counter()
+        held = build(client, root, count, entries, Path(tmp))
+        row["build s"] = time.perf_counter() - t0
+        agents = [subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", b,
+                                    "--source", "synthetic", "--synthetic-file",
+                                    str(Path(tmp) / f"{b.replace(':', '_')}.synth"), "--bind", "127.0.0.1:0",
+                                    "--metadata-service-uri", uri, "--workers", "4"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                  for b in sorted(held)]
+        try:
+            for a in agents:
+                a.stdout.readline()  # type: ignore[union-attr]
+            with ZkMetadataStore.connect(uri) as store:
+                ranges = store.ledger_ranges()
+                addresses = store.agent_addresses()
+            session = spark_session(master)
+            sc = session.sparkContext
+            peak = PeakRss()
+            # -- the floor: only I/O, same parallelism as the scan
+            t0 = time.perf_counter()
+            read = sc.parallelize(ranges, len(ranges)).map(lambda r: _read_range(uri, r)).sum()
+            row["floor: metadata s"] = time.perf_counter() - t0
+            work = [(addresses[b], ids[i:i + 20_000]) for b, ids in held.items() for i in range(0, len(ids), 20_000)]
+            t0 = time.perf_counter()
+            answered = sc.parallelize(work, len(work)).map(lambda w: _stream(*w)).sum()
+            row["floor: agents s"] = time.perf_counter() - t0
+            assert read == count and answered == sum(len(v) for v in held.values())
+            floor = row["floor: metadata s"] + row["floor: agents s"]
+            row["floor s"] = floor
+            # -- the scan
+            settings = ScanSettings(metadata_service_uri=uri, recheck_delay=1.0, spark_master=master)
+            t0 = time.perf_counter()
+            report = ScrutinyRun(settings, SparkEngine(session=session)).execute()
+            scan = time.perf_counter() - t0
+            assert report.complete and not report.violations, (report.errors[:3], report.counts)
+            assert report.ledgers["checked"] == count
+            row["scan s"] = scan
+            row["scan / floor"] = scan / floor
+            row["ledgers/s"] = count / scan
+            row["zk peak in flight"] = report.stats.get("zk_peak_in_flight", 0)
+            if count <= unary_max:
+                unary = ScanSettings(metadata_service_uri=uri, recheck_delay=1.0, bookie_streaming=False)
+                t0 = time.perf_counter()
+                ScrutinyRun(unary, SparkEngine(session=session)).execute()
+                row["unary scan s"] = time.perf_counter() - t0
+                row["unary / streaming"] = row["unary scan s"] / scan
+            peak.stop()
+            row["driver peak MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+            row["executor peak MB"] = peak.executors // (1 << 20)
+            row["JVM peak MB"] = peak.jvm // (1 << 20)
+            session.stop()
+        finally:
+            close_worker_resources()
+            for a in agents:
+                a.terminate()
+            for a in agents:
+                a.wait()
+            client.stop()
+            client.close()
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--sizes", default="10000,100000,1000000")
+    p.add_argument("--entries", type=int, default=1000)
+    p.add_argument("--unary-max", type=int, default=100_000, help="largest size also scanned with unary calls")
+    p.add_argument("--spark-master", default="local[2]")
+    a = p.parse_args()
+    rows = []
+    for size in (int(s) for s in a.sizes.split(",")):
+        rows.append(run_size(size, a.entries, a.unary_max, a.spark_master))
+        print(table(rows), flush=True)
+        print(flush=True)
+
+
+if __name__ == "__main__":
+    main()
