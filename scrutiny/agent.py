@@ -29,7 +29,8 @@ Answer = bookie_pb2.GetListOfEntriesOfALedgerResponse
 
 class BookieServicer(bookie_pb2_grpc.BookieServicer):
     def __init__(self, source: EntrySource, max_ledgers_per_call: int = MAX_LEDGERS_PER_CALL,
-                 answers_per_message: int = ANSWERS_PER_MESSAGE) -> None:
+                 answers_per_message: int = ANSWERS_PER_MESSAGE,
+                 credentials: grpc.ServerCredentials | None = None) -> None:
         self.source = source
         self.max_ledgers_per_call = max_ledgers_per_call
         self.answers_per_message = answers_per_message
@@ -119,7 +120,8 @@ class BookieAgent:
 
     def __init__(self, source: EntrySource, bind: str = f"0.0.0.0:{DEFAULT_AGENT_PORT}", workers: int = 8,
                  max_concurrent_calls: int = 64, max_message_bytes: int = 64 * 1024 * 1024,
-                 answers_per_message: int = ANSWERS_PER_MESSAGE) -> None:
+                 answers_per_message: int = ANSWERS_PER_MESSAGE,
+                 credentials: grpc.ServerCredentials | None = None) -> None:
         self.source = source
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent"),
@@ -131,7 +133,8 @@ class BookieAgent:
         bookie_pb2_grpc.add_BookieServicer_to_server(self.servicer, self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        self.port = self.server.add_insecure_port(bind)
+        self.port = (self.server.add_secure_port(bind, credentials) if credentials
+                     else self.server.add_insecure_port(bind))
         if self.port == 0:
             raise OSError(f"cannot listen on {bind}")
         self.registration: AgentRegistration | None = None

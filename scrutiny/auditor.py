@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -43,6 +43,7 @@ from scrutiny.metadata import parse_metadata_service_uri
 from scrutiny.report import Report
 from scrutiny.run import Engine, PendingRun, ScrutinyRun, check_marks, make_engine
 from scrutiny.statsd_reporter import StatsdReporter
+from scrutiny.tls import read_secret, server_credentials, verified_peer, zk_client_args
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 from scrutiny.zkstore import ZkMetadataStore
 
@@ -73,6 +74,10 @@ class AuditorSettings:
     shutdown_grace_seconds: float = 30.0
     json_logs: bool = False
     token_file: str = ""  # a bearer token for Rescan (and GetStatus with status_requires_auth)
+    tls_cert: str = ""  # serve the RPC over TLS
+    tls_key: str = ""
+    tls_client_ca: str = ""  # mutual TLS: clients need a certificate from this CA; such a client may Rescan
+    insecure_open_rescan: bool = False  # let anyone who reaches the port Rescan (test setups only)
     status_requires_auth: bool = False
     statsd_host: str = ""  # empty: no StatsD
     statsd_port: int = 8125
@@ -90,6 +95,9 @@ class AuditorSettings:
                 raise ConfigError(f"auditor.{key}: must be at least 1")
         if self.token_file and not Path(self.token_file).is_file():
             raise ConfigError(f"auditor.token_file: {self.token_file} is not a readable file")
+        if not (self.token_file or self.tls_client_ca or self.insecure_open_rescan):
+            raise ConfigError("auditor: Rescan needs authentication: set token_file or tls_client_ca "
+                              "(or insecure_open_rescan: true, for a test setup)")
         return self
 
 
@@ -144,6 +152,7 @@ class Auditor:
         self.uri = uri
         self.base = f"{uri.scrutiny_path}/auditor"
         self.election_path = settings.election_path or f"{self.base}/election"
+        self._zk_args = zk_client_args(scan.zk_auth_file, scan.zk_tls_ca, scan.zk_tls_cert, scan.zk_tls_key)
         self.zk = self._new_client()
         self.store = ZkMetadataStore(self.zk, uri)
         self.statsd = (StatsdReporter(settings.statsd_host, settings.statsd_port, settings.statsd_prefix)
@@ -159,12 +168,15 @@ class Auditor:
         self.current: Ticket | None = None
         self.last: dict[str, Ticket] = {}
         self.skipped: Counter[str] = Counter()
-        self._token = Path(settings.token_file).read_text().strip() if settings.token_file else ""
+        self._token = read_secret(settings.token_file, "auditor.token_file").decode().strip() \
+            if settings.token_file else ""
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="auditor-rpc"))
         auditor_pb2_grpc.add_AuditorServicer_to_server(AuditorServicer(self), self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        self.port = self.server.add_insecure_port(settings.listen)
+        creds = server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+        self.port = (self.server.add_secure_port(settings.listen, creds) if creds
+                     else self.server.add_insecure_port(settings.listen))
         if self.port == 0:
             raise OSError(f"cannot listen on {settings.listen}")
         host = settings.listen.rsplit(":", 1)[0]
@@ -174,7 +186,7 @@ class Auditor:
 
     def _new_client(self) -> KazooClient:
         return KazooClient(hosts=self.uri.hosts, timeout=self.scan.zk_session_timeout,
-                           connection_retry={"max_tries": -1, "delay": 0.2, "max_delay": 5.0})
+                           connection_retry={"max_tries": -1, "delay": 0.2, "max_delay": 5.0}, **self._zk_args)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -469,13 +481,18 @@ class Auditor:
 
     # -- what the RPC asks ----------------------------------------------------------------------
 
-    def check_token(self, metadata: Iterable[tuple[str, str | bytes]]) -> bool:
-        if not self._token:
+    def authenticated(self, context: grpc.ServicerContext) -> bool:
+        """A verified client certificate (mutual TLS) or the bearer token; open only when configured so."""
+        if not self._token and not self.settings.tls_client_ca:
+            return self.settings.insecure_open_rescan
+        if self.settings.tls_client_ca and verified_peer(context):
             return True
-        given = dict(metadata).get("authorization", "")
-        if isinstance(given, bytes):
-            given = given.decode("utf-8", "replace")
-        return hmac.compare_digest(given.encode(), f"Bearer {self._token}".encode())
+        if self._token:
+            given = dict(context.invocation_metadata()).get("authorization", "")
+            if isinstance(given, bytes):
+                given = given.decode("utf-8", "replace")
+            return hmac.compare_digest(given.encode(), f"Bearer {self._token}".encode())
+        return False
 
     def rescan(self, ledger_ids: list[int] | None, bookie_id: str) -> tuple[Ticket, bool]:
         if not self.leading.is_set():
@@ -515,7 +532,7 @@ class AuditorServicer(auditor_pb2_grpc.AuditorServicer):
         self.auditor = auditor
 
     def _authenticate(self, context: grpc.ServicerContext) -> None:
-        if not self.auditor.check_token(context.invocation_metadata()):
+        if not self.auditor.authenticated(context):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid bearer token is required")
 
     def Rescan(self, request: Any, context: grpc.ServicerContext) -> Any:

@@ -15,6 +15,7 @@ from scrutiny.auditor import AuditorSettings
 from scrutiny.config import ConfigError, ScanSettings, build, read_config_file
 from scrutiny.metadata import MetadataError
 from scrutiny.report import Report
+from scrutiny.tls import channel_credentials, server_credentials, zk_client_args
 from scrutiny.zkstore import MetadataStoreUnavailable
 
 EXIT_CLEAN, EXIT_VIOLATIONS, EXIT_ERROR = 0, 1, 2
@@ -36,6 +37,10 @@ def _agent_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bookie-address", help="bridge: host:port of the stock bookie (v3 protocol)")
     p.add_argument("--synthetic-file", help="synthetic: the store file of this bookie")
     p.add_argument("--metadata-service-uri", help="register the agent in this cluster's ZooKeeper")
+    p.add_argument("--zk-auth-file", help="ZooKeeper digest credentials (user:password) for the registration")
+    p.add_argument("--tls-cert", help="serve over TLS with this certificate (PEM)")
+    p.add_argument("--tls-key", help="... and its key")
+    p.add_argument("--tls-client-ca", help="mutual TLS: callers need a certificate signed by this CA")
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--log-level", default="INFO")
 
@@ -61,13 +66,15 @@ def run_bookie_agent(args: argparse.Namespace) -> int:
         if not args.synthetic_file:
             raise UsageError("--source synthetic needs --synthetic-file")
         source = SyntheticStore(args.synthetic_file)
-    agent = BookieAgent(source, bind=args.bind or f"0.0.0.0:{DEFAULT_AGENT_PORT}", workers=args.workers).start()
+    creds = server_credentials(args.tls_cert or "", args.tls_key or "", args.tls_client_ca or "")
+    agent = BookieAgent(source, bind=args.bind or f"0.0.0.0:{DEFAULT_AGENT_PORT}", workers=args.workers,
+                        credentials=creds).start()
     bind_host = (args.bind or "0.0.0.0").rsplit(":", 1)[0]
     address = args.advertise_address or f"{'127.0.0.1' if bind_host in ('0.0.0.0', '[::]') else bind_host}:{agent.port}"
     zk = None
     if args.metadata_service_uri:
         uri = parse_metadata_service_uri(args.metadata_service_uri)
-        zk = KazooClient(hosts=uri.hosts, timeout=15)
+        zk = KazooClient(hosts=uri.hosts, timeout=15, **zk_client_args(args.zk_auth_file or ""))
         zk.start(timeout=15)
         agent.register(zk, uri.scrutiny_path, args.bookie_id, address)
 
@@ -232,6 +239,9 @@ def _rescan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-wait", action="store_true", help="print the run id and return")
     p.add_argument("--wait-timeout", type=float, default=0.0, metavar="SECONDS")
     p.add_argument("--token-file", help="a bearer token for the auditor")
+    p.add_argument("--tls-ca", help="the auditor serves TLS: verify it with this CA")
+    p.add_argument("--tls-cert", help="mutual TLS: this client's certificate")
+    p.add_argument("--tls-key", help="... and its key")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--output", default="", metavar="FILE")
     p.add_argument("--log-level", default="WARNING")
@@ -256,8 +266,9 @@ def run_rescan(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"cannot read --token-file: {exc.strerror}") from None
     address = args.auditor
+    creds = channel_credentials(args.tls_ca or "", args.tls_cert or "", args.tls_key or "")
     for _ in range(2):  # a standby names the leader: ask it once
-        with grpc.insecure_channel(address) as channel:
+        with (grpc.secure_channel(address, creds) if creds else grpc.insecure_channel(address)) as channel:
             try:
                 resp = auditor_pb2_grpc.AuditorStub(channel).Rescan(request, metadata=metadata)
                 break

@@ -36,6 +36,9 @@ class ScanSettings:
     bookie_calls_per_bookie: int = 2
     bookie_streaming: bool = True
     bookie_max_message_bytes: int = 64 * 1024 * 1024
+    bookie_tls_ca: str = ""  # verify the agents' certificates (TLS); empty: plaintext
+    bookie_tls_cert: str = ""  # this client's certificate, for agents that require mutual TLS
+    bookie_tls_key: str = ""
     # placement (BookKeeper's names in the README)
     placement_policy: str = "rackaware"
     min_racks_per_write_quorum: int = 2
@@ -61,6 +64,11 @@ class ScanSettings:
     zk_max_in_flight: int = 256
     zk_session_timeout: float = 30.0
     zk_connect_timeout: float = 15.0
+    zk_retry_deadline: float = 60.0  # how long a read retries across connection loss before giving up
+    zk_auth_file: str = ""  # "user:password" for ZooKeeper digest authentication
+    zk_tls_ca: str = ""  # ZooKeeper client TLS (3.5+ secureClientPort)
+    zk_tls_cert: str = ""
+    zk_tls_key: str = ""
 
     def placement(self) -> PlacementPolicy:
         return PlacementPolicy(self.placement_policy, self.min_racks_per_write_quorum, self.enforce_min_racks,

@@ -37,6 +37,7 @@ from scrutiny.checks import (
 from scrutiny.config import ScanSettings
 from scrutiny.metadata import LedgerMetadata, MetadataError, UnderreplicationMark
 from scrutiny.report import Report
+from scrutiny.tls import channel_credentials, zk_client_args
 from scrutiny.zkstore import LedgerRange, MetadataStoreUnavailable, ZkMetadataStore, chunk_ids
 
 log = logging.getLogger(__name__)
@@ -95,20 +96,26 @@ def close_worker_resources() -> None:
 atexit.register(close_worker_resources)
 
 
+def connect_store(s: ScanSettings) -> ZkMetadataStore:
+    return ZkMetadataStore.connect(s.metadata_service_uri, timeout=s.zk_connect_timeout,
+                                   session_timeout=s.zk_session_timeout, max_in_flight=s.zk_max_in_flight,
+                                   retry_deadline=s.zk_retry_deadline,
+                                   **zk_client_args(s.zk_auth_file, s.zk_tls_ca, s.zk_tls_cert, s.zk_tls_key))
+
+
 def resources(ctx: RunContext) -> tuple[ZkMetadataStore, BookieClient]:
     """One ZooKeeper session and one set of agent channels per worker process, reused across tasks."""
     s = ctx.settings
-    key = (s.metadata_service_uri, json.dumps(sorted(ctx.agent_addresses.items())), str(s.zk_max_in_flight),
-           str(s.bookie_deadline_seconds), str(s.bookie_streaming), str(s.bookie_ledgers_per_call))
+    key = (repr(s), json.dumps(sorted(ctx.agent_addresses.items())))
     with _resources_lock:
         if key not in _resources:
-            store = ZkMetadataStore.connect(s.metadata_service_uri, timeout=s.zk_connect_timeout,
-                                            session_timeout=s.zk_session_timeout, max_in_flight=s.zk_max_in_flight)
+            store = connect_store(s)
             client = BookieClient(
                 EndpointResolver(ctx.agent_addresses, default_port=s.agent_default_port),
                 deadline=s.bookie_deadline_seconds, ledgers_per_call=s.bookie_ledgers_per_call,
                 max_calls_per_bookie=s.bookie_calls_per_bookie, streaming=s.bookie_streaming,
-                max_message_bytes=s.bookie_max_message_bytes)
+                max_message_bytes=s.bookie_max_message_bytes,
+                credentials=channel_credentials(s.bookie_tls_ca, s.bookie_tls_cert, s.bookie_tls_key))
             _resources[key] = (store, client)
         return _resources[key]
 
@@ -276,8 +283,7 @@ class ScrutinyRun:
         ledgers (the daemon schedules `finish` as a one-off job), then calls `finish`."""
         s = self.settings
         started = _now_ms()
-        store = ZkMetadataStore.connect(s.metadata_service_uri, timeout=s.zk_connect_timeout,
-                                        session_timeout=s.zk_session_timeout, max_in_flight=s.zk_max_in_flight)
+        store = connect_store(s)
         try:
             pending = PendingRun(store=store, started_ms=started)
             marks, mark_problems = store.underreplication_marks()
@@ -423,8 +429,7 @@ class ScrutinyRun:
 def check_marks(settings: ScanSettings, run_id: str | None = None) -> Report:
     """The cheap periodic job: only the age of the under-replication marks."""
     started = _now_ms()
-    with ZkMetadataStore.connect(settings.metadata_service_uri, timeout=settings.zk_connect_timeout,
-                                 session_timeout=settings.zk_session_timeout) as store:
+    with connect_store(settings) as store:
         marks, problems = store.underreplication_marks()
     found = check_underreplication_age(marks.values(), settings.underreplicated_grace_period, _now_ms())
     return Report(run_id=run_id or uuid.uuid4().hex[:12], started_at=_iso(started), finished_at=_iso(_now_ms()),

@@ -107,7 +107,8 @@ class ZkMetadataStore:
 
     @classmethod
     def connect(cls, uri: str | MetadataServiceUri, timeout: float = 10.0, session_timeout: float = 30.0,
-                max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, **client_args: Any) -> ZkMetadataStore:
+                max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, retry_deadline: float = 60.0,
+                **client_args: Any) -> ZkMetadataStore:
         parsed = parse_metadata_service_uri(uri) if isinstance(uri, str) else uri
         client = KazooClient(hosts=parsed.hosts, timeout=session_timeout,
                              connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 2.0}, **client_args)
@@ -116,7 +117,7 @@ class ZkMetadataStore:
         except (KazooTimeoutError, KazooException) as exc:
             client.close()
             raise MetadataStoreUnavailable(f"cannot reach ZooKeeper at {parsed.hosts}: {exc}") from None
-        return cls(client, parsed, max_in_flight=max_in_flight)
+        return cls(client, parsed, max_in_flight=max_in_flight, retry_deadline=retry_deadline)
 
     def close(self) -> None:
         try:

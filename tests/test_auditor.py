@@ -78,7 +78,8 @@ def test_leader_runs_reports_statsd_and_rescan(cluster: tuple[DemoCluster, str],
     demo, uri = cluster
     udp = UdpListener()
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), statsd_host="127.0.0.1",
-                               statsd_port=udp.port, statsd_prefix="scrutiny", underreplication_interval_seconds=0)
+                               statsd_port=udp.port, statsd_prefix="scrutiny", underreplication_interval_seconds=0,
+                               insecure_open_rescan=True)
     auditor = Auditor(scan_settings(uri), settings, engine=LocalEngine()).start()
     try:
         wait_for(lambda: auditor.leading.is_set())
@@ -129,7 +130,7 @@ def test_bad_rescan_requests(cluster: tuple[DemoCluster, str], tmp_path: Path, r
                              words: str) -> None:
     _, uri = cluster
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path), full_interval_seconds=0,
-                               underreplication_interval_seconds=0)
+                               underreplication_interval_seconds=0, insecure_open_rescan=True)
     auditor = Auditor(scan_settings(uri), settings, engine=LocalEngine()).start()
     try:
         wait_for(lambda: auditor.leading.is_set())
@@ -168,7 +169,7 @@ def test_runs_are_skipped_while_replication_is_disabled(cluster: tuple[DemoClust
     demo, uri = cluster
     ClusterWriter(zk_client, demo.root).set_replication_disabled(True)
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path), full_interval_seconds=1,
-                               underreplication_interval_seconds=0)
+                               underreplication_interval_seconds=0, insecure_open_rescan=True)
     auditor = Auditor(scan_settings(uri), settings, engine=LocalEngine()).start()
     try:
         wait_for(lambda: auditor.skipped["full.replication_disabled"] >= 2)
@@ -191,7 +192,7 @@ def test_failover_keeps_the_cadence(cluster: tuple[DemoCluster, str], tmp_path: 
         cfg = tmp_path / f"auditor{i}.yaml"
         cfg.write_text(f"metadata_service_uri: {uri}\nengine: local\nrecheck_delay: 0.5\nzk_session_timeout: 4\n"
                        f"auditor:\n  listen: 127.0.0.1:{port}\n  reports_dir: {tmp_path / f'reports{i}'}\n"
-                       "  full_interval_seconds: 3600\n  underreplication_interval_seconds: 0\n")
+                       "  full_interval_seconds: 3600\n  underreplication_interval_seconds: 0\n  insecure_open_rescan: true\n")
         configs.append(cfg)
     first = _auditor_process(configs[0])
     second = None
@@ -236,7 +237,7 @@ def _status(address: str) -> auditor_pb2.GetStatusResponse | None:
 def test_validate_config(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text("metadata_service_uri: zk+hierarchical://127.0.0.1:2181/ledgers\n"
-                    "auditor:\n  listen: 127.0.0.1:3192\n  full_interval_seconds: 600\n")
+                    "auditor:\n  listen: 127.0.0.1:3192\n  full_interval_seconds: 600\n  insecure_open_rescan: true\n")
     res = subprocess.run([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(good),
                           "--validate-config"], capture_output=True, text=True)
     assert res.returncode == 0 and "configuration OK" in res.stdout
@@ -247,16 +248,20 @@ def test_validate_config(tmp_path: Path) -> None:
                           "--validate-config"], capture_output=True, text=True)
     assert res.returncode == 2 and "full_interval_secs" in res.stderr
     bad.write_text("metadata_service_uri: zk+hierarchical://127.0.0.1:2181/ledgers\n"
-                   "auditor:\n  reports_keep: 0\n")
+                   "auditor:\n  reports_keep: 0\n  insecure_open_rescan: true\n")
     res = subprocess.run([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(bad),
                           "--validate-config"], capture_output=True, text=True)
     assert res.returncode == 2 and "reports_keep" in res.stderr
+    bad.write_text("metadata_service_uri: zk+hierarchical://127.0.0.1:2181/ledgers\n")
+    res = subprocess.run([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(bad),
+                          "--validate-config"], capture_output=True, text=True)
+    assert res.returncode == 2 and "Rescan needs authentication" in res.stderr
 
 
 def test_rescan_command(cluster: tuple[DemoCluster, str], tmp_path: Path) -> None:
     _, uri = cluster
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path), full_interval_seconds=0,
-                               underreplication_interval_seconds=0)
+                               underreplication_interval_seconds=0, insecure_open_rescan=True)
     leader = Auditor(scan_settings(uri), settings, engine=LocalEngine()).start()
     standby = None
     try:

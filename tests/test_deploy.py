@@ -115,11 +115,13 @@ def test_kubernetes_manifests() -> None:
     assert all(mounts[d]["readOnly"] for d in args.ledger_dir)  # the bookie's data: read-only
     config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["scrutiny.yaml"])
     build(ScanSettings, config, {}).validate()
-    assert build(AuditorSettings, config, {}, section="auditor").validate().listen.endswith(
-        f":{DEFAULT_AUDITOR_PORT}")
+    token = next(m for m in auditor["volumeMounts"] if m["name"] == "token")
+    assert config["auditor"]["token_file"].startswith(token["mountPath"] + "/") and token["readOnly"]
+    settings = build(AuditorSettings, config, {}, section="auditor")
+    assert settings.listen.endswith(f":{DEFAULT_AUDITOR_PORT}")
 
 
-def test_example_config_documents_every_setting() -> None:
+def test_example_config_documents_every_setting(tmp_path: Path) -> None:
     path = ROOT / "deploy" / "scrutiny.yaml"
     config = yaml.safe_load(path.read_text())
     scan_keys = {f.name for f in dataclasses.fields(ScanSettings)}
@@ -127,5 +129,7 @@ def test_example_config_documents_every_setting() -> None:
     assert scan_keys <= set(config), scan_keys - set(config)
     assert auditor_keys <= set(config["auditor"]), auditor_keys - set(config["auditor"])
     build(ScanSettings, config, {}).validate()
-    build(AuditorSettings, config, {}, section="auditor").validate()
+    token = tmp_path / "rescan-token"
+    token.write_text("t0ken")
+    build(AuditorSettings, config, {"token_file": str(token)}, section="auditor").validate()
     assert all(len(line) < 120 for line in path.read_text().splitlines())
