@@ -192,7 +192,8 @@ def test_failover_keeps_the_cadence(cluster: tuple[DemoCluster, str], tmp_path: 
         cfg = tmp_path / f"auditor{i}.yaml"
         cfg.write_text(f"metadata_service_uri: {uri}\nengine: local\nrecheck_delay: 0.5\nzk_session_timeout: 4\n"
                        f"auditor:\n  listen: 127.0.0.1:{port}\n  reports_dir: {tmp_path / f'reports{i}'}\n"
-                       "  full_interval_seconds: 3600\n  underreplication_interval_seconds: 0\n  insecure_open_rescan: true\n")
+                       "  full_interval_seconds: 3600\n  underreplication_interval_seconds: 0\n"
+                       "  insecure_open_rescan: true\n")
         configs.append(cfg)
     first = _auditor_process(configs[0])
     second = None
