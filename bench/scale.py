@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -104,6 +103,8 @@ class PeakRss:
     def __init__(self) -> None:
         self.executors = 0
         self.jvm = 0
+        self.driver_base = psutil.Process().memory_info().rss
+        self.driver = self.driver_base
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._loop, daemon=True)
         self._t.start()
@@ -111,6 +112,7 @@ class PeakRss:
     def _loop(self) -> None:
         me = psutil.Process()
         while not self._stop.wait(0.5):
+            self.driver = max(self.driver, me.memory_info().rss)
             try:
                 kids = me.children(recursive=True)
             except psutil.Error:
@@ -180,7 +182,6 @@ def run_size(count: int, entries: int, unary_max: int, master: str) -> dict[str,
                 addresses = store.agent_addresses()
             session = spark_session(master)
             sc = session.sparkContext
-            peak = PeakRss()
             # -- the floor: only I/O, same parallelism as the scan
             t0 = time.perf_counter()
             read = sc.parallelize(ranges, len(ranges)).map(lambda r: _read_range(uri, r)).sum()
@@ -194,6 +195,7 @@ def run_size(count: int, entries: int, unary_max: int, master: str) -> dict[str,
             row["floor s"] = floor
             # -- the scan
             settings = ScanSettings(metadata_service_uri=uri, recheck_delay=1.0, spark_master=master)
+            peak = PeakRss()  # from here: what the scan itself costs
             t0 = time.perf_counter()
             report = ScrutinyRun(settings, SparkEngine(session=session)).execute()
             scan = time.perf_counter() - t0
@@ -203,6 +205,8 @@ def run_size(count: int, entries: int, unary_max: int, master: str) -> dict[str,
             row["scan / floor"] = scan / floor
             row["ledgers/s"] = count / scan
             row["zk peak in flight"] = report.stats.get("zk_peak_in_flight", 0)
+            row["driver RSS MB"] = peak.driver_base // (1 << 20)
+            row["driver growth in scan MB"] = (peak.driver - peak.driver_base) // (1 << 20)
             if count <= unary_max:
                 unary = ScanSettings(metadata_service_uri=uri, recheck_delay=1.0, bookie_streaming=False)
                 t0 = time.perf_counter()
@@ -210,7 +214,6 @@ def run_size(count: int, entries: int, unary_max: int, master: str) -> dict[str,
                 row["unary scan s"] = time.perf_counter() - t0
                 row["unary / streaming"] = row["unary scan s"] / scan
             peak.stop()
-            row["driver peak MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
             row["executor peak MB"] = peak.executors // (1 << 20)
             row["JVM peak MB"] = peak.jvm // (1 << 20)
             session.stop()

@@ -322,6 +322,10 @@ class ScrutinyRun:
             t0 = time.monotonic()
             self._verify(store, ctx, pending.counts, violations, pending.errors, stats)
             stats["verify_ms"] = int((time.monotonic() - t0) * 1000)
+        except MetadataStoreUnavailable as exc:
+            # Findings that could not be re-read are not presented as a complete report.
+            pending.errors.append(f"re-check and re-read before reporting: {exc}")
+        try:
             aged = [m for lid, m in pending.marks.items() if pending.scope is None or lid in pending.scope]
             for v in check_underreplication_age(aged, s.underreplicated_grace_period, _now_ms()):
                 violations[(v.category, v.ledger_id)] = v

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError, SessionExpiredError
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooException, NoNodeError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.retry import KazooRetry, RetryFailedError
 
 from scrutiny.metadata import (
     BookieRegistration,
@@ -40,9 +39,9 @@ from scrutiny.metadata import (
 )
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 DEFAULT_MAX_IN_FLIGHT = 256
-_RETRYABLE = (ConnectionLoss, SessionExpiredError, KazooTimeoutError)
+_RETRYABLE = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, KazooTimeoutError)
+OPERATION_TIMEOUT = 10.0  # seconds one request may wait for an answer before it is retried
 
 
 class MetadataStoreUnavailable(RuntimeError):
@@ -99,8 +98,7 @@ class ZkMetadataStore:
         self.max_in_flight = max_in_flight
         self.peak_in_flight = 0
         self.reads = 0
-        self._retry = KazooRetry(max_tries=-1, delay=0.1, max_delay=2.0, deadline=retry_deadline, ignore_expire=True)
-        self._lock = threading.Lock()
+        self.retry_deadline = retry_deadline
         self._layout: Layout | None = uri.layout
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -131,45 +129,56 @@ class ZkMetadataStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """One request, retried across connection loss and session expiry up to the deadline."""
-        try:
-            return self._retry(fn, *args)
-        except (*_RETRYABLE, RetryFailedError) as exc:
-            raise MetadataStoreUnavailable(f"ZooKeeper unavailable past the retry deadline: {exc!r}") from None
+    def call(self, start: Callable[..., Any], *args: Any) -> Any:
+        """One request (an asynchronous kazoo call), retried across connection loss and session
+        expiry until the retry deadline. Each wait is bounded: while disconnected, kazoo queues a
+        request without limit, since it cannot learn that its session expired before it reconnects."""
+        deadline = time.monotonic() + self.retry_deadline
+        delay = 0.1
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return start(*args).get(timeout=max(0.05, min(remaining, OPERATION_TIMEOUT)))
+            except _RETRYABLE as exc:
+                if time.monotonic() + delay >= deadline:
+                    raise MetadataStoreUnavailable(
+                        f"ZooKeeper unavailable for {self.retry_deadline:.0f} s: {type(exc).__name__}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     def get(self, path: str) -> tuple[bytes, Any] | None:
         try:
-            return self.call(self.client.get, path)
+            return self.call(self.client.get_async, path)
         except NoNodeError:
             return None
 
     def children(self, path: str) -> list[str]:
         try:
-            return sorted(self.call(self.client.get_children, path))
+            return sorted(self.call(self.client.get_children_async, path))
         except NoNodeError:
             return []
 
     def exists(self, path: str) -> bool:
-        return self.call(self.client.exists, path) is not None
+        return self.call(self.client.exists_async, path) is not None
 
     # -- pipelined reads ----------------------------------------------------------------------
 
-    def _pipelined(self, paths: Iterable[str], start: Callable[[str], Any], sync: Callable[[str], Any]
-                   ) -> Iterator[tuple[str, Any]]:
+    def _pipelined(self, paths: Iterable[str], start: Callable[[str], Any]) -> Iterator[tuple[str, Any]]:
         """Yield (path, result or None for a missing node), in order, at most max_in_flight outstanding."""
         pending: deque[tuple[str, Any]] = deque()
 
         def drain_one() -> tuple[str, Any]:
             path, handle = pending.popleft()
             try:
-                return path, handle.get()
+                if handle is None:
+                    raise ConnectionLoss()
+                return path, handle.get(timeout=OPERATION_TIMEOUT)
             except NoNodeError:
                 return path, None
             except _RETRYABLE:
                 # The connection dropped under this request: redo it on its own, with retries.
                 try:
-                    return path, self.call(sync, path)
+                    return path, self.call(start, path)
                 except NoNodeError:
                     return path, None
 
@@ -179,7 +188,7 @@ class ZkMetadataStore:
             try:
                 handle = start(path)
             except _RETRYABLE:
-                handle = _Done(path, self, sync)
+                handle = None  # submitted again, with retries, when collected
             pending.append((path, handle))
             if len(pending) > self.peak_in_flight:
                 self.peak_in_flight = len(pending)
@@ -188,10 +197,10 @@ class ZkMetadataStore:
             yield drain_one()
 
     def get_many(self, paths: Iterable[str]) -> Iterator[tuple[str, tuple[bytes, Any] | None]]:
-        return self._pipelined(paths, self.client.get_async, self.client.get)
+        return self._pipelined(paths, self.client.get_async)
 
     def children_many(self, paths: Iterable[str]) -> Iterator[tuple[str, list[str] | None]]:
-        return self._pipelined(paths, self.client.get_children_async, self.client.get_children)
+        return self._pipelined(paths, self.client.get_children_async)
 
     # -- layout and enumeration ---------------------------------------------------------------
 
@@ -351,16 +360,6 @@ class ZkMetadataStore:
             return decode_racks(got[0], where)
         except MetadataError as exc:
             return {}, [str(exc)]
-
-
-class _Done:
-    """A request whose asynchronous submission failed: performed synchronously when collected."""
-
-    def __init__(self, path: str, store: ZkMetadataStore, sync: Callable[[str], Any]) -> None:
-        self._path, self._store, self._sync = path, store, sync
-
-    def get(self) -> Any:
-        return self._store.call(self._sync, self._path)
 
 
 def chunk_ids(root: str, ids: list[int], size: int = 10_000) -> list[LedgerRange]:
