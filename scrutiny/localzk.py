@@ -14,6 +14,8 @@ from types import TracebackType
 
 JAVA_DIR = Path("/usr/share/java")
 CLASSPATH_JARS = ("zookeeper.jar", "slf4j-log4j12.jar", "log4j-1.2.jar")
+# The Netty connection factory (needed for TLS) wants these too; zookeeper.jar's manifest omits them.
+TLS_JARS = ("netty-codec.jar", "netty-resolver.jar", "netty-transport-native-unix-common.jar")
 
 
 class LocalZooKeeperError(RuntimeError):
@@ -40,7 +42,10 @@ def _answers(port: int) -> bool:
 class LocalZooKeeper:
     """Start/stop/restart a standalone server on a loopback port with a private data dir."""
 
-    def __init__(self, port: int | None = None, workdir: str | Path | None = None, heap: str = "512m") -> None:
+    def __init__(self, port: int | None = None, workdir: str | Path | None = None, heap: str = "512m",
+                 tls_keystore: str | Path | None = None, tls_truststore: str | Path | None = None) -> None:
+        """With `tls_keystore` (PEM: key and certificate) the server also listens with TLS on
+        `secure_port`; `tls_truststore` (PEM CA) makes it require client certificates."""
         missing = [j for j in CLASSPATH_JARS if not (JAVA_DIR / j).exists()]
         if missing:
             raise LocalZooKeeperError(
@@ -50,6 +55,8 @@ class LocalZooKeeper:
             raise LocalZooKeeperError("no `java` on PATH: run `make setup`")
         self.port = port or free_port()
         self.heap = heap  # about 0.6 KB per znode: a million ledgers want 2g
+        self.tls_keystore, self.tls_truststore = tls_keystore, tls_truststore
+        self.secure_port = free_port() if tls_keystore else None
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="scrutiny-zk-"))
         self._proc: subprocess.Popen[bytes] | None = None
@@ -74,6 +81,16 @@ class LocalZooKeeper:
             "minSessionTimeout=1000\n"
             "maxSessionTimeout=60000\n"
         )
+        if self.tls_keystore:
+            with cfg.open("a") as f:
+                f.write(f"secureClientPort={self.secure_port}\n"
+                        "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n"
+                        f"ssl.keyStore.location={self.tls_keystore}\nssl.keyStore.type=PEM\n")
+                if self.tls_truststore:
+                    f.write(f"ssl.trustStore.location={self.tls_truststore}\nssl.trustStore.type=PEM\n"
+                            "ssl.clientAuth=need\n")
+                else:
+                    f.write("ssl.clientAuth=none\n")
         log4j = self.workdir / "log4j.properties"
         log4j.write_text(
             "log4j.rootLogger=WARN, FILE\n"
@@ -88,7 +105,8 @@ class LocalZooKeeper:
         if self._proc is not None and self._proc.poll() is None:
             return
         cfg = self._write_config()
-        cp = ":".join(str(JAVA_DIR / j) for j in CLASSPATH_JARS)
+        jars = CLASSPATH_JARS + (TLS_JARS if self.tls_keystore else ())
+        cp = ":".join(str(JAVA_DIR / j) for j in jars)
         cmd = [
             "java", f"-Xmx{self.heap}",
             f"-Dzookeeper.log.dir={self.workdir}",

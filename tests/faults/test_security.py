@@ -23,7 +23,7 @@ from scrutiny.config import ScanSettings
 from scrutiny.entrysources import SyntheticStore, SyntheticStoreWriter
 from scrutiny.localzk import LocalZooKeeper
 from scrutiny.metadata import parse_metadata_service_uri
-from scrutiny.run import LocalEngine
+from scrutiny.run import LocalEngine, ScrutinyRun, close_worker_resources
 from scrutiny.tls import channel_credentials, server_credentials, zk_client_args
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 from tests.certs import CertificateAuthority, Pair
@@ -156,3 +156,35 @@ def test_auditor_tls_mtls_token_acls_and_no_secret_leaks(pki: dict, secured_zk: 
     written = "\n".join(p.read_text() for p in (tmp_path / "reports").rglob("*.json")) + caplog.text
     for secret in ("t0p-s3cret-t0ken", "zk-pa55word", server.key.read_text().splitlines()[1]):
         assert secret not in written
+
+
+def test_scan_over_zookeeper_tls(pki: dict, tmp_path: Path, store: Path) -> None:  # type: ignore[type-arg]
+    """A real ZooKeeper with a TLS client port (secureClientPort, Netty), certificates from the test CA."""
+    from scrutiny.clusterwriter import ClusterWriter
+    from scrutiny.metadata import LedgerMetadata, LedgerState, Segment
+
+    server: Pair = pki["server"]  # type: ignore[assignment]
+    keystore = tmp_path / "zk-keystore.pem"
+    keystore.write_text(server.key.read_text() + server.cert.read_text())
+    with LocalZooKeeper(workdir=tmp_path / "zk", tls_keystore=keystore) as zk:
+        plain = KazooClient(hosts=zk.hosts)
+        plain.start()
+        w = ClusterWriter(plain, "/ledgers")
+        w.init_cluster()
+        w.write_ledgers([LedgerMetadata(i, LedgerState.CLOSED, 1, 1, 1, 9, 0, (Segment(0, (BOOKIE,)),))
+                         for i in range(1, 4)])
+        plain.stop()
+        plain.close()
+        agent = BookieAgent(SyntheticStore(store), bind="127.0.0.1:0").start()
+        try:
+            settings = ScanSettings(metadata_service_uri=f"zk+hierarchical://127.0.0.1:{zk.secure_port}/ledgers",
+                                    engine="local", placement_policy="none", zk_tls_ca=str(pki["ca"]),
+                                    recheck_delay=0.1, bookie_endpoints={BOOKIE: f"127.0.0.1:{agent.port}"})
+            report = ScrutinyRun(settings, LocalEngine()).execute()
+            assert report.complete and report.ledgers["seen"] == 3
+            # ledger 1 holds entries 0..9 on the agent; 2 and 3 are not there at all
+            assert {(str(v.category), v.ledger_id) for v in report.violations} == {
+                ("NO_REPLICA_OF_AN_ENTRY", 2), ("NO_REPLICA_OF_AN_ENTRY", 3)}
+        finally:
+            agent.stop(grace=0)
+            close_worker_resources()
