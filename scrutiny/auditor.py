@@ -37,6 +37,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from scrutiny.checks import Category
 from scrutiny.config import ConfigError, ScanSettings
 from scrutiny.logsetup import RUN_ID
 from scrutiny.metadata import parse_metadata_service_uri
@@ -441,11 +442,7 @@ class Auditor:
         ticket.report = report
         self._write_report(ticket.kind, report)
         if self.statsd:
-            cats = None
-            if ticket.kind == UNDERREPLICATION:
-                from scrutiny.checks import Category
-
-                cats = (Category.UNDERREPLICATED_ELAPSED_GRACE_PERIOD,)
+            cats = (Category.UNDERREPLICATED_ELAPSED_GRACE_PERIOD,) if ticket.kind == UNDERREPLICATION else None
             try:
                 self.statsd.publish(report, ticket.kind, ticket.finished_ms - ticket.started_ms, cats)
             except OSError as exc:

@@ -14,11 +14,9 @@ from types import FrameType
 from scrutiny.auditor import AuditorSettings
 from scrutiny.config import ConfigError, ScanSettings, build, read_config_file
 from scrutiny.metadata import MetadataError
-from scrutiny.report import Report
+from scrutiny.report import EXIT_CLEAN, EXIT_INCOMPLETE, Report
 from scrutiny.tls import channel_credentials, server_credentials, zk_client_args
 from scrutiny.zkstore import MetadataStoreUnavailable
-
-EXIT_CLEAN, EXIT_VIOLATIONS, EXIT_ERROR = 0, 1, 2
 
 
 class UsageError(Exception):
@@ -326,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handlers[args.command](args)
     except (UsageError, ConfigError, MetadataError, MetadataStoreUnavailable) as exc:
         print(f"scrutiny {args.command}: {' '.join(str(exc).split())}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_INCOMPLETE
 
 
 if __name__ == "__main__":

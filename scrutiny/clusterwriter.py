@@ -14,7 +14,6 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
-from scrutiny.bookkeeper import ledger_metadata_pb2
 from scrutiny.metadata import (
     BookieRegistration,
     Layout,
@@ -136,8 +135,3 @@ class ClusterWriter:
 
     def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
         self._put(f"{self.root}/underreplication/lostBookieRecoveryDelay", str(seconds).encode())
-
-    def set_check_ctime(self, name: str, ms: int) -> None:
-        """checkallledgersctime / placementpolicycheckctime / replicascheckctime."""
-        msg = ledger_metadata_pb2.CheckCTimeFormat(ctime=ms)
-        self._put(f"{self.root}/underreplication/{name}", msg.SerializeToString())

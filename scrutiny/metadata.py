@@ -410,15 +410,6 @@ def ledger_id_of_mark(name: str) -> int | None:
     return int(name[3:]) if name.startswith("urL") and name[3:].isdigit() else None
 
 
-def decode_check_ctime(data: bytes) -> int | None:
-    msg = ledger_metadata_pb2.CheckCTimeFormat()
-    try:
-        msg.ParseFromString(data)
-    except DecodeError:
-        return None
-    return msg.ctime if msg.HasField("ctime") else None
-
-
 # ---------------------------------------------------------------------------------------------
 # Bookie registrations and racks
 

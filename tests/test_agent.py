@@ -7,8 +7,6 @@ import os
 import signal
 import socket
 import socketserver
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -38,6 +36,7 @@ from scrutiny.localzk import LocalZooKeeper
 from scrutiny.metadata import parse_metadata_service_uri
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 from scrutiny.zkstore import ZkMetadataStore
+from tests.helpers import slow_agent
 
 G = codec.SequenceGroup
 
@@ -258,10 +257,8 @@ def test_nobody_listening_is_unavailable_not_missing() -> None:
 
 
 def test_agent_killed_mid_stream(synthetic: Path) -> None:
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("slow_agent.py")), str(synthetic), "0.005"],
-                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    proc, port = slow_agent(synthetic, 0.005)
     try:
-        port = int(proc.stdout.readline())  # type: ignore[union-attr]
         killer = threading.Timer(1.0, lambda: os.kill(proc.pid, signal.SIGKILL))
         killer.start()
         with client_for(port, retries=1, backoff=0.05, deadline=20) as c:
@@ -278,10 +275,8 @@ def test_agent_killed_mid_stream(synthetic: Path) -> None:
 
 
 def test_a_hung_agent_costs_one_deadline(synthetic: Path) -> None:
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("slow_agent.py")), str(synthetic), "30"],
-                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    proc, port = slow_agent(synthetic, 30)
     try:
-        port = int(proc.stdout.readline())  # type: ignore[union-attr]
         with client_for(port, deadline=1.0) as c:
             t0 = time.monotonic()
             got = c.fetch("b1:3181", [1, 2])

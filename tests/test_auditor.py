@@ -27,6 +27,7 @@ from scrutiny.localzk import LocalZooKeeper, free_port
 from scrutiny.metadata import parse_metadata_service_uri
 from scrutiny.run import LocalEngine
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
+from tests.helpers import auditor_process, wait_for
 
 
 @pytest.fixture
@@ -63,15 +64,6 @@ class UdpListener:
 
 def stub(address: str) -> auditor_pb2_grpc.AuditorStub:
     return auditor_pb2_grpc.AuditorStub(grpc.insecure_channel(address))
-
-
-def wait_for(predicate: object, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out")
 
 
 def test_leader_runs_reports_statsd_and_rescan(cluster: tuple[DemoCluster, str], tmp_path: Path) -> None:
@@ -178,12 +170,6 @@ def test_runs_are_skipped_while_replication_is_disabled(cluster: tuple[DemoClust
         auditor.stop()
 
 
-def _auditor_process(config: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(config)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-
 def test_failover_keeps_the_cadence(cluster: tuple[DemoCluster, str], tmp_path: Path) -> None:
     _, uri = cluster
     ports = [free_port(), free_port()]
@@ -195,14 +181,14 @@ def test_failover_keeps_the_cadence(cluster: tuple[DemoCluster, str], tmp_path: 
                        "  full_interval_seconds: 3600\n  underreplication_interval_seconds: 0\n"
                        "  insecure_open_rescan: true\n")
         configs.append(cfg)
-    first = _auditor_process(configs[0])
+    first = auditor_process(configs[0])
     second = None
     try:
         a, b = f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"
         wait_for(lambda: _status(a) is not None and _status(a).role == auditor_pb2.LEADER)
         wait_for(lambda: any(r.kind == "full" and r.finished_at for r in _status(a).last_runs), 60)
         ran_at = datetime.fromisoformat(next(r.started_at for r in _status(a).last_runs if r.kind == "full"))
-        second = _auditor_process(configs[1])
+        second = auditor_process(configs[1])
         wait_for(lambda: _status(b) is not None and _status(b).role == auditor_pb2.STANDBY)
         assert _status(b).leader_address == a
         with pytest.raises(grpc.RpcError) as err:
@@ -235,27 +221,28 @@ def _status(address: str) -> auditor_pb2.GetStatusResponse | None:
         return None
 
 
+def validate(config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(config),
+                           "--validate-config"], capture_output=True, text=True)
+
+
 def test_validate_config(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text("metadata_service_uri: zk+hierarchical://127.0.0.1:2181/ledgers\n"
                     "auditor:\n  listen: 127.0.0.1:3192\n  full_interval_seconds: 600\n  insecure_open_rescan: true\n")
-    res = subprocess.run([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(good),
-                          "--validate-config"], capture_output=True, text=True)
+    res = validate(good)
     assert res.returncode == 0 and "configuration OK" in res.stdout
     bad = tmp_path / "bad.yaml"
     bad.write_text("metadata_service_uri: zk+hierarchical://127.0.0.1:2181/ledgers\n"
                    "auditor:\n  full_interval_secs: 600\n")
-    res = subprocess.run([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(bad),
-                          "--validate-config"], capture_output=True, text=True)
+    res = validate(bad)
     assert res.returncode == 2 and "full_interval_secs" in res.stderr
     bad.write_text("metadata_service_uri: zk+hierarchical://127.0.0.1:2181/ledgers\n"
                    "auditor:\n  reports_keep: 0\n  insecure_open_rescan: true\n")
-    res = subprocess.run([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(bad),
-                          "--validate-config"], capture_output=True, text=True)
+    res = validate(bad)
     assert res.returncode == 2 and "reports_keep" in res.stderr
     bad.write_text("metadata_service_uri: zk+hierarchical://127.0.0.1:2181/ledgers\n")
-    res = subprocess.run([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(bad),
-                          "--validate-config"], capture_output=True, text=True)
+    res = validate(bad)
     assert res.returncode == 2 and "Rescan needs authentication" in res.stderr
 
 

@@ -37,8 +37,7 @@ from scrutiny.metadata import (
 from scrutiny.run import LocalEngine, Pass, RangeResult, RunContext, ScrutinyRun, resources
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 from scrutiny.zkstore import LedgerRange
-
-SLOW_AGENT = Path(__file__).resolve().parent.parent / "slow_agent.py"
+from tests.helpers import auditor_process, slow_agent
 
 
 def found(report: object) -> set[tuple[str, int]]:
@@ -122,12 +121,6 @@ def test_auditor_backs_off_while_zookeeper_is_down_at_start(tmp_path: Path) -> N
         zk.close()
 
 
-def _slow_agent(store: Path, delay: float) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen([sys.executable, str(SLOW_AGENT), str(store), str(delay)], stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
-    return proc, int(proc.stdout.readline())  # type: ignore[union-attr]
-
-
 def _one_bookie_cluster(zk_client: KazooClient, root: str, tmp_path: Path, ledgers: int,
                         last: int = 99) -> tuple[list[LedgerMetadata], Path]:
     w = ClusterWriter(zk_client, root)
@@ -146,7 +139,7 @@ def test_hung_agent_costs_its_deadlines_then_bookie_unavailable(zk_server: Local
                                                                zk_namespace: str, tmp_path: Path) -> None:
     root = f"{zk_namespace}/ledgers"
     _, store = _one_bookie_cluster(zk_client, root, tmp_path, 5)
-    proc, port = _slow_agent(store, 60)  # accepts, never answers in time
+    proc, port = slow_agent(store, 60)  # accepts, never answers in time
     try:
         settings = ScanSettings(metadata_service_uri=f"zk+hierarchical://{zk_server.hosts}{root}", engine="local",
                                 placement_policy="none", recheck_delay=0.2, bookie_deadline_seconds=1.0,
@@ -218,17 +211,11 @@ def test_hostile_metadata_is_invalid_metadata_and_the_run_goes_on(zk_server: Loc
     assert report.complete and report.ledgers["checked"] == 1  # the healthy ledger was checked all the same
 
 
-def _auditor_process(config: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(config)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-
 def test_leader_killed_mid_run_the_standby_redoes_it_once(zk_server: LocalZooKeeper, zk_client: KazooClient,
                                                           zk_namespace: str, tmp_path: Path) -> None:
     root = f"{zk_namespace}/ledgers"
     _, store = _one_bookie_cluster(zk_client, root, tmp_path, 60)
-    agent, port = _slow_agent(store, 0.1)  # a full run takes about 6 s
+    agent, port = slow_agent(store, 0.1)  # a full run takes about 6 s
     uri = f"zk+hierarchical://{zk_server.hosts}{root}"
     procs = []
     try:
@@ -239,7 +226,7 @@ def test_leader_killed_mid_run_the_standby_redoes_it_once(zk_server: LocalZooKee
                            f"auditor:\n  listen: 127.0.0.1:0\n  reports_dir: {tmp_path / f'reports{i}'}\n"
                            "  full_interval_seconds: 3600\n  underreplication_interval_seconds: 0\n"
                            "  insecure_open_rescan: true\n")
-            procs.append(_auditor_process(cfg))
+            procs.append(auditor_process(cfg))
         first = int(procs[0].stdout.readline().split()[-1])  # type: ignore[union-attr]
         status = auditor_pb2_grpc.AuditorStub(grpc.insecure_channel(f"127.0.0.1:{first}"))
         deadline = time.monotonic() + 30
@@ -275,7 +262,7 @@ def test_a_spark_executor_failing_mid_job_is_retried_with_the_same_findings(
     # Slow down one bookie (a slow agent process replaces its agent) so that tasks take seconds.
     path = parse_metadata_service_uri(settings.metadata_service_uri).scrutiny_path
     store = cluster.store_files[bookie(1)]
-    agent, port = _slow_agent(store, 0.03)
+    agent, port = slow_agent(store, 0.03)
     zk_client.set(f"{path}/agents/{bookie(1)}", json.dumps({"bookie_id": bookie(1),
                                                             "address": f"127.0.0.1:{port}"}).encode())
     out = tmp_path / "r.json"
