@@ -9,7 +9,7 @@ import argparse
 import platform
 import time
 
-from bench import agentcalls, codec, zkreads
+from bench import agentcalls, checks, codec, zkreads
 from bench.common import table
 
 
@@ -21,6 +21,9 @@ def main() -> None:
           f"{platform.python_version()}\n")
     print("## codec (python -m bench.codec)\n")
     print(table(codec.run([100_000] if quick else [1_000_000, 10_000_000], 1 if quick else 3)) + "\n")
+    print("## coverage check cost by ledger size (python -m bench.checks)\n")
+    print(table(checks.run([1_000, 100_000] if quick else [1_000, 100_000, 10_000_000],
+                           10_000 if quick else 100_000)) + "\n")
     print("## ZooKeeper metadata reads (python -m bench.zkreads)\n")
     print(table(zkreads.run(1000 if quick else 20_000)) + "\n")
     print("## bookie agent calls (python -m bench.agentcalls)\n")

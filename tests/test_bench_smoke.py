@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import agentcalls, codec, zkreads
+from bench import agentcalls, checks, codec, zkreads
 
 
 def test_codec_bench_agrees_with_its_baseline() -> None:
@@ -15,3 +15,9 @@ def test_zookeeper_and_agent_benches_run() -> None:
     assert any("pipelined" in str(r["what"]) for r in zkreads.run(300))
     rows = agentcalls.run(300)
     assert [r["ledgers"] for r in rows] == [300, 300, 300]
+
+
+def test_checks_bench_runs_and_agrees_with_its_baseline() -> None:
+    rows = checks.run([1_000, 20_000], baseline_max=1_000)
+    assert [r["entries"] for r in rows] == [1_000, 20_000, 1_000, 20_000]
+    assert "entry-by-entry s" in rows[0]
