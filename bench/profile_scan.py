@@ -1,0 +1,76 @@
+"""Where a scan's time goes beyond the floor: cProfile of the executor-side work (`check_range`) over
+a synthetic cluster, in one process, with the agents in their own processes, grouped by component.
+
+    python -m bench.profile_scan [--ledgers 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from kazoo.client import KazooClient
+
+from bench.common import table
+from bench.scale import build
+from scrutiny.config import ScanSettings
+from scrutiny.localzk import LocalZooKeeper
+from scrutiny.run import LocalEngine, ScrutinyRun, close_worker_resources
+
+COMPONENTS = (("kazoo", "ZooKeeper client (kazoo)"), ("grpc", "gRPC client"), ("scrutiny/codec", "codec"),
+              ("scrutiny/checks", "checks"), ("scrutiny/metadata", "metadata decoding"),
+              ("protobuf", "protobuf"), ("threading", "waiting (threading)"), ("scrutiny/", "scrutiny, other"))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--ledgers", type=int, default=20_000)
+    count = p.parse_args().ledgers
+    with tempfile.TemporaryDirectory() as tmp, LocalZooKeeper(heap="1g") as zk:
+        client = KazooClient(hosts=zk.hosts)
+        client.start()
+        held = build(client, "/ledgers", count, 1000, Path(tmp))
+        uri = f"zk+hierarchical://{zk.hosts}/ledgers"
+        agents = [subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", b,
+                                    "--source", "synthetic", "--synthetic-file",
+                                    str(Path(tmp) / f"{b.replace(':', '_')}.synth"), "--bind", "127.0.0.1:0",
+                                    "--metadata-service-uri", uri], stdout=subprocess.PIPE, text=True)
+                  for b in sorted(held)]
+        try:
+            for a in agents:
+                a.stdout.readline()  # type: ignore[union-attr]
+            run = ScrutinyRun(ScanSettings(metadata_service_uri=uri), LocalEngine())
+            profile = cProfile.Profile()
+            t0 = time.perf_counter()
+            profile.enable()
+            report = run.execute()
+            profile.disable()
+            wall = time.perf_counter() - t0
+            assert report.complete and not report.violations
+        finally:
+            close_worker_resources()
+            for a in agents:
+                a.terminate()
+            client.stop()
+    stats = pstats.Stats(profile)
+    own: dict[str, float] = defaultdict(float)
+    for (filename, _, _), (_, _, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        name = next((label for key, label in COMPONENTS if key in filename), "other (Python runtime)")
+        own[name] += tottime
+    total = sum(own.values())
+    print(f"{count} ledgers in {wall:.1f} s in one process ({count / wall:,.0f} ledgers/s); CPU by component:\n")
+    print(table([{"component": k, "CPU s": v, "share": f"{v / total:.0%}"}
+                 for k, v in sorted(own.items(), key=lambda kv: -kv[1])]))
+    print()
+    stats.sort_stats("tottime").print_stats(15)
+
+
+if __name__ == "__main__":
+    main()
