@@ -219,6 +219,7 @@ def test_leader_killed_mid_run_the_standby_redoes_it_once(zk_server: LocalZooKee
     uri = f"zk+hierarchical://{zk_server.hosts}{root}"
     procs = []
     try:
+        configs = []
         for i in range(2):
             cfg = tmp_path / f"a{i}.yaml"
             cfg.write_text(f"metadata_service_uri: {uri}\nengine: local\nplacement_policy: none\n"
@@ -226,16 +227,19 @@ def test_leader_killed_mid_run_the_standby_redoes_it_once(zk_server: LocalZooKee
                            f"auditor:\n  listen: 127.0.0.1:0\n  reports_dir: {tmp_path / f'reports{i}'}\n"
                            "  full_interval_seconds: 3600\n  underreplication_interval_seconds: 0\n"
                            "  insecure_open_rescan: true\n")
-            procs.append(auditor_process(cfg))
+            configs.append(cfg)
+        procs.append(auditor_process(configs[0]))
         first = int(procs[0].stdout.readline().split()[-1])  # type: ignore[union-attr]
         status = auditor_pb2_grpc.AuditorStub(grpc.insecure_channel(f"127.0.0.1:{first}"))
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # wait until the first one leads and is in the middle of its run
+        while time.monotonic() < deadline:  # the first one leads and is in the middle of its run ...
             s = status.GetStatus(auditor_pb2.GetStatusRequest(), timeout=2)
             if s.role == auditor_pb2.LEADER and s.current_run.run_id:
                 break
             time.sleep(0.05)
         assert s.current_run.kind == "full"
+        procs.append(auditor_process(configs[1]))  # ... when the standby joins
+        procs[1].stdout.readline()  # type: ignore[union-attr]
         time.sleep(1.0)
         os.kill(procs[0].pid, signal.SIGKILL)
         procs[0].wait()
