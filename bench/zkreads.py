@@ -52,7 +52,6 @@ def run(ledgers: int) -> list[dict[str, object]]:
                 dt = time.perf_counter() - t0
                 rows.append({"what": f"pipelined read + decode, <= {bound} in flight", "seconds": dt,
                              "per second": got / dt, "x baseline": got / dt / base})
-            t0 = time.perf_counter()
         with ZkMetadataStore.connect(f"zk+hierarchical://{zk.hosts}/ledgers") as store:
             t0 = time.perf_counter()
             ranges = store.ledger_ranges()

@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Collection, Iterable, Mapping
 from concurrent import futures
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -63,13 +62,6 @@ class EndpointResolver:
         return f"{host}:{self.default_port}"
 
 
-@dataclass
-class ClientStats:
-    calls: int = 0
-    failed_calls: int = 0
-    ledgers_asked: int = 0
-
-
 class BookieClient:
     def __init__(self, resolver: EndpointResolver, deadline: float = 30.0, ledgers_per_call: int = 1000,
                  max_calls_per_bookie: int = 2, retries: int = 2, backoff: float = 0.2, streaming: bool = True,
@@ -85,7 +77,7 @@ class BookieClient:
         self.unary_in_flight = unary_in_flight
         self.max_message_bytes = max_message_bytes
         self.credentials = credentials
-        self.stats = ClientStats()
+        self.failed_calls = 0  # calls that ended in an error, for the run's statistics
         self._channels: dict[str, grpc.Channel] = {}
         self._no_streaming: set[str] = set()
         self._per_bookie: dict[str, threading.Semaphore] = {}
@@ -163,7 +155,7 @@ class BookieClient:
                 except grpc.RpcError as exc:
                     code = exc.code()
                     reason = f"{code.name}: {exc.details()}"
-                    self.stats.failed_calls += 1
+                    self.failed_calls += 1
                     if code == grpc.StatusCode.UNIMPLEMENTED and bookie_id not in self._no_streaming:
                         log.info("bookie %s has no streaming call: unary from now on", bookie_id)
                         self._no_streaming.add(bookie_id)
@@ -180,8 +172,6 @@ class BookieClient:
     def _stream(self, bookie_id: str, ids: list[int], got: dict[int, BookieAnswer]) -> None:
         stub = self._stub(bookie_id)
         asked = set(ids)
-        self.stats.calls += 1
-        self.stats.ledgers_asked += len(ids)
         req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ids)
         for msg in stub.GetListOfEntriesOfLedgers(req, timeout=self.deadline):
             for ans in msg.ledgers:
@@ -207,8 +197,6 @@ class BookieClient:
         for lid in ids:
             if len(pending) >= self.unary_in_flight:
                 settle(*pending.pop(0))
-            self.stats.calls += 1
-            self.stats.ledgers_asked += 1
             req = bookie_pb2.GetListOfEntriesOfALedgerRequest(ledger_id=lid)
             pending.append((lid, stub.GetListOfEntriesOfALedger.future(req, timeout=self.deadline)))
         for lid, fut in pending:

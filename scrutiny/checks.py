@@ -44,8 +44,7 @@ class Category(enum.StrEnum):
 
 # Warnings: reported and counted, but the exit status stays 0.
 WARNING_CATEGORIES = frozenset({Category.PLACEMENT_POLICY_SOFTLY_ADHERING})
-COVERAGE_CATEGORIES = (Category.NO_REPLICA_OF_AN_ENTRY, Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY,
-                       Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY)
+
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,14 +66,6 @@ class SequenceGroup:
             return True
         offset = (e - self.first) % self.period
         return offset < self.size and e - offset <= self.last
-
-    def runs(self) -> Iterator[tuple[int, int]]:
-        """Each sequence as an inclusive (first, last) pair."""
-        if self.last == self.first:
-            yield self.first, self.end
-            return
-        for start in range(self.first, self.last + 1, self.period):
-            yield start, start + self.size - 1
 
 
 # ---------------------------------------------------------------------------------------------

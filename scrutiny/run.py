@@ -150,9 +150,9 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
                 result.counts["skipped_underreplicated"] += 1
             else:
                 candidates.append(md)
-        failed_before = client.stats.failed_calls
+        failed_before = client.failed_calls
         analyze(ctx, candidates, client, mode, result)
-        result.bookie_calls_failed = client.stats.failed_calls - failed_before
+        result.bookie_calls_failed = client.failed_calls - failed_before
         result.zk_reads = store.reads - reads_before
         result.zk_peak_in_flight = store.peak_in_flight
     except (MetadataStoreUnavailable, MetadataError) as exc:

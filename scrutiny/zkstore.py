@@ -269,9 +269,6 @@ class ZkMetadataStore:
             except MetadataError as exc:
                 yield LedgerRead(lid, error=str(exc))
 
-    def read_ledger(self, ledger_id: int) -> LedgerRead:
-        return next(self.read_ledgers([ledger_id]))
-
     # -- under-replication --------------------------------------------------------------------
 
     def underreplication_marks(self) -> tuple[dict[int, UnderreplicationMark], list[str]]:
