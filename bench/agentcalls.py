@@ -16,7 +16,7 @@ from bench.common import table
 from scrutiny.bookieclient import BookieClient, EndpointResolver
 from scrutiny.checks import Outcome
 from scrutiny.codec import SequenceGroup
-from scrutiny.entrysources import SyntheticStoreWriter
+from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 BOOKIE = "127.0.1.1:3181"
 

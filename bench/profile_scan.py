@@ -21,8 +21,10 @@ from kazoo.client import KazooClient
 from bench.common import table
 from bench.scale import build
 from scrutiny.config import ScanSettings
-from scrutiny.localzk import LocalZooKeeper
-from scrutiny.run import LocalEngine, ScrutinyRun, close_worker_resources
+from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.engines import LocalEngine
+from scrutiny.scan.work import EXECUTOR
+from scrutiny.testing.localzk import LocalZooKeeper
 
 COMPONENTS = (("kazoo", "ZooKeeper client (kazoo)"), ("grpc", "gRPC client"), ("scrutiny/codec", "codec"),
               ("scrutiny/checks", "checks"), ("scrutiny/metadata", "metadata decoding"),
@@ -55,7 +57,7 @@ def main() -> None:
             wall = time.perf_counter() - t0
             assert report.complete and not report.violations
         finally:
-            close_worker_resources()
+            EXECUTOR.close()
             for a in agents:
                 a.terminate()
             client.stop()

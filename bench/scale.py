@@ -31,10 +31,7 @@ from kazoo.client import KazooClient
 
 from bench.common import table
 from scrutiny.checks import expected_share
-from scrutiny.clusterwriter import ClusterWriter
 from scrutiny.config import ScanSettings
-from scrutiny.entrysources import SyntheticStoreWriter
-from scrutiny.localzk import LocalZooKeeper
 from scrutiny.metadata import (
     BookieRegistration,
     LedgerMetadata,
@@ -42,9 +39,15 @@ from scrutiny.metadata import (
     Segment,
     ledger_path,
 )
-from scrutiny.run import ScrutinyRun, close_worker_resources
-from scrutiny.sparkjob import SparkEngine, spark_session
-from scrutiny.zkstore import LedgerRange, ZkMetadataStore
+from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.engines import SparkEngine, spark_session
+from scrutiny.scan.work import EXECUTOR, RunContext
+from scrutiny.store import LedgerRange
+from scrutiny.store.zookeeper import ZooKeeperStore
+from scrutiny.testing import store_at
+from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 BOOKIES = 30
 RACKS = 5
@@ -134,9 +137,8 @@ class PeakRss:
 
 
 def _read_range(uri: str, rng: LedgerRange) -> int:
-    from scrutiny.run import RunContext, resources
-
-    store, _ = resources(RunContext(ScanSettings(metadata_service_uri=uri), {}, frozenset(), {}, 0))
+    store, _ = EXECUTOR.get(RunContext(ScanSettings(metadata_service_uri=uri), {}, frozenset(), {}, 0))
+    assert isinstance(store, ZooKeeperStore)
     ids = store.ledger_ids(rng)
     paths = (ledger_path(store.layout, store.root, i) for i in ids)
     return sum(1 for _, got in store.get_many(paths) if got is not None)
@@ -177,7 +179,7 @@ def run_size(count: int, entries: int, unary_max: int, master: str) -> dict[str,
         try:
             for a in agents:
                 a.stdout.readline()  # type: ignore[union-attr]
-            with ZkMetadataStore.connect(uri) as store:
+            with store_at(uri) as store:
                 ranges = store.ledger_ranges()
                 addresses = store.agent_addresses()
             session = spark_session(master)
@@ -218,7 +220,7 @@ def run_size(count: int, entries: int, unary_max: int, master: str) -> dict[str,
             row["JVM peak MB"] = peak.jvm // (1 << 20)
             session.stop()
         finally:
-            close_worker_resources()
+            EXECUTOR.close()
             for a in agents:
                 a.terminate()
             for a in agents:

@@ -12,10 +12,10 @@ import time
 from kazoo.client import KazooClient
 
 from bench.common import table
-from scrutiny.clusterwriter import ClusterWriter
-from scrutiny.localzk import LocalZooKeeper
 from scrutiny.metadata import Layout, LedgerMetadata, LedgerState, Segment, ledger_path
-from scrutiny.zkstore import ZkMetadataStore
+from scrutiny.testing import store_at
+from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.localzk import LocalZooKeeper
 
 ENS = ("10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181")
 
@@ -41,7 +41,7 @@ def run(ledgers: int) -> list[dict[str, object]]:
         rows.append({"what": f"get one at a time ({n})", "seconds": dt, "per second": base, "x baseline": 1.0})
         client.stop()
         for bound in (16, 256):
-            with ZkMetadataStore.connect(f"zk+hierarchical://{zk.hosts}/ledgers", max_in_flight=bound) as store:
+            with store_at(f"zk+hierarchical://{zk.hosts}/ledgers", zk_max_in_flight=bound) as store:
                 t0 = time.perf_counter()
                 got = sum(1 for _ in store.get_many(paths))
                 dt = time.perf_counter() - t0
@@ -52,7 +52,7 @@ def run(ledgers: int) -> list[dict[str, object]]:
                 dt = time.perf_counter() - t0
                 rows.append({"what": f"pipelined read + decode, <= {bound} in flight", "seconds": dt,
                              "per second": got / dt, "x baseline": got / dt / base})
-        with ZkMetadataStore.connect(f"zk+hierarchical://{zk.hosts}/ledgers") as store:
+        with store_at(f"zk+hierarchical://{zk.hosts}/ledgers") as store:
             t0 = time.perf_counter()
             ranges = store.ledger_ranges()
             ids = sum(len(store.ledger_ids(r)) for r in ranges)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -11,15 +10,15 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NodeExistsError
 
+from scrutiny.config import DEFAULT_AGENT_PORT
 from scrutiny.entrysources import EntrySource, SourceError
+from scrutiny.store import MetadataStore, Registration
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-DEFAULT_AGENT_PORT = 3191
+__all__ = ["DEFAULT_AGENT_PORT", "BookieAgent", "BookieServicer"]
 MAX_LEDGERS_PER_CALL = 100_000
 ANSWERS_PER_MESSAGE = 100
 SERVICE_NAME = "scrutiny.v1.Bookie"
@@ -29,8 +28,7 @@ Answer = bookie_pb2.GetListOfEntriesOfALedgerResponse
 
 class BookieServicer(bookie_pb2_grpc.BookieServicer):
     def __init__(self, source: EntrySource, max_ledgers_per_call: int = MAX_LEDGERS_PER_CALL,
-                 answers_per_message: int = ANSWERS_PER_MESSAGE,
-                 credentials: grpc.ServerCredentials | None = None) -> None:
+                 answers_per_message: int = ANSWERS_PER_MESSAGE) -> None:
         self.source = source
         self.max_ledgers_per_call = max_ledgers_per_call
         self.answers_per_message = answers_per_message
@@ -72,49 +70,6 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
             yield bookie_pb2.GetListOfEntriesOfLedgersResponse(ledgers=batch)
 
 
-class AgentRegistration:
-    """An ephemeral znode `<scrutiny path>/agents/<bookie id>` naming the agent's address, kept
-    across session loss."""
-
-    def __init__(self, client: KazooClient, path: str, bookie_id: str, address: str) -> None:
-        self.client, self.bookie_id, self.address = client, bookie_id, address
-        self.node = f"{path.rstrip('/')}/agents/{bookie_id}"
-        self._closed = False
-        client.add_listener(self._on_state)
-
-    def _payload(self) -> bytes:
-        return json.dumps({"bookie_id": self.bookie_id, "address": self.address}).encode()
-
-    def register(self) -> None:
-        try:
-            self.client.create(self.node, self._payload(), ephemeral=True, makepath=True)
-        except NodeExistsError:
-            # A previous session's node may linger until it expires: take it over.
-            self.client.delete(self.node)
-            self.client.create(self.node, self._payload(), ephemeral=True, makepath=True)
-
-    def _on_state(self, state: str) -> None:
-        # Runs on kazoo's event thread: never block it.
-        if state == KazooState.CONNECTED and not self._closed:
-            self.client.handler.spawn(self._reregister)
-
-    def _reregister(self) -> None:
-        try:
-            if not self.client.exists(self.node):
-                self.register()
-        except Exception as exc:
-            log.warning("could not re-register %s: %s", self.node, exc)
-
-    def close(self) -> None:
-        self._closed = True
-        self.client.remove_listener(self._on_state)
-        try:
-            if self.client.connected and self.client.exists(self.node):
-                self.client.delete(self.node)
-        except Exception as exc:
-            log.warning("could not remove %s: %s", self.node, exc)
-
-
 class BookieAgent:
     """A running agent: gRPC server, health service, optional ZooKeeper registration."""
 
@@ -137,7 +92,7 @@ class BookieAgent:
                      else self.server.add_insecure_port(bind))
         if self.port == 0:
             raise OSError(f"cannot listen on {bind}")
-        self.registration: AgentRegistration | None = None
+        self.registration: Registration | None = None
         self._stopped = threading.Event()
 
     def start(self) -> BookieAgent:
@@ -146,9 +101,9 @@ class BookieAgent:
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self
 
-    def register(self, client: KazooClient, scrutiny_path: str, bookie_id: str, address: str) -> None:
-        self.registration = AgentRegistration(client, scrutiny_path, bookie_id, address)
-        self.registration.register()
+    def register(self, store: MetadataStore, bookie_id: str, address: str) -> None:
+        """Tell scans where this agent listens: an ephemeral registration, kept until `stop`."""
+        self.registration = store.register_agent(bookie_id, address)
 
     def stop(self, grace: float = 5.0) -> None:
         if self._stopped.is_set():

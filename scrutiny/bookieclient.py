@@ -17,9 +17,11 @@ from typing import Any
 
 import grpc
 
-from scrutiny.agent import DEFAULT_AGENT_PORT
+from scrutiny import retry
 from scrutiny.checks import NO_LEDGER, BookieAnswer, Outcome
 from scrutiny.codec import CodecError, decode
+from scrutiny.config import DEFAULT_AGENT_PORT, ScanSettings
+from scrutiny.tls import channel_credentials
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,8 @@ class EndpointResolver:
 
 class BookieClient:
     def __init__(self, resolver: EndpointResolver, deadline: float = 30.0, ledgers_per_call: int = 1000,
-                 max_calls_per_bookie: int = 2, retries: int = 2, backoff: float = 0.2, streaming: bool = True,
+                 max_calls_per_bookie: int = 2, retries: int = 2, backoff: retry.Backoff = retry.BOOKIE_CALL,
+                 streaming: bool = True,
                  unary_in_flight: int = 16, max_message_bytes: int = 64 * 1024 * 1024,
                  credentials: grpc.ChannelCredentials | None = None, parallelism: int = 8) -> None:
         self.resolver = resolver
@@ -83,6 +86,15 @@ class BookieClient:
         self._per_bookie: dict[str, threading.Semaphore] = {}
         self._lock = threading.Lock()
         self._pool = futures.ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="bookie-call")
+
+    @classmethod
+    def from_settings(cls, s: ScanSettings, registered: Mapping[str, str]) -> BookieClient:
+        """The one way a scan's client of the agents is made from settings."""
+        return cls(EndpointResolver(s.bookie_endpoints, registered, default_port=s.agent_default_port),
+                   deadline=s.bookie_deadline_seconds, ledgers_per_call=s.bookie_ledgers_per_call,
+                   max_calls_per_bookie=s.bookie_calls_per_bookie, streaming=s.bookie_streaming,
+                   max_message_bytes=s.bookie_max_message_bytes,
+                   credentials=channel_credentials(s.bookie_tls_ca, s.bookie_tls_cert, s.bookie_tls_key))
 
     # -- channels --------------------------------------------------------------------------------
 
@@ -137,12 +149,13 @@ class BookieClient:
         with self._slot(bookie_id):
             got: dict[int, BookieAnswer] = {}
             reason = ""
+            delays = self.backoff.delays()
             for attempt in range(self.retries + 1):
                 remaining = [i for i in ids if i not in got]
                 if not remaining:
                     break
                 if attempt:
-                    time.sleep(self.backoff * (2 ** (attempt - 1)))
+                    time.sleep(next(delays))
                 try:
                     if self.streaming and bookie_id not in self._no_streaming:
                         self._stream(bookie_id, remaining, got)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from scrutiny.categories import Category
 from scrutiny.codec import Availability, Intervals, SequenceGroup, groups_from_residues, subtract
 from scrutiny.metadata import (
     DEFAULT_RACK,
@@ -28,23 +29,6 @@ from scrutiny.metadata import (
 )
 
 MAX_DETAIL_RANGES = 50
-
-
-class Category(enum.StrEnum):
-    PLACEMENT_POLICY_NOT_ADHERING = "PLACEMENT_POLICY_NOT_ADHERING"
-    PLACEMENT_POLICY_SOFTLY_ADHERING = "PLACEMENT_POLICY_SOFTLY_ADHERING"
-    NO_REPLICA_OF_AN_ENTRY = "NO_REPLICA_OF_AN_ENTRY"
-    LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY = "LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"
-    LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY = "LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"
-    UNDERREPLICATED_ELAPSED_GRACE_PERIOD = "UNDERREPLICATED_ELAPSED_GRACE_PERIOD"
-    BOOKIE_UNAVAILABLE = "BOOKIE_UNAVAILABLE"
-    INVALID_METADATA = "INVALID_METADATA"
-    INVALID_BOOKIE_RESPONSE = "INVALID_BOOKIE_RESPONSE"
-
-
-# Warnings: reported and counted, but the exit status stays 0.
-WARNING_CATEGORIES = frozenset({Category.PLACEMENT_POLICY_SOFTLY_ADHERING})
-
 
 
 @dataclass(frozen=True)

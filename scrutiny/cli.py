@@ -11,81 +11,90 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
-from scrutiny.auditor import AuditorSettings
-from scrutiny.config import ConfigError, ScanSettings, build, read_config_file
-from scrutiny.metadata import MetadataError
-from scrutiny.report import EXIT_CLEAN, EXIT_INCOMPLETE, Report
-from scrutiny.tls import channel_credentials, server_credentials, zk_client_args
-from scrutiny.zkstore import MetadataStoreUnavailable
+import grpc
 
-
-class UsageError(Exception):
-    """Bad arguments or configuration: exit status 2 with a one-line reason."""
+from scrutiny.agent import BookieAgent
+from scrutiny.auditor import Auditor, AuditorConfig
+from scrutiny.config import (
+    AgentSettings,
+    AuditorSettings,
+    ScanSettings,
+    StatsdSettings,
+    build,
+    read_config_file,
+)
+from scrutiny.entrysources import BookieBridgeSource, DbLedgerStorageSource, EntrySource, SyntheticStore
+from scrutiny.errors import EXIT_CLEAN, ConfigError, ScrutinyError, one_line
+from scrutiny.logsetup import configure
+from scrutiny.metadata import parse_host_port
+from scrutiny.report import Report
+from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.engines import make_engine
+from scrutiny.store import MetadataStore, open_store
+from scrutiny.testing.demo import run_demo
+from scrutiny.tls import channel_credentials, server_credentials
+from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 
 
 def _agent_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bookie-agent", help="serve scrutiny.v1.Bookie next to one bookie")
-    p.add_argument("--bookie-id", required=True, help="the bookie this agent answers for (host:port)")
+    p.add_argument("--config", help="settings file: the cluster at the top level, an `agent` section")
+    p.add_argument("--bookie-id", help="the bookie this agent answers for (host:port)")
     p.add_argument("--bind", default=None, help="listen address (default 0.0.0.0:3191)")
-    p.add_argument("--advertise-address", help="address registered in ZooKeeper (default: the bind address)")
-    p.add_argument("--source", choices=["dbledgerstorage", "bridge", "synthetic"], required=True)
-    p.add_argument("--ledger-dir", action="append", default=[],
+    p.add_argument("--advertise-address", help="address registered in the metadata store (default: the bind address)")
+    p.add_argument("--source", choices=AgentSettings.SOURCES)
+    p.add_argument("--ledger-dir", action="append", default=None, dest="ledger_dirs",
                    help="dbledgerstorage: a ledger or index directory (repeatable; all are read)")
     p.add_argument("--scratch-dir", help="dbledgerstorage: where the read-only views are made")
     p.add_argument("--bookie-address", help="bridge: host:port of the stock bookie (v3 protocol)")
     p.add_argument("--synthetic-file", help="synthetic: the store file of this bookie")
-    p.add_argument("--metadata-service-uri", help="register the agent in this cluster's ZooKeeper")
+    p.add_argument("--metadata-service-uri", help="register the agent in this cluster's metadata store")
     p.add_argument("--zk-auth-file", help="ZooKeeper digest credentials (user:password) for the registration")
     p.add_argument("--tls-cert", help="serve over TLS with this certificate (PEM)")
     p.add_argument("--tls-key", help="... and its key")
     p.add_argument("--tls-client-ca", help="mutual TLS: callers need a certificate signed by this CA")
-    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--workers", type=int)
     p.add_argument("--log-level", default="INFO")
 
 
+def agent_settings(args: argparse.Namespace) -> tuple[ScanSettings, AgentSettings]:
+    file_values = read_config_file(args.config) if args.config else {}
+    where = args.config or "config"
+    cluster = build(ScanSettings, file_values, {"metadata_service_uri": args.metadata_service_uri,
+                                                "zk_auth_file": args.zk_auth_file}, where=where)
+    flags = {k: getattr(args, k, None) for k in AgentSettings.__dataclass_fields__}
+    flags["ledger_dirs"] = tuple(args.ledger_dirs) if args.ledger_dirs else None
+    return cluster, build(AgentSettings, file_values, flags, where=where, section="agent").validate()
+
+
 def run_bookie_agent(args: argparse.Namespace) -> int:
-    from kazoo.client import KazooClient
-
-    from scrutiny.agent import DEFAULT_AGENT_PORT, BookieAgent
-    from scrutiny.entrysources import BookieBridgeSource, DbLedgerStorageSource, EntrySource, SyntheticStore
-    from scrutiny.metadata import parse_metadata_service_uri
-
+    cluster, s = agent_settings(args)
     source: EntrySource
-    if args.source == "dbledgerstorage":
-        if not args.ledger_dir:
-            raise UsageError("--source dbledgerstorage needs at least one --ledger-dir")
-        source = DbLedgerStorageSource(args.ledger_dir, args.scratch_dir)
-    elif args.source == "bridge":
-        host, _, port = (args.bookie_address or "").rpartition(":")
-        if not host or not port.isdigit():
-            raise UsageError("--source bridge needs --bookie-address host:port")
-        source = BookieBridgeSource(host, int(port))
+    if s.source == "dbledgerstorage":
+        source = DbLedgerStorageSource(s.ledger_dirs, s.scratch_dir or None)
+    elif s.source == "bridge":
+        host, port = parse_host_port(s.bookie_address, "--bookie-address", ConfigError)
+        source = BookieBridgeSource(host, port)
     else:
-        if not args.synthetic_file:
-            raise UsageError("--source synthetic needs --synthetic-file")
-        source = SyntheticStore(args.synthetic_file)
-    creds = server_credentials(args.tls_cert or "", args.tls_key or "", args.tls_client_ca or "")
-    agent = BookieAgent(source, bind=args.bind or f"0.0.0.0:{DEFAULT_AGENT_PORT}", workers=args.workers,
-                        credentials=creds).start()
-    bind_host = (args.bind or "0.0.0.0").rsplit(":", 1)[0]
-    address = args.advertise_address or f"{'127.0.0.1' if bind_host in ('0.0.0.0', '[::]') else bind_host}:{agent.port}"
-    zk = None
-    if args.metadata_service_uri:
-        uri = parse_metadata_service_uri(args.metadata_service_uri)
-        zk = KazooClient(hosts=uri.hosts, timeout=15, **zk_client_args(args.zk_auth_file or ""))
-        zk.start(timeout=15)
-        agent.register(zk, uri.scrutiny_path, args.bookie_id, address)
+        source = SyntheticStore(s.synthetic_file)
+    creds = server_credentials(s.tls_cert, s.tls_key, s.tls_client_ca)
+    agent = BookieAgent(source, bind=s.bind, workers=s.workers, credentials=creds).start()
+    bind_host, _ = parse_host_port(s.bind, "--bind", ConfigError)
+    address = s.advertise_address or f"{'127.0.0.1' if bind_host in ('0.0.0.0', '[::]') else bind_host}:{agent.port}"
+    store: MetadataStore | None = None
+    if cluster.metadata_service_uri and s.register:
+        store = open_store(cluster)  # the cluster's one policy: TLS, auth, timeouts
+        agent.register(store, s.bookie_id, address)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         agent.stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    print(f"bookie agent for {args.bookie_id} listening on port {agent.port} ({args.source})", flush=True)
+    print(f"bookie agent for {s.bookie_id} listening on port {agent.port} ({s.source})", flush=True)
     agent.wait()
-    if zk is not None:
-        zk.stop()
-        zk.close()
+    if store is not None:
+        store.close()
     return EXIT_CLEAN
 
 
@@ -158,30 +167,16 @@ def emit(report: Report, fmt: str, output: str) -> None:
 
 
 def run_scan(args: argparse.Namespace) -> int:
-    from scrutiny.run import ScrutinyRun, make_engine
-
     settings = scan_settings(args)
     engine = make_engine(settings)
     try:
         report = ScrutinyRun(settings, engine, progress=_progress()).execute()
-    except MetadataStoreUnavailable as exc:
-        raise UsageError(str(exc)) from None
     finally:
-        stop_engine(engine)
+        engine.close()  # never leave a JVM (or a metadata-store session) behind
     emit(report, settings.format, settings.output)
     if not report.complete:
         print(f"scrutiny scan: incomplete run: {report.errors[0]}", file=sys.stderr)
     return report.exit_status()
-
-
-def stop_engine(engine: object) -> None:
-    """Never leave a JVM (or, in-process, a ZooKeeper session) behind."""
-    from scrutiny.run import close_worker_resources
-
-    close_worker_resources()
-    session = getattr(engine, "_session", None)
-    if session is not None:
-        session.stop()
 
 
 def _auditor_parser(sub: argparse._SubParsersAction) -> None:
@@ -196,26 +191,25 @@ def _auditor_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", default="INFO")
 
 
-def auditor_settings(args: argparse.Namespace) -> tuple[ScanSettings, AuditorSettings]:
+def auditor_settings(args: argparse.Namespace) -> AuditorConfig:
+    """Every section the auditor uses, read whole (SIGHUP reads them all again)."""
     file_values = read_config_file(args.config) if args.config else {}
     where = args.config or "config"
     scan = build(ScanSettings, file_values, {"metadata_service_uri": args.metadata_service_uri}, where=where)
     flags = {"listen": args.listen, "advertise_address": args.advertise_address, "reports_dir": args.reports_dir,
              "json_logs": args.json_logs}
-    settings = build(AuditorSettings, file_values, flags, where=where, env_prefix="SCRUTINY_AUDITOR_",
-                     section="auditor")
-    return scan.validate(), settings.validate()
+    settings = build(AuditorSettings, file_values, flags, where=where, section="auditor")
+    statsd = build(StatsdSettings, file_values, {}, where=where, section="statsd")
+    return AuditorConfig(scan.validate(), settings.validate(), statsd.validate())
 
 
 def run_auditor(args: argparse.Namespace) -> int:
-    from scrutiny.auditor import Auditor
-
-    scan, settings = auditor_settings(args)
+    config = auditor_settings(args)
     if args.validate_config:
-        print(f"configuration OK: {scan.metadata_service_uri}, RPC on {settings.listen}")
+        print(f"configuration OK: {config.scan.metadata_service_uri}, RPC on {config.auditor.listen}")
         return EXIT_CLEAN
-    configure_logging(args.log_level, settings.json_logs)
-    auditor = Auditor(scan, settings, reload=lambda: auditor_settings(args)).start()
+    configure(args.log_level, config.auditor.json_logs)
+    auditor = Auditor(*config, reload=lambda: auditor_settings(args)).start()
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=auditor.stop).start())
     signal.signal(signal.SIGINT, lambda *_: threading.Thread(target=auditor.stop).start())
     signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=auditor.reload).start())
@@ -223,7 +217,6 @@ def run_auditor(args: argparse.Namespace) -> int:
     while not auditor.stopping.wait(0.5):
         pass
     auditor.stop()
-    stop_engine(auditor.engine)
     return EXIT_CLEAN
 
 
@@ -246,10 +239,6 @@ def _rescan_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_rescan(args: argparse.Namespace) -> int:
-    import grpc
-
-    from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
-
     request = auditor_pb2.RescanRequest(wait=not args.no_wait, wait_timeout_seconds=args.wait_timeout)
     if args.all:
         request.all_ledgers = True
@@ -262,7 +251,7 @@ def run_rescan(args: argparse.Namespace) -> int:
         try:
             metadata.append(("authorization", f"Bearer {Path(args.token_file).read_text().strip()}"))
         except OSError as exc:
-            raise UsageError(f"cannot read --token-file: {exc.strerror}") from None
+            raise ConfigError(f"cannot read --token-file: {exc.strerror}") from None
     address = args.auditor
     creds = channel_credentials(args.tls_ca or "", args.tls_cert or "", args.tls_key or "")
     for _ in range(2):  # a standby names the leader: ask it once
@@ -275,21 +264,15 @@ def run_rescan(args: argparse.Namespace) -> int:
                 if exc.code() == grpc.StatusCode.FAILED_PRECONDITION and leader and leader != address:
                     address = leader
                     continue
-                raise UsageError(f"{exc.code().name}: {exc.details()}") from None
+                raise RescanFailed(f"{exc.code().name}: {exc.details()}") from None
     else:
-        raise UsageError("the auditors keep redirecting: no leader right now")
+        raise RescanFailed("the auditors keep redirecting: no leader right now")
     if args.no_wait:
         print(f"run {resp.run_id} {'queued' if resp.queued else 'started'} on {address}")
         return EXIT_CLEAN
     report = Report.from_json(json.loads(resp.report_json))
     emit(report, args.format, args.output)
     return report.exit_status()
-
-
-def configure_logging(level: str, json_lines: bool = False) -> None:
-    from scrutiny.logsetup import configure
-
-    configure(level, json_lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -311,20 +294,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class RescanFailed(ScrutinyError):
+    """The auditor refused or failed the Rescan call."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    configure_logging(getattr(args, "log_level", "INFO"))
-    from scrutiny.demo import run_demo
-
+    configure(getattr(args, "log_level", "INFO"))
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
         "scan": run_scan, "bookie-agent": run_bookie_agent, "demo": run_demo, "auditor": run_auditor,
         "rescan": run_rescan}
     try:
         return handlers[args.command](args)
-    except (UsageError, ConfigError, MetadataError, MetadataStoreUnavailable) as exc:
-        print(f"scrutiny {args.command}: {' '.join(str(exc).split())}", file=sys.stderr)
-        return EXIT_INCOMPLETE
+    except ScrutinyError as exc:
+        print(f"scrutiny {args.command}: {one_line(exc)}", file=sys.stderr)
+        return exc.exit_status
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scrutiny.errors import DataError
+
 HEADER_SIZE = 64
 GROUP_SIZE = 24
 CURRENT_VERSION = 0
@@ -30,7 +32,7 @@ _GROUP_DTYPE = np.dtype([("first", ">i8"), ("last", ">i8"), ("size", ">i4"), ("p
 _MAX_MODULUS = 1 << 16
 
 
-class CodecError(ValueError):
+class CodecError(DataError):
     """An availability answer that does not follow the BP-34 encoding."""
 
 

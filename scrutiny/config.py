@@ -1,7 +1,9 @@
-"""Settings of a scrutiny run, from a config file (YAML or TOML), environment and flags.
+"""Settings of every component, from one config file (YAML or TOML), environment and flags.
 
-Precedence: flags, then environment variables (`SCRUTINY_<KEY>`), then the file, then defaults.
-Every bad key or value is refused with a message that names it.
+The file's top level holds the cluster and scan settings (every command reads them); each other
+component has its own section: `auditor`, `statsd`, `agent`. An unknown section or key is refused with
+a message naming it. Precedence: flags, then environment variables (`SCRUTINY_<KEY>` for the top level,
+`SCRUTINY_<SECTION>_<KEY>` in a section), then the file, then defaults.
 """
 
 from __future__ import annotations
@@ -19,18 +21,33 @@ from typing import Any, TypeVar
 import yaml
 
 from scrutiny.checks import PlacementPolicy
+from scrutiny.errors import ConfigError
+from scrutiny.metadata import parse_host_port
 
-
-class ConfigError(ValueError):
-    pass
+DEFAULT_AGENT_PORT = 3191
+DEFAULT_AUDITOR_PORT = 3192
 
 
 @dataclass(frozen=True)
-class ScanSettings:
+class ClusterSettings:
+    """Where the cluster's metadata lives and how to reach it (one policy for every component)."""
+
     metadata_service_uri: str = ""
+    zk_max_in_flight: int = 256
+    zk_session_timeout: float = 30.0
+    zk_connect_timeout: float = 15.0
+    zk_retry_deadline: float = 60.0  # how long a read retries across connection loss before giving up
+    zk_auth_file: str = ""  # "user:password" for ZooKeeper digest authentication
+    zk_tls_ca: str = ""  # ZooKeeper client TLS (3.5+ secureClientPort)
+    zk_tls_cert: str = ""
+    zk_tls_key: str = ""
+
+
+@dataclass(frozen=True)
+class ScanSettings(ClusterSettings):
     # bookie agents
     bookie_endpoints: dict[str, str] = field(default_factory=dict)
-    agent_default_port: int = 3191
+    agent_default_port: int = DEFAULT_AGENT_PORT
     bookie_deadline_seconds: float = 30.0
     bookie_ledgers_per_call: int = 1000
     bookie_calls_per_bookie: int = 2
@@ -61,14 +78,6 @@ class ScanSettings:
     engine: str = "spark"
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = field(default_factory=dict)  # e.g. spark.archives for a packed venv
-    zk_max_in_flight: int = 256
-    zk_session_timeout: float = 30.0
-    zk_connect_timeout: float = 15.0
-    zk_retry_deadline: float = 60.0  # how long a read retries across connection loss before giving up
-    zk_auth_file: str = ""  # "user:password" for ZooKeeper digest authentication
-    zk_tls_ca: str = ""  # ZooKeeper client TLS (3.5+ secureClientPort)
-    zk_tls_cert: str = ""
-    zk_tls_key: str = ""
 
     def placement(self) -> PlacementPolicy:
         return PlacementPolicy(self.placement_policy, self.min_racks_per_write_quorum, self.enforce_min_racks,
@@ -97,9 +106,9 @@ class ScanSettings:
             if not ok:
                 raise ConfigError(f"{key}: {getattr(self, key)!r} is not valid; expected {want}")
         for bookie, address in self.bookie_endpoints.items():
-            host, _, port = address.rpartition(":")
-            if not bookie or not host or not port.isdigit():
+            if not bookie:
                 raise ConfigError(f"bookie_endpoints: {bookie}={address} is not BOOKIE_ID=HOST:PORT")
+            parse_host_port(address, f"bookie_endpoints: {bookie}", ConfigError)
         for bookie, rack in self.racks.items():
             if not bookie or not rack.startswith("/"):
                 raise ConfigError(f"racks: {bookie}={rack} is not BOOKIE_ID=/LOCATION")
@@ -145,7 +154,8 @@ def _coerce(key: str, hint: Any, value: Any, where: str) -> Any:
                 value = [v for v in value.split(",") if v]
             if not isinstance(value, list | tuple):
                 raise TypeError(type(value).__name__)
-            return tuple(_coerce(key, int, v, where) for v in value)
+            item = typing.get_args(hint)[0]
+            return tuple(_coerce(key, item, v, where) for v in value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: key {key!r}: {value!r} is not a valid {_describe(hint)} ({exc})") from None
     raise ConfigError(f"{where}: key {key!r} has an unsupported type")
@@ -177,27 +187,123 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-# Sections of the one config file that belong to other commands (the scan reads the top level).
-SECTIONS = ("auditor", "agent", "statsd")
+@dataclass(frozen=True)
+class AuditorSettings:
+    """The `auditor` section."""
+
+    listen: str = f"0.0.0.0:{DEFAULT_AUDITOR_PORT}"
+    advertise_address: str = ""  # how other instances and clients reach this one (default: listen)
+    full_interval_seconds: float = 86400.0  # 0 = no periodic full run
+    underreplication_interval_seconds: float = 900.0  # 0 = no periodic age check
+    run_when_replication_disabled: bool = False
+    reports_dir: str = "/var/lib/scrutiny/reports"
+    reports_keep: int = 50  # per kind
+    election_path: str = ""  # default: <scrutiny path>/auditor/election
+    max_rescan_ledgers: int = 10_000
+    max_queued_runs: int = 8
+    rescan_wait_seconds: float = 3600.0  # the longest a Rescan call waits for its report
+    shutdown_grace_seconds: float = 30.0
+    json_logs: bool = False
+    token_file: str = ""  # a bearer token for Rescan (and GetStatus with status_requires_auth)
+    tls_cert: str = ""  # serve the RPC over TLS
+    tls_key: str = ""
+    tls_client_ca: str = ""  # mutual TLS: clients need a certificate from this CA; such a client may Rescan
+    insecure_open_rescan: bool = False  # let anyone who reaches the port Rescan (test setups only)
+    status_requires_auth: bool = False
+
+    def validate(self) -> AuditorSettings:
+        parse_host_port(self.listen, "auditor.listen", ConfigError)
+        for key in ("full_interval_seconds", "underreplication_interval_seconds", "shutdown_grace_seconds"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"auditor.{key}: must not be negative")
+        for key in ("reports_keep", "max_rescan_ledgers", "max_queued_runs"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"auditor.{key}: must be at least 1")
+        if self.token_file and not Path(self.token_file).is_file():
+            raise ConfigError(f"auditor.token_file: {self.token_file} is not a readable file")
+        if not (self.token_file or self.tls_client_ca or self.insecure_open_rescan):
+            raise ConfigError("auditor: Rescan needs authentication: set token_file or tls_client_ca "
+                              "(or insecure_open_rescan: true, for a test setup)")
+        return self
+
+
+@dataclass(frozen=True)
+class StatsdSettings:
+    """The `statsd` section: where the auditor sends its counters, gauges and timers."""
+
+    host: str = ""  # empty: no StatsD
+    port: int = 8125
+    prefix: str = "scrutiny"
+
+    def validate(self) -> StatsdSettings:
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"statsd.port: {self.port} is not a port")
+        return self
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """The `agent` section: one bookie agent (`scrutiny bookie-agent`)."""
+
+    bookie_id: str = ""  # the bookie this agent answers for (host:port)
+    source: str = ""  # dbledgerstorage | bridge | synthetic
+    bind: str = f"0.0.0.0:{DEFAULT_AGENT_PORT}"
+    advertise_address: str = ""  # registered in the metadata store (default: the bind address)
+    register: bool = True  # register in the metadata store when metadata_service_uri is set
+    ledger_dirs: tuple[str, ...] = ()  # dbledgerstorage: every ledger (or index) directory
+    scratch_dir: str = ""  # dbledgerstorage: where the read-only views are made
+    bookie_address: str = ""  # bridge: host:port of the stock bookie (v3 protocol)
+    synthetic_file: str = ""  # synthetic: this bookie's store file
+    workers: int = 8
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+
+    SOURCES = ("dbledgerstorage", "bridge", "synthetic")
+
+    def validate(self) -> AgentSettings:
+        if not self.bookie_id:
+            raise ConfigError("agent.bookie_id is required (the bookie's id, host:port)")
+        if self.source not in self.SOURCES:
+            raise ConfigError(f"agent.source: {self.source!r} is not one of {', '.join(self.SOURCES)}")
+        parse_host_port(self.bind, "agent.bind", ConfigError)
+        if self.source == "dbledgerstorage" and not self.ledger_dirs:
+            raise ConfigError("agent.source dbledgerstorage needs at least one ledger directory (--ledger-dir)")
+        if self.source == "bridge":
+            parse_host_port(self.bookie_address, "agent.bookie_address (--bookie-address)", ConfigError)
+        if self.source == "synthetic" and not self.synthetic_file:
+            raise ConfigError("agent.source synthetic needs a store file (--synthetic-file)")
+        if self.workers < 1:
+            raise ConfigError("agent.workers: must be at least 1")
+        return self
+
+
+# The sections of the one config file, each a component's settings; the top level is ScanSettings.
+SECTIONS: dict[str, type] = {"auditor": AuditorSettings, "statsd": StatsdSettings, "agent": AgentSettings}
 
 
 def build(cls: type[S], file_values: Mapping[str, Any], flag_values: Mapping[str, Any],
-          where: str = "config", env: Mapping[str, str] | None = None, env_prefix: str = "SCRUTINY_",
-          section: str | None = None) -> S:
+          where: str = "config", env: Mapping[str, str] | None = None, section: str | None = None) -> S:
     """Settings of dataclass `cls` from a config mapping, environment and flags (flags win)."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     values: dict[str, Any] = {}
     source = file_values.get(section, {}) if section else file_values
-    if section and not isinstance(source, Mapping):
+    if source is None:
+        source = {}
+    if not isinstance(source, Mapping):
         raise ConfigError(f"{where}: section {section!r} must be a mapping")
+    label = f"{section}." if section else ""
     for raw_key, value in source.items():
         if section is None and raw_key in SECTIONS:
             continue
         key = str(raw_key).replace("-", "_")
         if key not in names:
-            raise ConfigError(f"{where}: unknown key {raw_key!r}")
+            if section is None and isinstance(value, Mapping):
+                raise ConfigError(f"{where}: unknown section {raw_key!r} (sections: {', '.join(SECTIONS)})")
+            raise ConfigError(f"{where}: unknown key {label + str(raw_key)!r}")
         values[key] = _coerce(key, hints[key], value, where)
+    env_prefix = f"SCRUTINY_{section.upper()}_" if section else "SCRUTINY_"
     for key in names:
         env_value = (env if env is not None else os.environ).get(env_prefix + key.upper())
         if env_value is not None:

@@ -19,6 +19,7 @@ from google.protobuf.internal import encoder as pb_encoder
 from google.protobuf.message import DecodeError
 
 from scrutiny.bookkeeper import bookie_service_info_pb2, ledger_metadata_pb2
+from scrutiny.errors import DataError
 
 DEFAULT_ROOT = "/ledgers"
 DEFAULT_RACK = "/default-rack"
@@ -35,7 +36,7 @@ IN_RECOVERY_V1 = -102
 _LMF = ledger_metadata_pb2.LedgerMetadataFormat
 
 
-class MetadataError(ValueError):
+class MetadataError(DataError):
     """Metadata that cannot be decoded or is inconsistent."""
 
 
@@ -350,6 +351,14 @@ class MetadataServiceUri:
         return f"{self.root.rsplit('/', 1)[0]}/scrutiny"
 
 
+def parse_host_port(text: str, what: str, error: type[Exception] = MetadataError) -> tuple[str, int]:
+    """The one HOST:PORT parser (bookie ids, agent and auditor addresses, ZooKeeper servers)."""
+    host, _, port = text.strip().rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise error(f"{what}: {text!r} is not HOST:PORT")
+    return host, int(port)
+
+
 _URI = re.compile(r"^zk(?:\+(?P<type>[a-z]+))?://(?P<servers>[^/]+)(?P<root>/.*)?$")
 
 
@@ -364,9 +373,7 @@ def parse_metadata_service_uri(uri: str) -> MetadataServiceUri:
         raise MetadataError(f"metadata service URI {uri!r}: unknown layout {kind!r}")
     servers = tuple(s for s in re.split(r"[;,]", m.group("servers")) if s)
     for s in servers:
-        host, _, port = s.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise MetadataError(f"metadata service URI {uri!r}: {s!r} is not host:port")
+        parse_host_port(s, f"metadata service URI {uri!r}", MetadataError)
     root = (m.group("root") or DEFAULT_ROOT).rstrip("/") or DEFAULT_ROOT
     return MetadataServiceUri(servers, root, layouts[kind])
 
@@ -488,3 +495,22 @@ def encode_racks(racks: Mapping[str, str], group: str = "default") -> bytes:
     return json.dumps(
         {group: {b: {"rack": r, "hostname": b.rsplit(":", 1)[0]} for b, r in sorted(racks.items())}}
     ).encode()
+
+
+# ---------------------------------------------------------------------------------------------
+# Bookie agents' own registrations (scrutiny's znodes, `<scrutiny path>/agents/<bookie id>`)
+
+
+def encode_agent_registration(bookie_id: str, address: str) -> bytes:
+    return json.dumps({"bookie_id": bookie_id, "address": address}).encode()
+
+
+def decode_agent_registration(where: str, data: bytes) -> tuple[str, str]:
+    """(bookie id, agent address) of one registration."""
+    try:
+        doc = json.loads(data)
+        bookie_id, address = str(doc["bookie_id"]), str(doc["address"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise MetadataError(f"agent registration {where}: not {{bookie_id, address}} JSON: {exc}") from None
+    parse_host_port(address, f"agent registration {where}")
+    return bookie_id, address

@@ -7,9 +7,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from scrutiny.checks import WARNING_CATEGORIES, Category, Violation
-
-EXIT_CLEAN, EXIT_VIOLATIONS, EXIT_INCOMPLETE = 0, 1, 2
+from scrutiny.categories import REGISTRY, Category, spec
+from scrutiny.checks import Violation
+from scrutiny.errors import EXIT_CLEAN, EXIT_INCOMPLETE, EXIT_VIOLATIONS
 
 
 @dataclass
@@ -27,7 +27,7 @@ class Report:
     def counts(self) -> dict[str, int]:
         """Ledgers per category (a ledger counts once per category); every category present."""
         per = Counter(v.category for v in {(v.category, v.ledger_id): v for v in self.violations}.values())
-        return {str(c): per.get(c, 0) for c in Category}
+        return {str(c): per.get(c, 0) for c in REGISTRY}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Report:
@@ -39,7 +39,7 @@ class Report:
     def exit_status(self) -> int:
         if not self.complete:
             return EXIT_INCOMPLETE
-        if any(v.category not in WARNING_CATEGORIES for v in self.violations):
+        if any(not spec(v.category).warning for v in self.violations):
             return EXIT_VIOLATIONS
         return EXIT_CLEAN
 
@@ -66,43 +66,18 @@ class Report:
         lines.append("")
         lines.append(f"{'category':<40} {'ledgers':>8}")
         for cat, n in self.counts.items():
-            mark = "" if n == 0 else ("  (warning)" if cat in WARNING_CATEGORIES else "  <--")
+            mark = "" if n == 0 else ("  (warning)" if spec(Category(cat)).warning else "  <--")
             lines.append(f"{cat:<40} {n:>8}{mark}")
         if self.violations:
             lines.append("")
             lines.append(f"worst ledgers (at most {worst}):")
-            order = list(Category)
+            order = list(REGISTRY)
             for v in sorted(self.violations, key=lambda v: (order.index(v.category), v.ledger_id))[:worst]:
                 lines.append(f"  ledger {v.ledger_id}: {v.category}" + (f" bookies {', '.join(v.bookies)}"
                                                                        if v.bookies else ""))
-                lines += ["    " + d for d in _describe(v)]
+                lines += ["    " + d for d in spec(v.category).describe(v.details)]
         if self.errors:
             lines.append("")
             lines.append("the run could not look at everything:")
             lines += [f"  {e}" for e in self.errors[:worst]]
         return "\n".join(lines) + "\n"
-
-
-def _describe(v: Violation) -> list[str]:
-    d = v.details
-    if "under_covered" in d:
-        out = []
-        for r in d["under_covered"][:5]:
-            shape = (f"every {r['sequence_period']} from {r['first_entry']}, {r['sequence_size']} at a time"
-                     if r["sequence_period"] else "contiguous")
-            out.append(f"entries {r['first_entry']}-{r['last_entry']} ({r['entries']} entries, {shape}): "
-                       f"{r['copies']} of {d['write_quorum']} copies, missing on {', '.join(r['missing_bookies'])}")
-        if len(d["under_covered"]) > 5 or d.get("under_covered_truncated"):
-            out.append("... more ranges in the JSON report")
-        return out
-    if "segments" in d:
-        return [f"segment at entry {s['first_entry_id']}: {s['result']}: {s['reason']}" for s in d["segments"][:3]]
-    if "reasons" in d:
-        return [f"{b}: {r}" for b, r in d["reasons"].items()]
-    if "answers" in d:
-        return [f"{r}" for r in d["answers"].values()]
-    if "error" in d:
-        return [str(d["error"])]
-    if "age_seconds" in d:
-        return [f"marked {d['age_seconds']} s ago, grace period {d['grace_period_seconds']} s"]
-    return []

@@ -1,4 +1,4 @@
-"""TLS for every gRPC server and client, optionally mutual; ZooKeeper digest credentials.
+"""TLS for every gRPC server and client, optionally mutual; secrets read from files and redacted from logs.
 
 Files are read once, at start; their contents (keys, passwords, tokens) are never logged or put into
 a report: errors name the file, never what is in it.
@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import grpc
 
-from scrutiny.config import ConfigError
+from scrutiny.errors import ConfigError
 
 
 def read_secret(path: str, what: str) -> bytes:
@@ -82,26 +81,6 @@ for _name in ("kazoo", "kazoo.client", "kazoo.protocol.connection"):
     logging.getLogger(_name).addFilter(_REDACT)
 
 
-def zk_client_args(auth_file: str = "", ca: str = "", cert: str = "", key: str = "") -> dict[str, Any]:
-    """KazooClient arguments: digest credentials from `auth_file` ("user:password"), and TLS.
-    With credentials, the znodes scrutiny creates get an ACL: all for that identity, read for others."""
-    args: dict[str, Any] = {}
-    if auth_file:
-        from kazoo.security import make_acl, make_digest_acl
-
-        credential = read_secret(auth_file, "ZooKeeper credentials").decode("utf-8").strip()
-        user, sep, password = credential.partition(":")
-        if not sep or not user or not password:
-            raise ConfigError(f"ZooKeeper credentials in {auth_file} are not of the form user:password")
-        _REDACT.secrets.update({credential, password})
-        args["auth_data"] = [("digest", credential)]
-        args["default_acl"] = [make_digest_acl(user, password, all=True), make_acl("world", "anyone", read=True)]
-    if ca or cert or key:
-        args.update(use_ssl=True, verify_certs=bool(ca))
-        if ca:
-            args["ca"] = ca
-        if cert:
-            args["certfile"] = cert
-        if key:
-            args["keyfile"] = key
-    return args
+def redact(*secrets: str) -> None:
+    """Never log these strings (kazoo logs its Auth packet at DEBUG)."""
+    _REDACT.secrets.update(secrets)

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from scrutiny.localzk import LocalZooKeeper
+from scrutiny.scan.work import EXECUTOR
+from scrutiny.testing.localzk import LocalZooKeeper
 
 _counter = itertools.count()
 
@@ -18,9 +19,7 @@ def zk_server() -> Iterator[LocalZooKeeper]:
     server = LocalZooKeeper()
     server.start()
     yield server
-    from scrutiny.run import close_worker_resources
-
-    close_worker_resources()  # sessions cached by in-process runs: close them before the server goes
+    EXECUTOR.close()  # sessions cached by in-process runs: close them before the server goes
     server.close()
 
 
@@ -45,7 +44,7 @@ def zk_client(zk_server: LocalZooKeeper) -> Iterator[KazooClient]:
 @pytest.fixture(scope="session")
 def spark_engine() -> Iterator[object]:
     """One real SparkSession (local mode) for the whole test session."""
-    from scrutiny.sparkjob import SparkEngine, spark_session
+    from scrutiny.scan.engines import SparkEngine, spark_session
 
     session = spark_session("local[2]")
     yield SparkEngine(session=session)

@@ -23,19 +23,18 @@ from scrutiny.agent import BookieAgent
 from scrutiny.bookieclient import BookieClient, EndpointResolver, Outcome
 from scrutiny.bookkeeper import bookie_protocol_pb2 as bkp
 from scrutiny.entrysources import (
-    CORRUPT,
     BookieBridgeSource,
     DbLedgerStorageSource,
     SyntheticStore,
-    SyntheticStoreWriter,
     read_frame,
     request_frame,
-    write_locations_index,
 )
-from scrutiny.localzk import LocalZooKeeper
-from scrutiny.metadata import parse_metadata_service_uri
+from scrutiny.retry import Backoff
+from scrutiny.testing import store_at, store_on
+from scrutiny.testing.dbledgerstorage import write_locations_index
+from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.synthetic import CORRUPT, SyntheticStoreWriter
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
-from scrutiny.zkstore import ZkMetadataStore
 from tests.helpers import slow_agent
 
 G = codec.SequenceGroup
@@ -233,16 +232,16 @@ def test_bridge_to_a_dead_bookie_answers_eio() -> None:
 
 def test_agent_registers_itself_and_the_scan_finds_it(agent: BookieAgent, zk_server: LocalZooKeeper,
                                                       zk_client: KazooClient, zk_namespace: str) -> None:
-    uri = parse_metadata_service_uri(f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers")
-    agent.register(zk_client, uri.scrutiny_path, "b1:3181", f"127.0.0.1:{agent.port}")
-    with ZkMetadataStore.connect(uri) as store:
+    uri_text = f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers"
+    agent.register(store_on(zk_client, uri_text), "b1:3181", f"127.0.0.1:{agent.port}")
+    with store_at(uri_text) as store:
         addresses = store.agent_addresses()
     assert addresses == {"b1:3181": f"127.0.0.1:{agent.port}"}
     with BookieClient(EndpointResolver(registered=addresses)) as c:
         assert c.fetch("b1:3181", [1])[1].outcome is Outcome.ENTRIES
     assert EndpointResolver(default_port=4444).address("10.1.2.3:3181") == "10.1.2.3:4444"
     agent.stop(grace=0)
-    with ZkMetadataStore.connect(uri) as store:
+    with store_at(uri_text) as store:
         assert store.agent_addresses() == {}
 
 
@@ -251,7 +250,7 @@ def test_nobody_listening_is_unavailable_not_missing() -> None:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    with client_for(port, retries=1, backoff=0.05, deadline=2) as c:
+    with client_for(port, retries=1, backoff=Backoff(0.05), deadline=2) as c:
         got = c.fetch("b1:3181", [1, 2])
     assert {a.outcome for a in got.values()} == {Outcome.UNAVAILABLE}
 
@@ -261,7 +260,7 @@ def test_agent_killed_mid_stream(synthetic: Path) -> None:
     try:
         killer = threading.Timer(1.0, lambda: os.kill(proc.pid, signal.SIGKILL))
         killer.start()
-        with client_for(port, retries=1, backoff=0.05, deadline=20) as c:
+        with client_for(port, retries=1, backoff=Backoff(0.05), deadline=20) as c:
             t0 = time.monotonic()
             got = c.fetch("b1:3181", list(range(100, 2100)))
             elapsed = time.monotonic() - t0

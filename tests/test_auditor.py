@@ -20,12 +20,12 @@ import pytest
 from kazoo.client import KazooClient
 
 from scrutiny.auditor import Auditor, AuditorSettings
-from scrutiny.clusterwriter import ClusterWriter
-from scrutiny.config import ScanSettings
-from scrutiny.demo import DemoCluster, build_demo_cluster, demo_agents
-from scrutiny.localzk import LocalZooKeeper, free_port
-from scrutiny.metadata import parse_metadata_service_uri
-from scrutiny.run import LocalEngine
+from scrutiny.config import ScanSettings, StatsdSettings
+from scrutiny.scan.engines import LocalEngine
+from scrutiny.testing import store_on
+from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
+from scrutiny.testing.localzk import LocalZooKeeper, free_port
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 from tests.helpers import auditor_process, wait_for
 
@@ -35,7 +35,7 @@ def cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str
             tmp_path: Path) -> Iterator[tuple[DemoCluster, str]]:
     demo = build_demo_cluster(zk_client, f"{zk_namespace}/ledgers", tmp_path / "stores", healthy=60)
     uri = f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers"
-    with demo_agents(demo, zk_client, parse_metadata_service_uri(uri).scrutiny_path):
+    with demo_agents(demo, store_on(zk_client, uri)):
         yield demo, uri
 
 
@@ -69,10 +69,10 @@ def stub(address: str) -> auditor_pb2_grpc.AuditorStub:
 def test_leader_runs_reports_statsd_and_rescan(cluster: tuple[DemoCluster, str], tmp_path: Path) -> None:
     demo, uri = cluster
     udp = UdpListener()
-    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), statsd_host="127.0.0.1",
-                               statsd_port=udp.port, statsd_prefix="scrutiny", underreplication_interval_seconds=0,
-                               insecure_open_rescan=True)
-    auditor = Auditor(scan_settings(uri), settings, engine=LocalEngine()).start()
+    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"),
+                               underreplication_interval_seconds=0, insecure_open_rescan=True)
+    statsd = StatsdSettings(host="127.0.0.1", port=udp.port, prefix="scrutiny")
+    auditor = Auditor(scan_settings(uri), settings, statsd, engine=LocalEngine()).start()
     try:
         wait_for(lambda: auditor.leading.is_set())
         # the first full run is due at once (no cadence yet)

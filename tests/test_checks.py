@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scrutiny.categories import Category
 from scrutiny.checks import (
     NO_LEDGER,
     BookieAnswer,
-    Category,
     Outcome,
     PlacementPolicy,
     PlacementResult,

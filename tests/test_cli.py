@@ -15,10 +15,10 @@ import pytest
 from kazoo.client import KazooClient
 
 from scrutiny.config import ConfigError, ScanSettings, build
-from scrutiny.demo import DemoCluster, build_demo_cluster, demo_agents
-from scrutiny.entrysources import SyntheticStoreWriter
-from scrutiny.localzk import LocalZooKeeper, free_port
-from scrutiny.metadata import parse_metadata_service_uri
+from scrutiny.testing import store_on
+from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
+from scrutiny.testing.localzk import LocalZooKeeper, free_port
+from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 SCRUTINY = [sys.executable, "-m", "scrutiny.cli"]
 
@@ -32,7 +32,7 @@ def demo(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
          tmp_path: Path) -> Iterator[tuple[DemoCluster, str]]:
     cluster = build_demo_cluster(zk_client, f"{zk_namespace}/ledgers", tmp_path, healthy=100)
     uri = f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers"
-    with demo_agents(cluster, zk_client, parse_metadata_service_uri(uri).scrutiny_path):
+    with demo_agents(cluster, store_on(zk_client, uri)):
         yield cluster, uri
 
 

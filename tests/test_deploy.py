@@ -18,7 +18,7 @@ import yaml
 from scrutiny.agent import DEFAULT_AGENT_PORT
 from scrutiny.auditor import DEFAULT_AUDITOR_PORT, AuditorSettings
 from scrutiny.cli import build_parser
-from scrutiny.config import ScanSettings, build
+from scrutiny.config import SECTIONS, ScanSettings, StatsdSettings, build
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,7 +62,8 @@ def test_compose_file_structure() -> None:
     config = yaml.safe_load(doc["configs"]["scrutiny"]["content"])
     scan = build(ScanSettings, config, {}).validate()
     auditor = build(AuditorSettings, config, {}, section="auditor").validate()
-    assert auditor.listen.endswith(f":{DEFAULT_AUDITOR_PORT}") and auditor.statsd_host == "statsd"
+    statsd = build(StatsdSettings, config, {}, section="statsd").validate()
+    assert auditor.listen.endswith(f":{DEFAULT_AUDITOR_PORT}") and statsd.host == "statsd"
     assert scan.metadata_service_uri.startswith("zk+hierarchical://zookeeper:2181/")
 
 
@@ -112,7 +113,7 @@ def test_kubernetes_manifests() -> None:
     for probe in ("readinessProbe", "livenessProbe"):
         assert sidecar[probe]["grpc"]["port"] == DEFAULT_AGENT_PORT
     mounts = {m["mountPath"]: m for m in sidecar["volumeMounts"]}
-    assert all(mounts[d]["readOnly"] for d in args.ledger_dir)  # the bookie's data: read-only
+    assert all(mounts[d]["readOnly"] for d in args.ledger_dirs)  # the bookie's data: read-only
     config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["scrutiny.yaml"])
     build(ScanSettings, config, {}).validate()
     token = next(m for m in auditor["volumeMounts"] if m["name"] == "token")
@@ -125,9 +126,10 @@ def test_example_config_documents_every_setting(tmp_path: Path) -> None:
     path = ROOT / "deploy" / "scrutiny.yaml"
     config = yaml.safe_load(path.read_text())
     scan_keys = {f.name for f in dataclasses.fields(ScanSettings)}
-    auditor_keys = {f.name for f in dataclasses.fields(AuditorSettings)}
     assert scan_keys <= set(config), scan_keys - set(config)
-    assert auditor_keys <= set(config["auditor"]), auditor_keys - set(config["auditor"])
+    for section, cls in SECTIONS.items():
+        keys = {f.name for f in dataclasses.fields(cls)}
+        assert keys <= set(config[section]), (section, keys - set(config[section]))
     build(ScanSettings, config, {}).validate()
     token = tmp_path / "rescan-token"
     token.write_text("t0ken")

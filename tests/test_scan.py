@@ -10,22 +10,26 @@ import pytest
 from kazoo.client import KazooClient
 
 from scrutiny.agent import BookieAgent
-from scrutiny.checks import Category, expected_share
-from scrutiny.clusterwriter import ClusterWriter
+from scrutiny.categories import Category
+from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
-from scrutiny.demo import DECOMMISSIONED, DemoCluster, bookie, build_demo_cluster, demo_agents
-from scrutiny.entrysources import SyntheticStore, SyntheticStoreWriter
-from scrutiny.localzk import LocalZooKeeper
+from scrutiny.entrysources import SyntheticStore
 from scrutiny.metadata import (
     BookieRegistration,
     LedgerMetadata,
     LedgerState,
     Segment,
     UnderreplicationMark,
-    parse_metadata_service_uri,
 )
-from scrutiny.run import LocalEngine, Pass, RangeResult, RunContext, ScrutinyRun
-from scrutiny.zkstore import LedgerRange
+from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.engines import LocalEngine
+from scrutiny.scan.work import Pass, RangeResult, RunContext
+from scrutiny.store import LedgerRange
+from scrutiny.testing import store_on
+from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.demo import DECOMMISSIONED, DemoCluster, bookie, build_demo_cluster, demo_agents
+from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 
 def settings_for(zk_server: LocalZooKeeper, root: str, **kw: object) -> ScanSettings:
@@ -44,8 +48,7 @@ def only_coverage(zk_server: LocalZooKeeper, root: str) -> ScanSettings:
 def demo(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
          tmp_path: Path) -> Iterator[DemoCluster]:
     cluster = build_demo_cluster(zk_client, f"{zk_namespace}/ledgers", tmp_path, healthy=300)
-    path = parse_metadata_service_uri(f"zk://x:1{zk_namespace}/ledgers").scrutiny_path
-    with demo_agents(cluster, zk_client, path):
+    with demo_agents(cluster, store_on(zk_client, f"zk://x:1{zk_namespace}/ledgers")):
         yield cluster
 
 
@@ -119,11 +122,11 @@ def small(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
           tmp_path: Path) -> Iterator[Small]:
     root = f"{zk_namespace}/ledgers"
     w, files, md = _small_cluster(zk_client, root, tmp_path)
-    path = parse_metadata_service_uri(f"zk://x:1{root}").scrutiny_path
+    store = store_on(zk_client, f"zk://x:1{root}")
     agents = {}
     for b, f in files.items():
         a = BookieAgent(SyntheticStore(f), bind="127.0.0.1:0").start()
-        a.register(zk_client, path, b, f"127.0.0.1:{a.port}")
+        a.register(store, b, f"127.0.0.1:{a.port}")
         agents[b] = a
     yield w, md, agents, root
     for a in agents.values():
@@ -167,8 +170,7 @@ def test_an_agent_that_comes_back_before_the_recheck(small: tuple, zk_server: Lo
 
     def come_back(_: float) -> None:
         a = BookieAgent(SyntheticStore(path[bookie(3)]), bind="127.0.0.1:0").start()
-        a.register(zk_client, parse_metadata_service_uri(f"zk://x:1{root}").scrutiny_path, bookie(3),
-                   f"127.0.0.1:{a.port}")
+        a.register(store_on(zk_client, f"zk://x:1{root}"), bookie(3), f"127.0.0.1:{a.port}")
         revived.append(a)
 
     try:

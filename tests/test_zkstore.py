@@ -8,8 +8,6 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from scrutiny.clusterwriter import ClusterWriter
-from scrutiny.localzk import LocalZooKeeper, expire_session
 from scrutiny.metadata import (
     BookieRegistration,
     Endpoint,
@@ -20,7 +18,10 @@ from scrutiny.metadata import (
     UnderreplicationMark,
     encode_ledger_metadata,
 )
-from scrutiny.zkstore import ZkMetadataStore
+from scrutiny.store.zookeeper import ZooKeeperStore
+from scrutiny.testing import store_at
+from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.localzk import LocalZooKeeper, expire_session
 
 ENS = ("a:3181", "b:3181", "c:3181")
 
@@ -30,8 +31,8 @@ def ledger(lid: int, state: LedgerState = LedgerState.CLOSED, last: int = 9) -> 
 
 
 def store_for(zk_server: LocalZooKeeper, root: str, layout: str = "hierarchical",
-              **kw: object) -> ZkMetadataStore:
-    return ZkMetadataStore.connect(f"zk+{layout}://{zk_server.hosts}{root}", **kw)  # type: ignore[arg-type]
+              **kw: object) -> ZooKeeperStore:
+    return store_at(f"zk+{layout}://{zk_server.hosts}{root}", **kw)
 
 
 IDS_AROUND_SWITCH = [0, 1, 9999, 10000, 21234561, 2147483646, 2147483647, 2147483648, 9_999_999_999_999]
@@ -69,8 +70,8 @@ def test_hierarchical_lists_both_trees_as_separate_ranges(zk_server: LocalZooKee
     w.write_ledgers([ledger(i) for i in (5, 10005, 2147483648)])
     with store_for(zk_server, root) as store:
         ranges = store.ledger_ranges()
-    assert [(r.path.removeprefix(root), r.prefix) for r in ranges] == [
-        ("/00/0000", "000000"), ("/00/0001", "000001"), ("/000/0000/0021/4748", "000000000214748")]
+        assert [(r.token, store.ledger_ids(r)) for r in ranges] == [
+            ("00/0000", [5]), ("00/0001", [10005]), ("000/0000/0021/4748", [2147483648])]
 
 
 def test_bad_and_deleted_ledgers_do_not_stop_a_read(zk_server: LocalZooKeeper, zk_client: KazooClient,
@@ -130,13 +131,13 @@ def test_pipelining_respects_its_bound(zk_server: LocalZooKeeper, zk_client: Kaz
     w = ClusterWriter(zk_client, root)
     w.init_cluster()
     w.write_ledgers([ledger(i) for i in range(2000)])
-    with store_for(zk_server, root, max_in_flight=32) as store:
+    with store_for(zk_server, root, zk_max_in_flight=32) as store:
         reads = list(store.read_ledgers(range(2000)))
         assert len(reads) == 2000 and all(r.metadata for r in reads)
         assert store.peak_in_flight == 32
 
 
-def _read_all_with_fault(store: ZkMetadataStore, n: int, fault: object) -> list[int]:
+def _read_all_with_fault(store: ZooKeeperStore, n: int, fault: object) -> list[int]:
     got = []
     for i, r in enumerate(store.read_ledgers(range(n))):
         if i == 300:
@@ -153,7 +154,7 @@ def test_reads_survive_a_server_restart_mid_enumeration(zk_server: LocalZooKeepe
     root = f"{zk_namespace}/ledgers"
     ClusterWriter(zk_client, root).init_cluster()
     ClusterWriter(zk_client, root).write_ledgers([ledger(i) for i in range(3000)])
-    with store_for(zk_server, root, max_in_flight=64) as store:
+    with store_for(zk_server, root, zk_max_in_flight=64) as store:
         assert _read_all_with_fault(store, 3000, zk_server.restart) == list(range(3000))
         ranges = store.ledger_ranges()
         assert sum(len(store.ledger_ids(r)) for r in ranges) == 3000
@@ -164,7 +165,7 @@ def test_reads_survive_session_expiry_mid_enumeration(zk_server: LocalZooKeeper,
     root = f"{zk_namespace}/ledgers"
     ClusterWriter(zk_client, root).init_cluster()
     ClusterWriter(zk_client, root).write_ledgers([ledger(i) for i in range(3000)])
-    with store_for(zk_server, root, max_in_flight=64, session_timeout=4.0) as store:
+    with store_for(zk_server, root, zk_max_in_flight=64, zk_session_timeout=4.0) as store:
         sid, pw = store.client.client_id
 
         def expire() -> None:

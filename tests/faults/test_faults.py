@@ -21,11 +21,8 @@ from kazoo.client import KazooClient
 from scrutiny.agent import BookieAgent
 from scrutiny.auditor import Auditor, AuditorSettings
 from scrutiny.checks import expected_share
-from scrutiny.clusterwriter import ClusterWriter
 from scrutiny.config import ScanSettings
-from scrutiny.demo import DemoCluster, bookie, build_demo_cluster, demo_agents
-from scrutiny.entrysources import SyntheticStore, SyntheticStoreWriter
-from scrutiny.localzk import LocalZooKeeper, expire_session
+from scrutiny.entrysources import SyntheticStore
 from scrutiny.metadata import (
     BookieRegistration,
     LedgerMetadata,
@@ -34,9 +31,16 @@ from scrutiny.metadata import (
     encode_ledger_metadata,
     parse_metadata_service_uri,
 )
-from scrutiny.run import LocalEngine, Pass, RangeResult, RunContext, ScrutinyRun, resources
+from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.engines import LocalEngine
+from scrutiny.scan.work import EXECUTOR, Pass, RangeResult, RunContext
+from scrutiny.store import LedgerRange
+from scrutiny.testing import store_on
+from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.demo import DemoCluster, bookie, build_demo_cluster, demo_agents
+from scrutiny.testing.localzk import LocalZooKeeper, expire_session
+from scrutiny.testing.synthetic import SyntheticStoreWriter
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
-from scrutiny.zkstore import LedgerRange
 from tests.helpers import auditor_process, slow_agent
 
 
@@ -64,7 +68,7 @@ def demo(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
     uri = f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers"
     settings = ScanSettings(metadata_service_uri=uri, recheck_delay=0.3, underreplicated_grace_period=3600,
                             bookie_deadline_seconds=5, zk_session_timeout=4, zk_retry_deadline=20)
-    with demo_agents(cluster, zk_client, parse_metadata_service_uri(uri).scrutiny_path):
+    with demo_agents(cluster, store_on(zk_client, uri)):
         yield cluster, settings
 
 
@@ -73,7 +77,7 @@ def test_session_expiry_mid_run_gives_the_same_findings(demo: tuple[DemoCluster,
     cluster, settings = demo
 
     def expire(ctx: RunContext) -> None:
-        store, _ = resources(ctx)
+        store, _ = EXECUTOR.get(ctx)
         expire_session(zk_server.hosts, *store.client.client_id)
 
     report = ScrutinyRun(settings, FaultAfterFirstRange(expire)).execute()

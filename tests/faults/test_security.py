@@ -20,11 +20,15 @@ from scrutiny.auditor import Auditor, AuditorSettings
 from scrutiny.bookieclient import BookieClient, EndpointResolver
 from scrutiny.checks import Outcome
 from scrutiny.config import ScanSettings
-from scrutiny.entrysources import SyntheticStore, SyntheticStoreWriter
-from scrutiny.localzk import LocalZooKeeper
+from scrutiny.entrysources import SyntheticStore
 from scrutiny.metadata import parse_metadata_service_uri
-from scrutiny.run import LocalEngine, ScrutinyRun, close_worker_resources
-from scrutiny.tls import channel_credentials, server_credentials, zk_client_args
+from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.engines import LocalEngine
+from scrutiny.scan.work import EXECUTOR
+from scrutiny.testing import store_at
+from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.synthetic import SyntheticStoreWriter
+from scrutiny.tls import channel_credentials, server_credentials
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 from tests.certs import CertificateAuthority, Pair
 
@@ -80,8 +84,8 @@ def test_agent_over_tls_and_mutual_tls(pki: dict, store: Path) -> None:  # type:
 def secured_zk(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
                tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A cluster root with one ledger; scrutiny's client authenticates with digest credentials."""
-    from scrutiny.clusterwriter import ClusterWriter
     from scrutiny.metadata import LedgerMetadata, LedgerState, Segment
+    from scrutiny.testing.clusterwriter import ClusterWriter
 
     w = ClusterWriter(zk_client, f"{zk_namespace}/ledgers")
     w.init_cluster()
@@ -103,18 +107,16 @@ def test_agent_registration_is_protected_by_an_acl(secured_zk: tuple[str, Path],
                                                    store: Path) -> None:
     uri, auth = secured_zk
     parsed = parse_metadata_service_uri(uri)
-    client = KazooClient(hosts=parsed.hosts, **zk_client_args(str(auth)))
-    client.start()
+    registry = store_at(uri, zk_auth_file=str(auth))  # the agent's own connection, with its credentials
     agent = BookieAgent(SyntheticStore(store), bind="127.0.0.1:0").start()
     try:
-        agent.register(client, parsed.scrutiny_path, BOOKIE, f"127.0.0.1:{agent.port}")
+        agent.register(registry, BOOKIE, f"127.0.0.1:{agent.port}")
         _assert_protected(zk_client, f"{parsed.scrutiny_path}/agents/{BOOKIE}")
         assert make_digest_acl_credential("scrutiny", "zk-pa55word") not in zk_client.get(
             f"{parsed.scrutiny_path}/agents/{BOOKIE}")[0].decode()
     finally:
         agent.stop(grace=0)
-        client.stop()
-        client.close()
+        registry.close()
 
 
 def test_auditor_tls_mtls_token_acls_and_no_secret_leaks(pki: dict, secured_zk: tuple[str, Path],  # type: ignore[type-arg]
@@ -160,8 +162,8 @@ def test_auditor_tls_mtls_token_acls_and_no_secret_leaks(pki: dict, secured_zk: 
 
 def test_scan_over_zookeeper_tls(pki: dict, tmp_path: Path, store: Path) -> None:  # type: ignore[type-arg]
     """A real ZooKeeper with a TLS client port (secureClientPort, Netty), certificates from the test CA."""
-    from scrutiny.clusterwriter import ClusterWriter
     from scrutiny.metadata import LedgerMetadata, LedgerState, Segment
+    from scrutiny.testing.clusterwriter import ClusterWriter
 
     server: Pair = pki["server"]  # type: ignore[assignment]
     keystore = tmp_path / "zk-keystore.pem"
@@ -187,4 +189,4 @@ def test_scan_over_zookeeper_tls(pki: dict, tmp_path: Path, store: Path) -> None
                 ("NO_REPLICA_OF_AN_ENTRY", 2), ("NO_REPLICA_OF_AN_ENTRY", 3)}
         finally:
             agent.stop(grace=0)
-            close_worker_resources()
+            EXECUTOR.close()

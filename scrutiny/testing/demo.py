@@ -18,12 +18,12 @@ import numpy as np
 from kazoo.client import KazooClient
 
 from scrutiny.agent import BookieAgent
-from scrutiny.checks import Category, expected_share
-from scrutiny.clusterwriter import ClusterWriter
+from scrutiny.categories import Category
+from scrutiny.checks import expected_share
 from scrutiny.codec import Availability
 from scrutiny.config import ScanSettings
-from scrutiny.entrysources import CORRUPT, SyntheticStore, SyntheticStoreWriter
-from scrutiny.localzk import LocalZooKeeper
+from scrutiny.entrysources import SyntheticStore
+from scrutiny.errors import ConfigError
 from scrutiny.metadata import (
     BookieRegistration,
     Layout,
@@ -33,6 +33,13 @@ from scrutiny.metadata import (
     UnderreplicationMark,
     parse_metadata_service_uri,
 )
+from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.engines import make_engine
+from scrutiny.store import MetadataStore
+from scrutiny.store.zookeeper import ZooKeeperStore
+from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.synthetic import CORRUPT, SyntheticStoreWriter
 
 RACKS = {"/rack-a": (1, 2, 3), "/rack-b": (4, 5, 6), "/rack-c": (7, 8, 9)}
 UNREACHABLE = 9  # registered, but its agent never answers
@@ -189,15 +196,15 @@ def build_demo_cluster(client: KazooClient, root: str, store_dir: Path, healthy:
 
 
 @contextlib.contextmanager
-def demo_agents(demo: DemoCluster, client: KazooClient, scrutiny_path: str) -> Iterator[list[BookieAgent]]:
-    """An in-process agent per bookie (not the unreachable one), registered in ZooKeeper."""
+def demo_agents(demo: DemoCluster, store: MetadataStore) -> Iterator[list[BookieAgent]]:
+    """An in-process agent per bookie (not the unreachable one), registered in the metadata store."""
     agents = []
     try:
         for b, path in sorted(demo.store_files.items()):
             if b == bookie(UNREACHABLE):
                 continue
             agent = BookieAgent(SyntheticStore(path), bind="127.0.0.1:0", workers=4).start()
-            agent.register(client, scrutiny_path, b, f"127.0.0.1:{agent.port}")
+            agent.register(store, b, f"127.0.0.1:{agent.port}")
             agents.append(agent)
         yield agents
     finally:
@@ -206,9 +213,6 @@ def demo_agents(demo: DemoCluster, client: KazooClient, scrutiny_path: str) -> I
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from scrutiny.cli import UsageError, stop_engine
-    from scrutiny.run import ScrutinyRun, make_engine
-
     workdir = Path(tempfile.mkdtemp(prefix="scrutiny-demo-"))
     zk: LocalZooKeeper | None = None
     client: KazooClient | None = None
@@ -226,7 +230,7 @@ def run_demo(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         if args.setup_only:
             if not args.metadata_service_uri or not args.stores_dir:
-                raise UsageError("--setup-only needs --metadata-service-uri and --stores-dir")
+                raise ConfigError("--setup-only needs --metadata-service-uri and --stores-dir")
             root = uri.root  # a fresh cluster where asked: the compose file's agents and auditors use it
             demo = build_demo_cluster(client, root, Path(args.stores_dir), healthy=args.ledgers)
             print(f"wrote {demo.healthy + 13} ledgers under {root} and {len(demo.store_files)} store files "
@@ -238,13 +242,13 @@ def run_demo(args: argparse.Namespace) -> int:
         uri_text = f"zk+hierarchical://{hosts}{root}"
         settings = ScanSettings(metadata_service_uri=uri_text, underreplicated_grace_period=3600,
                                 recheck_delay=2.0, engine=args.engine, bookie_deadline_seconds=10.0)
-        with demo_agents(demo, client, parse_metadata_service_uri(uri_text).scrutiny_path):
+        with demo_agents(demo, ZooKeeperStore(client, uri_text)):
             print(f"scanning with {args.engine} ...", file=sys.stderr)
             engine = make_engine(settings)
             try:
                 report = ScrutinyRun(settings, engine).execute()
             finally:
-                stop_engine(engine)
+                engine.close()
         print(report.dumps() if args.format == "json" else report.render_text())
         found = {(str(v.category), v.ledger_id) for v in report.violations}
         print("injected fault                                          found?")

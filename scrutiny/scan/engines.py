@@ -1,5 +1,8 @@
-"""The Spark side of a run: ranges become tasks; each task runs `check_range` on an executor and
-sends back only its counts, violations and potentially faulty ledgers."""
+"""Engines: what hands each range of a run to `check_range`, in this process or on Spark executors.
+
+An engine is opened once and closed once (`close()` stops its SparkSession, or the executor resources
+of this process); a run calls `map_ranges` once per pass.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +10,35 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
-from scrutiny.run import Pass, RangeResult, RunContext, check_range
-from scrutiny.zkstore import LedgerRange
+from scrutiny.config import ScanSettings
+from scrutiny.scan.work import EXECUTOR, Pass, RangeResult, RunContext, check_range
+from scrutiny.store import LedgerRange
+
+Progress = Callable[[int, int], None]  # (ranges done, ranges in all)
+
+
+class Engine(Protocol):
+    def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
+                   progress: Progress | None = None) -> Iterator[RangeResult]: ...
+
+    def close(self) -> None: ...
+
+
+class LocalEngine:
+    """The same work in this process, range after range (small rescans, tests of the logic)."""
+
+    def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
+                   progress: Progress | None = None) -> Iterator[RangeResult]:
+        for i, rng in enumerate(ranges):
+            yield check_range(ctx, rng, mode)
+            if progress:
+                progress(i + 1, len(ranges))
+
+    def close(self) -> None:
+        EXECUTOR.close()
+
 
 _session_lock = threading.Lock()
 
@@ -22,7 +50,7 @@ def spark_session(master: str = "local[*]", app_name: str = "scrutiny", extra: d
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # heavy: only when a Spark engine is used
 
     with _session_lock:
         builder = (SparkSession.builder.master(master).appName(app_name)
@@ -41,15 +69,19 @@ def spark_session(master: str = "local[*]", app_name: str = "scrutiny", extra: d
 
 
 def _partition(ctx: RunContext, mode: Pass, ranges: Iterator[LedgerRange]) -> Iterator[RangeResult]:
-    for rng in ranges:
-        yield check_range(ctx, rng, mode)
+    # One merged result per partition: less to pickle and collect than one per range.
+    yield RangeResult.merge(check_range(ctx, rng, mode) for rng in ranges)
 
 
 class SparkEngine:
+    """Ranges become tasks; each task runs `check_range` on an executor and sends back only its
+    result (counts, violations, potentially faulty ledgers)."""
+
     def __init__(self, master: str = "local[*]", session: Any = None, conf: dict[str, str] | None = None) -> None:
         self.master = master
         self.conf = dict(conf or {})
         self._session = session
+        self._owned = session is None  # a session handed in belongs to the caller
 
     @property
     def session(self) -> Any:
@@ -58,7 +90,7 @@ class SparkEngine:
         return self._session
 
     def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
-                   progress: Callable[[int, int], None] | None = None) -> Iterator[RangeResult]:
+                   progress: Progress | None = None) -> Iterator[RangeResult]:
         if not ranges:
             return iter(())
         sc = self.session.sparkContext
@@ -71,9 +103,7 @@ class SparkEngine:
             watcher = threading.Thread(target=_watch, args=(sc, len(ranges), progress, stop), daemon=True)
             watcher.start()
         try:
-            # Results are small (counts, violations): collecting them keeps the driver's memory to
-            # the findings, whatever the number of ledgers.
-            results = job.collect()
+            results = job.collect()  # small: counts and findings, whatever the number of ledgers
         finally:
             stop.set()
             if watcher is not None:
@@ -82,8 +112,14 @@ class SparkEngine:
             progress(len(ranges), len(ranges))
         return iter(results)
 
+    def close(self) -> None:
+        EXECUTOR.close()  # an in-process run on the driver may have left a session
+        if self._session is not None and self._owned:
+            self._session.stop()
+            self._session = None
 
-def _watch(sc: Any, total: int, progress: Callable[[int, int], None], stop: threading.Event) -> None:
+
+def _watch(sc: Any, total: int, progress: Progress, stop: threading.Event) -> None:
     tracker = sc.statusTracker()
     while not stop.wait(1.0):
         done = 0
@@ -92,3 +128,9 @@ def _watch(sc: Any, total: int, progress: Callable[[int, int], None], stop: thre
             if info is not None:
                 done += info.numCompletedTasks
         progress(min(done, total), total)
+
+
+def make_engine(settings: ScanSettings) -> Engine:
+    if settings.engine == "local":
+        return LocalEngine()
+    return SparkEngine(settings.spark_master, conf=settings.spark_conf)

@@ -1,0 +1,297 @@
+"""The background auditor (`scrutiny auditor`): two or three instances, exactly one active.
+
+This module is the composition root; each part lives in its own module and is testable alone:
+- `leadership`: connection to the metadata store, scrutiny's own election (never BookKeeper's
+  auditorelection), and the cadence of the periodic runs kept in the store;
+- `runqueue`: runs one at a time on one worker; a run still going when the next is due is skipped and
+  counted, never stacked; BP-34's delayed re-check is a one-off job;
+- `sinks`: where reports go (files, StatsD);
+- `service`: the Auditor RPC, translation only.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent import futures
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
+
+import grpc
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.date import DateTrigger
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from scrutiny.auditor.leadership import Leadership, PeriodicRuns, iso_seconds
+from scrutiny.auditor.runqueue import Later, RunQueue, Ticket
+from scrutiny.auditor.service import AuditorServicer, Authenticator, Status
+from scrutiny.auditor.sinks import FinishedRun, ReportFiles, ReportSink, StatsdSink
+from scrutiny.categories import REGISTRY, Category, Phase, in_phase
+from scrutiny.config import DEFAULT_AUDITOR_PORT, AuditorSettings, ScanSettings, StatsdSettings
+from scrutiny.errors import NotLeader, RequestError, one_line
+from scrutiny.metadata import parse_host_port, parse_metadata_service_uri
+from scrutiny.report import Report
+from scrutiny.scan.driver import ScrutinyRun, check_marks
+from scrutiny.scan.engines import Engine, make_engine
+from scrutiny.store import open_store
+from scrutiny.tls import read_secret, server_credentials
+from scrutiny.v1 import auditor_pb2_grpc
+
+__all__ = ["DEFAULT_AUDITOR_PORT", "Auditor", "AuditorConfig", "AuditorSettings"]
+
+log = logging.getLogger(__name__)
+
+FULL, UNDERREPLICATION, RESCAN = "full", "underreplication", "rescan"
+PERIODIC = (FULL, UNDERREPLICATION)
+SERVICE_NAME = "scrutiny.v1.Auditor"
+# What each kind of run looks at, for the sinks (a kind that did not look reports nothing stale).
+KIND_CATEGORIES: dict[str, tuple[Category, ...]] = {
+    FULL: tuple(REGISTRY), RESCAN: tuple(REGISTRY), UNDERREPLICATION: in_phase(Phase.MARKS)}
+
+
+class AuditorConfig(NamedTuple):
+    scan: ScanSettings
+    auditor: AuditorSettings
+    statsd: StatsdSettings = StatsdSettings()
+
+
+def build_sinks(config: AuditorConfig) -> list[ReportSink]:
+    sinks: list[ReportSink] = [ReportFiles(config.auditor.reports_dir, config.auditor.reports_keep)]
+    if config.statsd.host:
+        sinks.append(StatsdSink(config.statsd.host, config.statsd.port, config.statsd.prefix))
+    return sinks
+
+
+def _engine_settings(s: ScanSettings) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    return s.engine, s.spark_master, tuple(sorted(s.spark_conf.items()))
+
+
+class Auditor:
+    def __init__(self, scan: ScanSettings, settings: AuditorSettings, statsd: StatsdSettings | None = None,
+                 engine: Engine | None = None, reload: Callable[[], AuditorConfig] | None = None) -> None:
+        self.config = AuditorConfig(scan.validate(), settings.validate(), (statsd or StatsdSettings()).validate())
+        self._reload = reload
+        self._own_engine = engine is None
+        self.engine = engine or make_engine(scan)
+        self._engine_built_for = _engine_settings(scan)
+        self.sinks = build_sinks(self.config)
+        self.skipped: Counter[str] = Counter()
+        self._token = (read_secret(settings.token_file, "auditor.token_file").decode().strip()
+                       if settings.token_file else "")
+        self.scheduler = BackgroundScheduler(timezone=UTC)
+        self.queue = RunQueue(self._execute, self._publish, self._later, self._failed, settings.max_queued_runs)
+        self.stopping = threading.Event()
+        self.server: grpc.Server | None = None
+        self.port = 0
+        self.address = settings.advertise_address
+        self.leadership: Leadership | None = None
+        self.periodic: PeriodicRuns | None = None
+
+    # -- what tests and the RPC look at --------------------------------------------------------
+
+    @property
+    def leading(self) -> threading.Event:
+        assert self.leadership is not None, "start() the auditor first"
+        return self.leadership.leading
+
+    @property
+    def last(self) -> dict[str, Ticket]:
+        return self.queue.last
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> Auditor:
+        s = self.config.auditor
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="auditor-rpc"))
+        servicer = AuditorServicer(self, Authenticator(self._token, bool(s.tls_client_ca), s.insecure_open_rescan),
+                                   s.rescan_wait_seconds, s.status_requires_auth)
+        auditor_pb2_grpc.add_AuditorServicer_to_server(servicer, self.server)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        creds = server_credentials(s.tls_cert, s.tls_key, s.tls_client_ca)
+        self.port = (self.server.add_secure_port(s.listen, creds) if creds else self.server.add_insecure_port(s.listen))
+        if self.port == 0:
+            raise OSError(f"cannot listen on {s.listen}")
+        host, _ = parse_host_port(s.listen, "auditor.listen")
+        self.address = s.advertise_address or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]') else host}:{self.port}"
+        self.leadership = Leadership(lambda: open_store(self.config.scan), self.address, s.election_path,
+                                     self._elected, self._deposed)
+        self.periodic = PeriodicRuns(self.scheduler, self.leadership.connected_store, self._due)
+        self.server.start()
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.scheduler.start()
+        self.queue.start()
+        self.leadership.start()
+        log.info("auditor listening on %s (advertised as %s), metadata store %s", self.port, self.address,
+                 parse_metadata_service_uri(self.config.scan.metadata_service_uri).hosts)
+        return self
+
+    def stop(self) -> None:
+        """Release leadership, finish the current run within the grace period (else abandon it)."""
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        if self.server is not None:
+            self.health.enter_graceful_shutdown()
+        if not self.queue.stop(self.config.auditor.shutdown_grace_seconds):
+            log.warning("abandoning the current run at shutdown")
+        self.scheduler.shutdown(wait=False)
+        if self.leadership is not None:
+            self.leadership.stop()
+        for sink in self.sinks:
+            sink.close()
+        if self.server is not None:
+            self.server.stop(2).wait()
+        if self._own_engine:
+            self.engine.close()
+
+    def reload(self) -> None:
+        """SIGHUP: the whole configuration again; new intervals at once, new sinks at once, a new
+        engine from the next run on (`listen` only at the next restart)."""
+        if self._reload is None:
+            return
+        try:
+            new = self._reload()
+        except Exception as exc:
+            log.error("reload refused, keeping the running settings: %s", one_line(exc))
+            return
+        if new.auditor.listen != self.config.auditor.listen:
+            log.warning("auditor.listen changed: takes effect at the next restart")
+        old_sinks, self.sinks = self.sinks, build_sinks(new)
+        self.config = new
+        for sink in old_sinks:
+            sink.close()
+        if self.leading.is_set() and self.periodic is not None:
+            self.periodic.schedule(self._intervals())
+        log.info("configuration reloaded")
+
+    # -- leadership ---------------------------------------------------------------------------
+
+    def _intervals(self) -> dict[str, float]:
+        s = self.config.auditor
+        return {FULL: s.full_interval_seconds, UNDERREPLICATION: s.underreplication_interval_seconds}
+
+    def _elected(self) -> None:
+        assert self.periodic is not None
+        self.periodic.schedule(self._intervals())
+        for sink in self.sinks:
+            sink.leadership(True)
+
+    def _deposed(self) -> None:
+        assert self.periodic is not None
+        self.periodic.clear()
+        for sink in self.sinks:
+            sink.leadership(False)
+
+    def _due(self, kind: str) -> None:
+        if not self.leading.is_set():
+            return
+        try:
+            disabled = self.leadership.connected_store().replication_disabled()  # type: ignore[union-attr]
+        except Exception as exc:
+            log.warning("cannot tell whether replication is disabled (%s): skipping the %s run", exc, kind)
+            self._skip(kind, "zookeeper_unavailable")
+            return
+        if disabled and not self.config.auditor.run_when_replication_disabled:
+            log.info("ledger replication is disabled: skipping the %s run", kind)
+            self._skip(kind, "replication_disabled")
+            return
+        if self.queue.busy_with(kind):
+            log.warning("the previous %s run is still going: skipping this one", kind)
+            self._skip(kind, "still_running")
+            return
+        self.queue.submit(Ticket(kind))
+
+    def _skip(self, kind: str, reason: str) -> None:
+        self.skipped[f"{kind}.{reason}"] += 1
+        for sink in self.sinks:
+            sink.skipped(kind, reason)
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def _current_engine(self) -> Engine:
+        """The engine for the next run: rebuilt when a reload changed its settings and no run still
+        needs the old one for its re-check."""
+        wanted = _engine_settings(self.config.scan)
+        if self._own_engine and wanted != self._engine_built_for and not self.queue.awaiting_recheck:
+            self.engine.close()
+            self.engine = make_engine(self.config.scan)
+            self._engine_built_for = wanted
+        return self.engine
+
+    def _execute(self, ticket: Ticket) -> Report | Later:
+        ticket.started_ms = int(time.time() * 1000)
+        if ticket.kind == UNDERREPLICATION:
+            return check_marks(self.config.scan, ticket.run_id)
+
+        def progress(done: int, total: int) -> None:
+            ticket.ranges_done, ticket.ranges_total = done, total
+
+        run = ScrutinyRun(self.config.scan, self._current_engine(), progress=progress, run_id=ticket.run_id,
+                          sleep=self._pause)
+        pending = run.start(ticket.ledger_ids, ticket.bookie_id)
+        if not pending.faulty:
+            return run.finish(pending)
+        return Later(self.config.scan.recheck_delay, lambda: run.finish(pending))
+
+    def _pause(self, seconds: float) -> None:
+        self.stopping.wait(seconds)  # ends early at shutdown
+
+    def _later(self, delay: float, fn: Callable[[], None]) -> None:
+        self.scheduler.add_job(fn, DateTrigger(run_date=datetime.now(UTC) + timedelta(seconds=delay)),
+                               misfire_grace_time=None)
+
+    def _failed(self, ticket: Ticket, exc: Exception) -> Report:
+        return Report(ticket.run_id, iso_seconds(ticket.started_ms / 1000), iso_seconds(time.time()), False, {}, [],
+                      errors=[f"{type(exc).__name__}: {one_line(exc)}"])
+
+    def _publish(self, ticket: Ticket, report: Report) -> None:
+        ticket.finished_ms = int(time.time() * 1000)
+        run = FinishedRun(ticket.kind, report, ticket.finished_ms - ticket.started_ms, KIND_CATEGORIES[ticket.kind])
+        for sink in self.sinks:
+            try:
+                sink.published(run)
+            except Exception:
+                log.exception("report sink %s failed", type(sink).__name__)
+        if ticket.kind in PERIODIC and report.complete and self.leading.is_set() and self.periodic is not None:
+            self.periodic.record(ticket.kind, ticket.started_ms)
+
+    # -- what the RPC asks ----------------------------------------------------------------------
+
+    def rescan(self, ledger_ids: list[int] | None, bookie_id: str) -> tuple[Ticket, bool]:
+        assert self.leadership is not None
+        if not self.leading.is_set():
+            raise NotLeader(self.leadership.leader_address())
+        if ledger_ids is not None:
+            if not ledger_ids:
+                raise RequestError("ledgers: the list is empty")
+            if len(ledger_ids) > self.config.auditor.max_rescan_ledgers:
+                raise RequestError(f"ledgers: {len(ledger_ids)} ids; at most {self.config.auditor.max_rescan_ledgers}")
+            negative = [i for i in ledger_ids if i < 0]
+            if negative:
+                raise RequestError(f"ledgers: negative ledger id {negative[0]}")
+            store = self.leadership.connected_store()
+            unknown = [r.ledger_id for r in store.read_ledgers(sorted(set(ledger_ids))) if r.deleted]
+            if unknown:
+                raise RequestError(f"ledgers: no such ledger {', '.join(map(str, unknown[:10]))}"
+                                   + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""))
+        return self.queue.submit(Ticket(RESCAN, tuple(ledger_ids) if ledger_ids is not None else None, bookie_id))
+
+    def status(self) -> Status:
+        q = self.queue
+        leader = self.leadership.leader_address() if self.leadership is not None else ""
+        return Status(leading=self.leading.is_set(), leader_address=leader, current=q.current,
+                      last=tuple(q.last.values()), next_runs=self.periodic.next_runs() if self.periodic else {},
+                      skipped=dict(self.skipped), queued_runs=len(q.queued),
+                      runs_awaiting_recheck=len(q.awaiting_recheck))
+
+    def last_report(self, kind: str) -> Report | None:
+        ticket = self.queue.last.get(kind)
+        return ticket.report if ticket is not None else None
+
+    def leader_address(self) -> str:
+        return self.leadership.leader_address() if self.leadership is not None else ""

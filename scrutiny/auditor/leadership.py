@@ -1,0 +1,167 @@
+"""Leadership: one auditor of two or three leads, through scrutiny's own election in the metadata
+store; the time of each periodic kind's last complete run is kept there too (the cadence), so that a
+new leader keeps it instead of starting over (BookKeeper #1683)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+
+from apscheduler.schedulers.base import BaseScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from scrutiny import retry
+from scrutiny.errors import StoreError
+from scrutiny.store import Election, MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+def iso_seconds(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class Leadership:
+    """Connects to the store (backing off while it is unreachable: never a crash loop), contends in
+    the election, and leads until told to step down or until the store session is lost."""
+
+    def __init__(self, connect: Callable[[], MetadataStore], identifier: str, election_name: str,
+                 on_elected: Callable[[], None], on_deposed: Callable[[], None]) -> None:
+        self._connect, self.identifier, self.election_name = connect, identifier, election_name
+        self._on_elected, self._on_deposed = on_elected, on_deposed
+        self.store: MetadataStore | None = None
+        self.leading = threading.Event()
+        self.stopping = threading.Event()
+        self._step_down = threading.Event()
+        self._election: Election | None = None
+        self._thread = threading.Thread(target=self._contend, name="election", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._step_down.set()
+        if self._election is not None:
+            self._election.cancel()
+        if self.store is not None:
+            try:
+                self.store.close()
+            except Exception as exc:
+                log.debug("closing the metadata store: %s", exc)
+
+    def connected_store(self) -> MetadataStore:
+        if self.store is None:
+            raise StoreError("not connected to the metadata store yet")
+        return self.store
+
+    def _connect_with_backoff(self) -> bool:
+        delays = retry.RECONNECT.delays()
+        while not self.stopping.is_set():
+            try:
+                self.store = self._connect()
+                self.store.on_session_lost(self._session_lost)
+                return True
+            except StoreError as exc:
+                delay = next(delays)
+                log.warning("%s; retrying in %.0f s", exc, delay)
+                self.stopping.wait(delay)
+        return False
+
+    def _session_lost(self) -> None:
+        log.warning("metadata store session lost: stepping down")
+        self._step_down.set()
+
+    def _contend(self) -> None:
+        if not self._connect_with_backoff():
+            return
+        store = self.connected_store()
+        delays = retry.RECONNECT.delays()
+        while not self.stopping.is_set():
+            try:
+                self._election = store.election(self.identifier, self.election_name)
+                self._election.run(self._lead)
+                delays = retry.RECONNECT.delays()
+            except Exception as exc:
+                if self.stopping.is_set():
+                    return
+                delay = next(delays)
+                log.warning("leader election interrupted (%s); again in %.0f s", exc, delay)
+                self.stopping.wait(delay)
+
+    def _lead(self) -> None:
+        self._step_down.clear()
+        if self.stopping.is_set():
+            return
+        self.leading.set()
+        log.info("leading (%s)", self.identifier)
+        try:
+            self._on_elected()
+            self._step_down.wait()
+        finally:
+            self.leading.clear()
+            self._on_deposed()
+            log.info("no longer leading")
+
+    def leader_address(self) -> str:
+        if self.leading.is_set():
+            return self.identifier
+        try:
+            contenders = self.connected_store().election(self.identifier, self.election_name).contenders()
+        except Exception:
+            return ""
+        return str(contenders[0]) if contenders else ""
+
+
+class PeriodicRuns:
+    """The periodic kinds on the scheduler while leading, each first due one interval after the last
+    complete run of its kind (the cadence in the store), or now when there is none."""
+
+    def __init__(self, scheduler: BaseScheduler, store: Callable[[], MetadataStore],
+                 due: Callable[[str], None]) -> None:
+        self.scheduler, self._store, self._due = scheduler, store, due
+        self._kinds: set[str] = set()
+        self._lock = threading.RLock()  # elected, deposed and reloaded come from different threads
+
+    def schedule(self, intervals: Mapping[str, float]) -> None:
+        with self._lock:
+            self._schedule(intervals)
+
+    def _schedule(self, intervals: Mapping[str, float]) -> None:
+        self.clear()
+        now = time.time()
+        for kind, interval in intervals.items():
+            if interval <= 0:
+                continue
+            last = self._store().cadence(kind)
+            first = now if last is None else max(now, last / 1000 + interval)
+            self.scheduler.add_job(self._due, IntervalTrigger(seconds=interval), args=[kind], id=kind,
+                                   next_run_time=datetime.fromtimestamp(first, UTC), coalesce=True,
+                                   max_instances=1, misfire_grace_time=None)
+            self._kinds.add(kind)
+            log.info("%s runs every %s s, next at %s", kind, interval, iso_seconds(first))
+
+    def clear(self) -> None:
+        with self._lock:
+            for kind in self._kinds:
+                if self.scheduler.get_job(kind):
+                    self.scheduler.remove_job(kind)
+            self._kinds.clear()
+
+    def next_runs(self) -> dict[str, str]:
+        out = {}
+        for kind in sorted(self._kinds):
+            job = self.scheduler.get_job(kind)
+            if job is not None and job.next_run_time is not None:
+                out[kind] = iso_seconds(job.next_run_time.timestamp())
+        return out
+
+    def record(self, kind: str, started_ms: int) -> None:
+        """A complete run of `kind` started at `started_ms`: the next leader keeps the cadence."""
+        try:
+            self._store().set_cadence(kind, started_ms)
+        except Exception as exc:
+            log.warning("could not record the %s cadence: %s", kind, exc)

@@ -1,0 +1,133 @@
+"""The auditor's run queue: runs execute one at a time on one worker, in the order asked; a run that
+needs BP-34's delayed re-check hands its second half to a timer and frees the worker meanwhile."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from scrutiny.errors import Busy
+from scrutiny.logsetup import RUN_ID
+from scrutiny.report import Report
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Ticket:
+    """One requested run, from the queue to its report."""
+
+    kind: str
+    ledger_ids: tuple[int, ...] | None = None
+    bookie_id: str = ""
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    started_ms: int = 0
+    finished_ms: int = 0
+    ranges_done: int = 0
+    ranges_total: int = 0
+    report: Report | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class Later:
+    """The second half of a run, due after a delay (the re-check)."""
+
+    delay_seconds: float
+    finish: Callable[[], Report]
+
+
+Execute = Callable[[Ticket], "Report | Later"]
+Publish = Callable[[Ticket, Report], None]
+Schedule = Callable[[float, Callable[[], None]], None]  # run a function once, after a delay
+
+
+class RunQueue:
+    def __init__(self, execute: Execute, publish: Publish, schedule: Schedule, failed: Callable[[Ticket, Exception],
+                 Report], max_queued: int = 8) -> None:
+        self._execute, self._publish, self._schedule, self._failed = execute, publish, schedule, failed
+        self.max_queued = max_queued
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[Ticket | None] = queue.Queue()
+        self.queued: list[Ticket] = []
+        self.awaiting_recheck: list[Ticket] = []
+        self.current: Ticket | None = None
+        self.last: dict[str, Ticket] = {}
+        self._worker = threading.Thread(target=self._work, name="run-worker", daemon=True)
+
+    def start(self) -> None:
+        self._worker.start()
+
+    def stop(self, grace_seconds: float) -> bool:
+        """Stop taking runs; wait for the current one at most `grace_seconds`. False if abandoned."""
+        self._queue.put(None)
+        if self._worker.is_alive():
+            self._worker.join(grace_seconds)
+        return not self._worker.is_alive()
+
+    def submit(self, ticket: Ticket) -> tuple[Ticket, bool]:
+        """Queue a run; returns it and whether it waits behind another."""
+        with self._lock:
+            if len(self.queued) >= self.max_queued:
+                raise Busy(f"{len(self.queued)} runs already queued; try again later")
+            waits = self.current is not None or bool(self.queued)
+            self.queued.append(ticket)
+        self._queue.put(ticket)
+        return ticket, waits
+
+    def busy_with(self, kind: str) -> bool:
+        """A run of this kind is queued, going, or waiting for its re-check."""
+        with self._lock:
+            return any(t.kind == kind for t in [*self.queued, *self.awaiting_recheck, self.current] if t)
+
+    def _work(self) -> None:
+        while True:
+            ticket = self._queue.get()
+            if ticket is None:
+                return
+            with self._lock:
+                self.queued.remove(ticket)
+                self.current = ticket
+            token = RUN_ID.set(ticket.run_id)
+            try:
+                outcome = self._execute(ticket)
+                if isinstance(outcome, Later):
+                    with self._lock:
+                        self.awaiting_recheck.append(ticket)
+                    self._schedule(outcome.delay_seconds, functools.partial(self._finish, ticket, outcome))
+                else:
+                    self._done(ticket, outcome)
+            except Exception as exc:
+                log.exception("run %s failed", ticket.run_id)
+                self._done(ticket, self._failed(ticket, exc))
+            finally:
+                RUN_ID.reset(token)
+                with self._lock:
+                    self.current = None
+
+    def _finish(self, ticket: Ticket, later: Later) -> None:
+        token = RUN_ID.set(ticket.run_id)
+        try:
+            report = later.finish()
+        except Exception as exc:
+            log.exception("run %s failed in its re-check", ticket.run_id)
+            report = self._failed(ticket, exc)
+        finally:
+            RUN_ID.reset(token)
+            with self._lock:
+                self.awaiting_recheck.remove(ticket)
+        self._done(ticket, report)
+
+    def _done(self, ticket: Ticket, report: Report) -> None:
+        ticket.report = report
+        try:
+            self._publish(ticket, report)
+        finally:
+            with self._lock:
+                self.last[ticket.kind] = ticket
+            ticket.done.set()

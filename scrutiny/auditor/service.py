@@ -1,0 +1,153 @@
+"""The Auditor RPC: translates requests into calls on the auditor and results (or errors, through
+their kind's gRPC code) into replies. Nothing here reads the store or runs anything."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, Protocol
+
+import grpc
+
+from scrutiny.auditor.leadership import iso_seconds
+from scrutiny.auditor.runqueue import Ticket
+from scrutiny.errors import NotFound, NotLeader, RequestError, ScrutinyError, Unauthenticated, one_line
+from scrutiny.report import Report
+from scrutiny.tls import verified_peer
+from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
+
+KINDS = ("full", "underreplication", "rescan")
+
+
+@dataclass(frozen=True)
+class Status:
+    leading: bool
+    leader_address: str
+    current: Ticket | None = None
+    last: tuple[Ticket, ...] = ()
+    next_runs: Mapping[str, str] = field(default_factory=dict)
+    skipped: Mapping[str, int] = field(default_factory=dict)
+    queued_runs: int = 0
+    runs_awaiting_recheck: int = 0
+
+
+class AuditorApi(Protocol):
+    def rescan(self, ledger_ids: list[int] | None, bookie_id: str) -> tuple[Ticket, bool]: ...
+
+    def status(self) -> Status: ...
+
+    def last_report(self, kind: str) -> Report | None: ...
+
+
+class Authenticator:
+    """A verified client certificate (mutual TLS) or the bearer token; open only when configured so."""
+
+    def __init__(self, token: str, client_ca: bool, insecure_open: bool) -> None:
+        self.token, self.client_ca, self.insecure_open = token, client_ca, insecure_open
+
+    def check(self, context: grpc.ServicerContext) -> None:
+        if not self._allowed(context):
+            raise Unauthenticated("a valid bearer token is required")
+
+    def _allowed(self, context: grpc.ServicerContext) -> bool:
+        if not self.token and not self.client_ca:
+            return self.insecure_open
+        if self.client_ca and verified_peer(context):
+            return True
+        if self.token:
+            given = dict(context.invocation_metadata()).get("authorization", "")
+            if isinstance(given, bytes):
+                given = given.decode("utf-8", "replace")
+            return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
+        return False
+
+
+def run_info(ticket: Ticket) -> Any:
+    msg = auditor_pb2.RunInfo(run_id=ticket.run_id, kind=ticket.kind, ranges_done=ticket.ranges_done,
+                              ranges_total=ticket.ranges_total,
+                              complete=bool(ticket.report and ticket.report.complete))
+    if ticket.report is not None:
+        msg.started_at, msg.finished_at = ticket.report.started_at, ticket.report.finished_at
+        msg.counts.update(ticket.report.counts)
+    elif ticket.started_ms:
+        msg.started_at = iso_seconds(ticket.started_ms / 1000)
+    return msg
+
+
+def _abort(context: grpc.ServicerContext, exc: ScrutinyError) -> NoReturn:
+    if isinstance(exc, NotLeader):
+        context.set_trailing_metadata((("leader-address", exc.leader),))
+    context.abort(exc.grpc_code, one_line(exc))
+    raise AssertionError("abort returns only by raising")
+
+
+class AuditorServicer(auditor_pb2_grpc.AuditorServicer):
+    def __init__(self, api: AuditorApi, auth: Authenticator, max_wait_seconds: float,
+                 status_requires_auth: bool) -> None:
+        self.api, self.auth = api, auth
+        self.max_wait_seconds, self.status_requires_auth = max_wait_seconds, status_requires_auth
+
+    def Rescan(self, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            self.auth.check(context)
+            ledger_ids, bookie_id = _scope(request)
+            ticket, queued = self.api.rescan(ledger_ids, bookie_id)
+        except ScrutinyError as exc:
+            _abort(context, exc)
+        resp = auditor_pb2.RescanResponse(run_id=ticket.run_id, queued=queued)
+        if request.wait:
+            timeout = min(request.wait_timeout_seconds or self.max_wait_seconds, self.max_wait_seconds)
+            if not ticket.done.wait(timeout):
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                              f"run {ticket.run_id} is still going; its report will be served by GetLastReport")
+            assert ticket.report is not None
+            resp.report_json = json.dumps(ticket.report.to_json())
+        return resp
+
+    def GetStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            if self.status_requires_auth:
+                self.auth.check(context)
+        except ScrutinyError as exc:
+            _abort(context, exc)
+        s = self.api.status()
+        resp = auditor_pb2.GetStatusResponse(role=auditor_pb2.LEADER if s.leading else auditor_pb2.STANDBY,
+                                             leader_address=s.leader_address, queued_runs=s.queued_runs,
+                                             runs_awaiting_recheck=s.runs_awaiting_recheck)
+        resp.last_runs.extend(run_info(t) for t in s.last)
+        resp.skipped_runs.update(s.skipped)
+        resp.next_runs.update(s.next_runs)
+        if s.current is not None:
+            resp.current_run.CopyFrom(run_info(s.current))
+        return resp
+
+    def GetLastReport(self, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            if self.status_requires_auth:
+                self.auth.check(context)
+            if request.kind not in KINDS:
+                raise RequestError(f"kind must be one of {', '.join(KINDS)}")
+            report = self.api.last_report(request.kind)
+            if report is None:
+                raise NotFound(f"no {request.kind} run has finished here yet")
+        except ScrutinyError as exc:
+            _abort(context, exc)
+        return auditor_pb2.GetLastReportResponse(report_json=json.dumps(report.to_json()))
+
+
+def _scope(request: Any) -> tuple[list[int] | None, str]:
+    """What a RescanRequest asks for: (ledger ids or None, bookie id)."""
+    scope = request.WhichOneof("scope")
+    if request.wait_timeout_seconds < 0:
+        raise RequestError("wait_timeout_seconds is negative")
+    if scope == "ledgers":
+        return list(request.ledgers.ledger_ids), ""
+    if scope == "bookie_id":
+        if not request.bookie_id.strip():
+            raise RequestError("bookie_id is empty")
+        return None, request.bookie_id.strip()
+    if scope != "all_ledgers" or not request.all_ledgers:
+        raise RequestError("say what to rescan: all_ledgers, ledgers or bookie_id")
+    return None, ""

@@ -1,0 +1,133 @@
+"""Checks as data: every violation category, once, with what it means for the run, the report and
+the metrics. The analysis, the report, the text rendering and every metrics sink iterate this
+registry; a new category is one entry here (and the check that produces it)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class Category(enum.StrEnum):
+    PLACEMENT_POLICY_NOT_ADHERING = "PLACEMENT_POLICY_NOT_ADHERING"
+    PLACEMENT_POLICY_SOFTLY_ADHERING = "PLACEMENT_POLICY_SOFTLY_ADHERING"
+    NO_REPLICA_OF_AN_ENTRY = "NO_REPLICA_OF_AN_ENTRY"
+    LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY = "LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"
+    LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY = "LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"
+    UNDERREPLICATED_ELAPSED_GRACE_PERIOD = "UNDERREPLICATED_ELAPSED_GRACE_PERIOD"
+    BOOKIE_UNAVAILABLE = "BOOKIE_UNAVAILABLE"
+    INVALID_METADATA = "INVALID_METADATA"
+    INVALID_BOOKIE_RESPONSE = "INVALID_BOOKIE_RESPONSE"
+
+
+class Severity(enum.StrEnum):
+    ERROR = "error"  # the exit status says violations
+    WARNING = "warning"  # reported and counted, the exit status stays 0
+
+
+class Phase(enum.StrEnum):
+    """Which part of a run produces the category."""
+
+    LEDGERS = "ledgers"  # the per-range analysis of every ledger (the full run)
+    MARKS = "marks"  # the under-replication marks (also the cheap periodic job)
+
+
+class Fact(enum.StrEnum):
+    """What a finding rests on; each must still be true when the finding is reported."""
+
+    METADATA = "metadata"  # the ledger's metadata znode, at the version the finding was computed from
+    NOT_MARKED = "not_marked"  # the ledger is not marked under-replicated (BP-34: then it is being repaired)
+    ANSWERS = "answers"  # the bookies' answers: re-asked after the delay when some bookie was silent
+    MARK = "mark"  # the under-replication mark itself, with the same ctime
+
+
+@dataclass(frozen=True)
+class CategorySpec:
+    category: Category
+    phase: Phase
+    severity: Severity
+    facts: frozenset[Fact]
+    summary: str  # one line: when the category is reported
+    describe: Callable[[Mapping[str, Any]], list[str]]  # the details of one violation, for people
+    bookkeeper_gauge: str = ""  # upstream auditor gauge with the same meaning (operators' dashboards)
+
+    @property
+    def warning(self) -> bool:
+        return self.severity is Severity.WARNING
+
+
+def _coverage(d: Mapping[str, Any]) -> list[str]:
+    out = []
+    for r in d.get("under_covered", [])[:5]:
+        shape = (f"every {r['sequence_period']} from {r['first_entry']}, {r['sequence_size']} at a time"
+                 if r["sequence_period"] else "contiguous")
+        out.append(f"entries {r['first_entry']}-{r['last_entry']} ({r['entries']} entries, {shape}): "
+                   f"{r['copies']} of {d['write_quorum']} copies, missing on {', '.join(r['missing_bookies'])}")
+    if len(d.get("under_covered", [])) > 5 or d.get("under_covered_truncated"):
+        out.append("... more ranges in the JSON report")
+    return out
+
+
+def _placement(d: Mapping[str, Any]) -> list[str]:
+    return [f"segment at entry {s['first_entry_id']}: {s['result']}: {s['reason']}" for s in d.get("segments", [])[:3]]
+
+
+def _age(d: Mapping[str, Any]) -> list[str]:
+    return [f"marked {d['age_seconds']} s ago, grace period {d['grace_period_seconds']} s"]
+
+
+def _reasons(d: Mapping[str, Any]) -> list[str]:
+    return [f"{b}: {r}" for b, r in d.get("reasons", {}).items()]
+
+
+def _answers(d: Mapping[str, Any]) -> list[str]:
+    return [str(r) for r in d.get("answers", {}).values()]
+
+
+def _error(d: Mapping[str, Any]) -> list[str]:
+    return [str(d["error"])] if "error" in d else []
+
+
+_ANALYSED = frozenset({Fact.METADATA, Fact.NOT_MARKED})
+_ANSWERED = _ANALYSED | {Fact.ANSWERS}
+
+REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
+    CategorySpec(Category.PLACEMENT_POLICY_NOT_ADHERING, Phase.LEDGERS, Severity.ERROR, _ANALYSED,
+                 "some segment's ensemble FAILs the placement policy", _placement,
+                 "NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY"),
+    CategorySpec(Category.PLACEMENT_POLICY_SOFTLY_ADHERING, Phase.LEDGERS, Severity.WARNING, _ANALYSED,
+                 "no FAIL, some MEETS_SOFT", _placement, "NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY"),
+    CategorySpec(Category.NO_REPLICA_OF_AN_ENTRY, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
+                 "some entry has no copy on its write set", _coverage, "NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY"),
+    CategorySpec(Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
+                 "else, some entry has fewer than AQ copies", _coverage,
+                 "NUM_LEDGERS_HAVING_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"),
+    CategorySpec(Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
+                 "else, some entry has fewer than WQ copies", _coverage,
+                 "NUM_LEDGERS_HAVING_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"),
+    CategorySpec(Category.UNDERREPLICATED_ELAPSED_GRACE_PERIOD, Phase.MARKS, Severity.ERROR, frozenset({Fact.MARK}),
+                 "marked under-replicated for longer than the grace period", _age,
+                 "NUM_UNDERREPLICATED_LEDGERS_ELAPSED_RECOVERY_GRACE_PERIOD"),
+    CategorySpec(Category.BOOKIE_UNAVAILABLE, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
+                 "a registered bookie of the ledger's ensembles still did not answer after the delayed re-check",
+                 _reasons),
+    CategorySpec(Category.INVALID_METADATA, Phase.LEDGERS, Severity.ERROR, _ANALYSED,
+                 "the ledger's metadata cannot be decoded or is inconsistent", _error),
+    CategorySpec(Category.INVALID_BOOKIE_RESPONSE, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
+                 "a bookie's answer for the ledger cannot be decoded", _answers),
+)}
+assert set(REGISTRY) == set(Category), "every category needs its registry entry"
+
+
+def spec(category: Category) -> CategorySpec:
+    return REGISTRY[category]
+
+
+def in_phase(phase: Phase) -> tuple[Category, ...]:
+    return tuple(c for c, s in REGISTRY.items() if s.phase is phase)
+
+
+def resting_on(fact: Fact) -> frozenset[Category]:
+    return frozenset(c for c, s in REGISTRY.items() if fact in s.facts)

@@ -1,0 +1,232 @@
+"""The per-range work of a run, as a Spark executor does it for one range.
+
+Three steps: read the range (its ledgers' metadata from the store, then every bookie's answer for the
+ledgers worth checking), classify what was read with the pure checks, and return a `RangeResult`.
+Results of many ranges merge into one (`RangeResult.merge`); only they travel back to the driver.
+"""
+
+from __future__ import annotations
+
+import atexit
+import enum
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from scrutiny.bookieclient import BookieClient
+from scrutiny.categories import Category
+from scrutiny.checks import NO_LEDGER, BookieAnswer, Outcome, Violation, check_coverage, check_placement
+from scrutiny.config import ScanSettings
+from scrutiny.errors import DataError, StoreError
+from scrutiny.metadata import LedgerMetadata
+from scrutiny.store import LedgerRange, LedgerRead, MetadataStore, open_store
+
+LEDGER_COUNTERS = ("seen", "checked", "skipped_open", "skipped_empty", "skipped_underreplicated",
+                   "deleted_during_run")
+
+Answers = Mapping[str, Mapping[int, BookieAnswer]]  # bookie -> ledger -> what it said
+
+
+class Pass(enum.Enum):
+    FIRST = "first"  # a bookie that does not answer makes the ledger potentially faulty
+    FINAL = "final"  # after the delayed re-check: still silent and registered = BOOKIE_UNAVAILABLE
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Everything an executor needs, shipped once per job."""
+
+    settings: ScanSettings
+    locations: Mapping[str, str]
+    marked: frozenset[int]
+    agent_addresses: Mapping[str, str]
+    now_ms: int
+    only_bookie: str = ""  # scope: only ledgers whose ensembles contain this bookie
+    lost_bookies: frozenset[str] = frozenset()  # FINAL pass: no longer registered, their copies are gone
+    placement: bool = True
+
+
+@dataclass(frozen=True)
+class RangeResult:
+    """What one range (or many, merged) found. Only this travels back to the driver."""
+
+    counts: Mapping[str, int] = field(default_factory=dict)
+    violations: tuple[Violation, ...] = ()
+    potentially_faulty: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    deleted: tuple[int, ...] = ()
+    marked_in_scope: tuple[int, ...] = ()  # only for a one-bookie run
+    errors: tuple[str, ...] = ()
+    stats: Mapping[str, int] = field(default_factory=dict)  # keys with "peak" merge by max, others by sum
+
+    @staticmethod
+    def merge(results: Iterable[RangeResult]) -> RangeResult:
+        counts: Counter[str] = Counter()
+        stats: Counter[str] = Counter()
+        violations: list[Violation] = []
+        faulty: dict[int, tuple[str, ...]] = {}
+        deleted: list[int] = []
+        marked: list[int] = []
+        errors: list[str] = []
+        for r in results:
+            counts.update(r.counts)
+            for k, v in r.stats.items():
+                stats[k] = max(stats[k], v) if "peak" in k else stats[k] + v
+            violations += r.violations
+            faulty.update(r.potentially_faulty)
+            deleted += r.deleted
+            marked += r.marked_in_scope
+            errors += r.errors
+        return RangeResult(dict(counts), tuple(violations), faulty, tuple(deleted), tuple(marked), tuple(errors),
+                           dict(stats))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure classification
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The ledgers of a range sorted into those to check and those counted and left alone."""
+
+    candidates: tuple[LedgerMetadata, ...]
+    counts: Mapping[str, int]
+    violations: tuple[Violation, ...]
+    deleted: tuple[int, ...]
+    marked_in_scope: tuple[int, ...]
+
+
+def select(ctx: RunContext, reads: Iterable[LedgerRead]) -> Selection:
+    counts: Counter[str] = Counter()
+    candidates: list[LedgerMetadata] = []
+    violations: list[Violation] = []
+    deleted: list[int] = []
+    marked_in_scope: list[int] = []
+    for read in reads:
+        md = read.metadata
+        if ctx.only_bookie and md is not None and ctx.only_bookie not in md.bookies:
+            continue  # outside the scope of this run
+        counts["seen"] += 1
+        if ctx.only_bookie and read.ledger_id in ctx.marked:
+            marked_in_scope.append(read.ledger_id)
+        if read.deleted:
+            counts["deleted_during_run"] += 1
+            deleted.append(read.ledger_id)
+        elif md is None:
+            violations.append(Violation(Category.INVALID_METADATA, read.ledger_id, (),
+                                        {"error": read.error or "unknown"}))
+        elif not md.closed:
+            counts["skipped_open"] += 1
+        elif md.last_entry_id < 0:
+            counts["skipped_empty"] += 1
+        elif read.ledger_id in ctx.marked:
+            counts["skipped_underreplicated"] += 1
+        else:
+            candidates.append(md)
+    return Selection(tuple(candidates), dict(counts), tuple(violations), tuple(deleted), tuple(marked_in_scope))
+
+
+def wanted(ledgers: Iterable[LedgerMetadata]) -> dict[str, list[int]]:
+    """Which ledgers to ask each bookie about: those whose (non-empty) segments name it."""
+    out: dict[str, list[int]] = {}
+    for md in ledgers:
+        for b in {b for seg, _, _ in md.segment_ranges() for b in seg.ensemble}:
+            out.setdefault(b, []).append(md.ledger_id)
+    return out
+
+
+def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], answers: Answers) -> RangeResult:
+    """The checks of every candidate ledger, from the bookies' answers."""
+    policy = ctx.settings.placement()
+    grace_ms = int(ctx.settings.write_cache_grace_seconds * 1000)
+    violations: list[Violation] = []
+    faulty: dict[int, tuple[str, ...]] = {}
+    for md in ledgers:
+        if ctx.placement:
+            v = check_placement(md, policy, ctx.locations)
+            if v is not None:
+                violations.append(v)
+        per: dict[str, BookieAnswer] = {}
+        for b in md.bookies:
+            ans = answers.get(b, {}).get(md.ledger_id)
+            if ans is None:
+                continue
+            if mode is Pass.FINAL and ans.outcome is Outcome.UNAVAILABLE and b in ctx.lost_bookies:
+                ans = NO_LEDGER  # BP-34: a bookie gone from the cluster has lost its copies
+            per[b] = ans
+        cov = check_coverage(md, per)
+        if cov.invalid:
+            violations.append(Violation(Category.INVALID_BOOKIE_RESPONSE, md.ledger_id, tuple(sorted(cov.invalid)),
+                                        {"answers": dict(cov.invalid)}, md.znode_version))
+        recent = grace_ms > 0 and ctx.now_ms - md.modified_ms < grace_ms
+        if mode is Pass.FIRST and (cov.unavailable or (cov.violation is not None and recent)):
+            # Copies unknown (or perhaps still in the bookie's write cache): look again after the delay.
+            faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
+            continue
+        if cov.unavailable:
+            reasons = {b: per[b].reason for b in cov.unavailable if b in per}
+            violations.append(Violation(Category.BOOKIE_UNAVAILABLE, md.ledger_id, tuple(sorted(cov.unavailable)),
+                                        {"reasons": reasons}, md.znode_version))
+        if cov.violation is not None:
+            violations.append(cov.violation)
+    return RangeResult(counts={"checked": len(ledgers)}, violations=tuple(violations), potentially_faulty=faulty)
+
+
+# ---------------------------------------------------------------------------------------------
+# The I/O around it, on an executor
+
+
+class ExecutorResources:
+    """One metadata-store session and one set of agent channels per executor process, reused by every
+    task the process runs (Spark reuses its Python workers); rebuilt when the settings change."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: tuple[ScanSettings, Mapping[str, str]] | None = None
+        self._store: MetadataStore | None = None
+        self._client: BookieClient | None = None
+
+    def get(self, ctx: RunContext) -> tuple[MetadataStore, BookieClient]:
+        key = (ctx.settings, dict(ctx.agent_addresses))
+        with self._lock:
+            if self._key != key or self._store is None or self._client is None:
+                self._close()
+                self._store = open_store(ctx.settings)
+                self._client = BookieClient.from_settings(ctx.settings, ctx.agent_addresses)
+                self._key = key
+            return self._store, self._client
+
+    def _close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        if self._store is not None:
+            self._store.close()
+        self._key, self._store, self._client = None, None, None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+
+EXECUTOR = ExecutorResources()
+atexit.register(EXECUTOR.close)
+
+
+def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> RangeResult:
+    """Read one range and check it. Never raises for one bad ledger; a range that cannot be read at
+    all comes back with an error (the run is then incomplete)."""
+    try:
+        store, client = EXECUTOR.get(ctx)
+        reads_before, failed_before = store.reads, client.failed_calls
+        selection = select(ctx, store.read_ledgers(store.ledger_ids(rng)))
+        answers = client.fetch_many(wanted(selection.candidates)) if selection.candidates else {}
+        checked = classify(ctx, mode, selection.candidates, answers)
+        io_stats = {"bookie_calls_failed": client.failed_calls - failed_before, "zk_reads": store.reads - reads_before,
+                    "zk_peak_in_flight": store.peak_in_flight}
+    except (StoreError, DataError) as exc:
+        return RangeResult(errors=(f"range {rng.describe()}: {exc}",))
+    return RangeResult.merge([
+        RangeResult(selection.counts, selection.violations, deleted=selection.deleted,
+                    marked_in_scope=selection.marked_in_scope, stats=io_stats),
+        checked,
+    ])

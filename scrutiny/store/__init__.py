@@ -1,0 +1,178 @@
+"""The one interface to the metadata store (Patroni's AbstractDCS is the model).
+
+Everything scrutiny reads or writes in the cluster's coordination store goes through `MetadataStore`:
+enumeration of ledgers as opaque range tokens, ledger reads, under-replication marks, bookie
+registrations, racks, the bookie agents' registry, and for the auditor its election and cadence.
+ZooKeeper (`scrutiny.store.zookeeper`) is the one implementation; another store (etcd, Oxia: Pulsar's
+PIP-45) is one new module implementing this class plus its URI scheme in `BACKENDS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, Self
+
+from scrutiny.errors import ConfigError, StoreError
+from scrutiny.metadata import BookieRegistration, LedgerMetadata, MetadataServiceUri, UnderreplicationMark
+
+if TYPE_CHECKING:
+    from scrutiny.config import ClusterSettings
+
+# URI scheme (before any `+layout`) -> module with a `open_store(settings)` function.
+BACKENDS = {"zk": "scrutiny.store.zookeeper"}
+RANGE_SIZE = 10_000  # ledgers per explicit-id range: the size of a level-2 hierarchical bucket
+
+
+class MetadataStoreUnavailable(StoreError):
+    """The metadata store could not be reached, or stayed unreachable past the retry budget."""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRange:
+    """A unit of work. `token` is opaque outside the store that made it (it names, say, a bucket of
+    the ledger tree); `ids` lists the ledgers instead when a run is about chosen ledgers."""
+
+    token: str
+    ids: tuple[int, ...] | None = None
+
+    def describe(self) -> str:
+        return self.token if self.ids is None else f"{len(self.ids)} chosen ledgers from {self.ids[0]}"
+
+
+def chunk_ids(ids: Iterable[int], size: int = RANGE_SIZE) -> list[LedgerRange]:
+    """Ranges of explicit ledger ids (sorted, unique), `size` at a time."""
+    ordered = sorted(set(ids))
+    return [LedgerRange("ids", tuple(ordered[i:i + size])) for i in range(0, len(ordered), size)]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRead:
+    """The outcome of reading one ledger's metadata."""
+
+    ledger_id: int
+    metadata: LedgerMetadata | None = None
+    error: str | None = None  # undecodable or inconsistent metadata
+    deleted: bool = False  # gone between enumeration and read
+
+
+@dataclass(frozen=True, slots=True)
+class Registrations:
+    writable: dict[str, BookieRegistration]
+    readonly: dict[str, BookieRegistration]
+    cookies: frozenset[str]
+    problems: tuple[str, ...] = ()
+
+    def registered(self, bookie_id: str) -> bool:
+        return bookie_id in self.writable or bookie_id in self.readonly
+
+
+class Election(Protocol):
+    def run(self, lead: Callable[[], None]) -> None:
+        """Block until elected, call `lead`, give up leadership when it returns."""
+
+    def cancel(self) -> None: ...
+
+    def contenders(self) -> list[str]:
+        """The identifiers of every contender, the leader first."""
+
+
+class Registration(Protocol):
+    """An ephemeral registration kept across session loss until closed."""
+
+    def close(self) -> None: ...
+
+
+class MetadataStore(ABC):
+    uri: MetadataServiceUri
+    reads: int = 0  # requests sent, for the run's statistics
+    peak_in_flight: int = 0
+
+    # -- ledgers ----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def ledger_ranges(self) -> list[LedgerRange]:
+        """Every unit of work of the whole ledger tree."""
+
+    def ranges_of(self, ledger_ids: Iterable[int]) -> list[LedgerRange]:
+        """Units of work for chosen ledgers."""
+        return chunk_ids(ledger_ids)
+
+    @abstractmethod
+    def ledger_ids(self, rng: LedgerRange) -> list[int]:
+        """The ledgers of one unit of work, ascending."""
+
+    @abstractmethod
+    def read_ledgers(self, ledger_ids: Iterable[int]) -> Iterator[LedgerRead]:
+        """Each ledger's metadata, in order; one bad or deleted ledger never stops the others."""
+
+    # -- under-replication ------------------------------------------------------------------------
+
+    @abstractmethod
+    def underreplication_marks(self) -> tuple[dict[int, UnderreplicationMark], list[str]]:
+        """Every mark, and problems with single marks."""
+
+    @abstractmethod
+    def underreplication_mark(self, ledger_id: int) -> UnderreplicationMark | None:
+        """One ledger's mark now (an unreadable mark is still a mark, without ctime)."""
+
+    @abstractmethod
+    def replication_disabled(self) -> bool: ...
+
+    # -- bookies ----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def registrations(self) -> Registrations: ...
+
+    @abstractmethod
+    def racks(self, where: str = "") -> tuple[dict[str, str], list[str]]:
+        """bookie id -> location (Pulsar's rack data), and problems with single entries."""
+
+    @abstractmethod
+    def agent_addresses(self) -> dict[str, str]:
+        """bookie id -> address of its agent, from the agents' own registrations."""
+
+    @abstractmethod
+    def register_agent(self, bookie_id: str, address: str) -> Registration: ...
+
+    # -- the auditor ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def election(self, identifier: str, name: str = "") -> Election:
+        """scrutiny's own election (never BookKeeper's auditor election)."""
+
+    @abstractmethod
+    def cadence(self, kind: str) -> int | None:
+        """When the last complete run of this kind started (ms), as the leaders record it."""
+
+    @abstractmethod
+    def set_cadence(self, kind: str, started_ms: int) -> None: ...
+
+    @abstractmethod
+    def on_session_lost(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (it must not block) when the session, and the leadership it held, is lost."""
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_store(settings: ClusterSettings) -> MetadataStore:
+    """The store named by `metadata_service_uri`'s scheme, connected with the settings' one policy
+    for TLS, authentication, bounds and retries. Raises MetadataStoreUnavailable."""
+    scheme = settings.metadata_service_uri.split("://", 1)[0].split("+", 1)[0]
+    if scheme not in BACKENDS:
+        raise ConfigError(f"metadata service URI {settings.metadata_service_uri!r}: unknown store {scheme!r} "
+                          "(known: zk, as zk+<layout>://host:port;.../root)")
+    backend = importlib.import_module(BACKENDS[scheme])
+    store: MetadataStore = backend.open_store(settings)
+    return store

@@ -1,0 +1,426 @@
+"""The metadata store on ZooKeeper (kazoo): a BookKeeper cluster's tree read into snapshots.
+
+Reads are pipelined with a bounded number in flight: results are collected on the caller's thread,
+never on kazoo's event thread, and never more than `max_in_flight` requests are outstanding (upstream's
+auditor expired its own session by firing every read at once, BookKeeper #2802). Every wait is bounded
+and retried across connection loss and session expiry until the retry deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+from scrutiny import retry
+from scrutiny.errors import ConfigError
+from scrutiny.metadata import (
+    BookieRegistration,
+    Layout,
+    MetadataError,
+    MetadataServiceUri,
+    UnderreplicationMark,
+    decode_agent_registration,
+    decode_bookie_service_info,
+    decode_ledger_metadata,
+    decode_racks,
+    decode_ur_mark,
+    encode_agent_registration,
+    is_ledger_child,
+    ledger_id_of_mark,
+    ledger_path,
+    parse_layout,
+    parse_metadata_service_uri,
+    ur_mark_path,
+)
+from scrutiny.store import (
+    Election,
+    LedgerRange,
+    LedgerRead,
+    MetadataStore,
+    MetadataStoreUnavailable,
+    Registration,
+    Registrations,
+    chunk_ids,
+)
+from scrutiny.tls import read_secret, redact
+
+if TYPE_CHECKING:
+    from scrutiny.config import ClusterSettings
+
+log = logging.getLogger(__name__)
+DEFAULT_MAX_IN_FLIGHT = 256
+_RETRYABLE = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, KazooTimeoutError)
+OPERATION_TIMEOUT = 10.0  # seconds one request may wait for an answer before it is retried
+
+
+def client_args(auth_file: str = "", ca: str = "", cert: str = "", key: str = "") -> dict[str, Any]:
+    """KazooClient arguments: digest credentials from `auth_file` ("user:password"), and TLS.
+    With credentials, the znodes scrutiny creates get an ACL: all for that identity, read for others."""
+    args: dict[str, Any] = {}
+    if auth_file:
+        from kazoo.security import make_acl, make_digest_acl
+
+        credential = read_secret(auth_file, "ZooKeeper credentials").decode("utf-8").strip()
+        user, sep, password = credential.partition(":")
+        if not sep or not user or not password:
+            raise ConfigError(f"ZooKeeper credentials in {auth_file} are not of the form user:password")
+        redact(credential, password)
+        args["auth_data"] = [("digest", credential)]
+        args["default_acl"] = [make_digest_acl(user, password, all=True), make_acl("world", "anyone", read=True)]
+    if ca or cert or key:
+        args.update(use_ssl=True, verify_certs=bool(ca))
+        if ca:
+            args["ca"] = ca
+        if cert:
+            args["certfile"] = cert
+        if key:
+            args["keyfile"] = key
+    return args
+
+
+def new_client(settings: ClusterSettings) -> KazooClient:
+    """The one way scrutiny makes a ZooKeeper client from settings: TLS, auth, session timeout."""
+    uri = parse_metadata_service_uri(settings.metadata_service_uri)
+    return KazooClient(hosts=uri.hosts, timeout=settings.zk_session_timeout,
+                       connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 2.0},
+                       **client_args(settings.zk_auth_file, settings.zk_tls_ca, settings.zk_tls_cert,
+                                     settings.zk_tls_key))
+
+
+def open_store(settings: ClusterSettings) -> ZooKeeperStore:
+    client = new_client(settings)
+    uri = parse_metadata_service_uri(settings.metadata_service_uri)
+    try:
+        client.start(timeout=settings.zk_connect_timeout)
+    except (KazooTimeoutError, KazooException) as exc:
+        client.close()
+        raise MetadataStoreUnavailable(f"cannot reach ZooKeeper at {uri.hosts}: {exc}") from None
+    return ZooKeeperStore(client, uri, max_in_flight=settings.zk_max_in_flight,
+                          retry_deadline=settings.zk_retry_deadline)
+
+
+class ZooKeeperStore(MetadataStore):
+    def __init__(self, client: KazooClient, uri: MetadataServiceUri | str,
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, retry_deadline: float = 60.0) -> None:
+        if max_in_flight < 1:
+            raise ConfigError("zk_max_in_flight must be at least 1")
+        self.client = client
+        self.uri = parse_metadata_service_uri(uri) if isinstance(uri, str) else uri
+        self.root = self.uri.root
+        self.max_in_flight = max_in_flight
+        self.peak_in_flight = 0
+        self.reads = 0
+        self.retry_deadline = retry_deadline
+        self._layout: Layout | None = self.uri.layout
+        self._auditor_path = f"{self.uri.scrutiny_path}/auditor"
+
+    def close(self) -> None:
+        try:
+            self.client.stop()
+        finally:
+            self.client.close()
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def call(self, start: Callable[..., Any], *args: Any) -> Any:
+        """One request (an asynchronous kazoo call), retried across connection loss and session
+        expiry until the retry deadline. Each wait is bounded: while disconnected, kazoo queues a
+        request without limit, since it cannot learn that its session expired before it reconnects."""
+        deadline = time.monotonic() + self.retry_deadline
+        delays = retry.ZOOKEEPER_REQUEST.delays()
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return start(*args).get(timeout=max(0.05, min(remaining, OPERATION_TIMEOUT)))
+            except _RETRYABLE as exc:
+                delay = next(delays)
+                if time.monotonic() + delay >= deadline:
+                    raise MetadataStoreUnavailable(
+                        f"ZooKeeper unavailable for {self.retry_deadline:.0f} s: {type(exc).__name__}") from None
+                time.sleep(delay)
+
+    def get(self, path: str) -> tuple[bytes, Any] | None:
+        try:
+            got: tuple[bytes, Any] = self.call(self.client.get_async, path)
+            return got
+        except NoNodeError:
+            return None
+
+    def children(self, path: str) -> list[str]:
+        try:
+            return sorted(self.call(self.client.get_children_async, path))
+        except NoNodeError:
+            return []
+
+    def exists(self, path: str) -> bool:
+        return self.call(self.client.exists_async, path) is not None
+
+    def _pipelined(self, paths: Iterable[str], start: Callable[[str], Any]) -> Iterator[tuple[str, Any]]:
+        """Yield (path, result or None for a missing node), in order, at most max_in_flight outstanding."""
+        pending: deque[tuple[str, Any]] = deque()
+
+        def drain_one() -> tuple[str, Any]:
+            path, handle = pending.popleft()
+            try:
+                if handle is None:
+                    raise ConnectionLoss()
+                return path, handle.get(timeout=OPERATION_TIMEOUT)
+            except NoNodeError:
+                return path, None
+            except _RETRYABLE:
+                # The connection dropped under this request: redo it on its own, with retries.
+                try:
+                    return path, self.call(start, path)
+                except NoNodeError:
+                    return path, None
+
+        for path in paths:
+            if len(pending) >= self.max_in_flight:
+                yield drain_one()
+            try:
+                handle = start(path)
+            except _RETRYABLE:
+                handle = None  # submitted again, with retries, when collected
+            pending.append((path, handle))
+            self.peak_in_flight = max(self.peak_in_flight, len(pending))
+            self.reads += 1
+        while pending:
+            yield drain_one()
+
+    def get_many(self, paths: Iterable[str]) -> Iterator[tuple[str, tuple[bytes, Any] | None]]:
+        return self._pipelined(paths, self.client.get_async)
+
+    def children_many(self, paths: Iterable[str]) -> Iterator[tuple[str, list[str] | None]]:
+        return self._pipelined(paths, self.client.get_children_async)
+
+    # -- layout and enumeration -------------------------------------------------------------------
+
+    @property
+    def layout(self) -> Layout:
+        if self._layout is None:
+            got = self.get(f"{self.root}/LAYOUT")
+            if got is None:
+                raise MetadataError(f"no LAYOUT znode under {self.root}: is this a BookKeeper metadata root?")
+            self._layout = parse_layout(got[0])
+        return self._layout
+
+    def ledger_ranges(self) -> list[LedgerRange]:
+        """Level-2 buckets of the short hierarchical tree, level-4 buckets of the long tree (a token is
+        the bucket's path under the root), or chunks of a flat root's ids."""
+        top = [c for c in self.children(self.root) if is_ledger_child(c)]
+        if self.layout is Layout.FLAT:
+            return chunk_ids(int(c[1:]) for c in top if c.startswith("L") and c[1:].isdigit())
+        short = [c for c in top if len(c) == 2 and c.isdigit()] if self.layout is Layout.HIERARCHICAL else []
+        long_ = [c for c in top if len(c) == 3 and c.isdigit()]
+        ranges = [LedgerRange(f"{path.rsplit('/', 1)[1]}/{k}")
+                  for path, kids in self.children_many(f"{self.root}/{c}" for c in short)
+                  for k in kids or [] if len(k) == 4 and k.isdigit()]
+        level = [f"{self.root}/{c}" for c in long_]
+        for _ in range(3):
+            level = [f"{path}/{k}" for path, kids in self.children_many(level)
+                     for k in kids or [] if len(k) == 4 and k.isdigit()]
+        return ranges + [LedgerRange(path.removeprefix(f"{self.root}/")) for path in level]
+
+    def ledger_ids(self, rng: LedgerRange) -> list[int]:
+        if rng.ids is not None:
+            return list(rng.ids)
+        prefix = rng.token.replace("/", "")  # a bucket's digits are the leading digits of its ids
+        ids = [int(prefix + leaf[1:]) for leaf in self.children(f"{self.root}/{rng.token}")
+               if leaf.startswith("L") and len(leaf) == 5 and leaf[1:].isdigit()]
+        return sorted(ids)
+
+    def read_ledgers(self, ledger_ids: Iterable[int]) -> Iterator[LedgerRead]:
+        layout = self.layout
+        ids: dict[str, int] = {}
+
+        def paths() -> Iterator[str]:
+            for lid in ledger_ids:
+                p = ledger_path(layout, self.root, lid)
+                ids[p] = lid
+                yield p
+
+        for path, got in self.get_many(paths()):
+            lid = ids.pop(path)
+            if got is None:
+                yield LedgerRead(lid, deleted=True)
+                continue
+            data, stat = got
+            try:
+                md = decode_ledger_metadata(lid, data, stat.ctime, stat.version, znode_mtime=stat.mtime)
+                yield LedgerRead(lid, md)
+            except MetadataError as exc:
+                yield LedgerRead(lid, error=str(exc))
+
+    # -- under-replication ------------------------------------------------------------------------
+
+    def underreplication_marks(self) -> tuple[dict[int, UnderreplicationMark], list[str]]:
+        level = [f"{self.root}/underreplication/ledgers"]
+        for _ in range(4):
+            level = [f"{p}/{k}" for p, kids in self.children_many(level) for k in kids or []]
+        leaves: dict[str, int] = {}
+        for path, kids in self.children_many(level):
+            for k in kids or []:
+                lid = ledger_id_of_mark(k)
+                if lid is not None:
+                    leaves[f"{path}/{k}"] = lid
+        marks: dict[int, UnderreplicationMark] = {}
+        problems = []
+        for path, got in self.get_many(list(leaves)):
+            if got is None:
+                continue  # re-replicated meanwhile
+            try:
+                marks[leaves[path]] = decode_ur_mark(leaves[path], got[0])
+            except MetadataError as exc:
+                problems.append(str(exc))
+        return marks, problems
+
+    def underreplication_mark(self, ledger_id: int) -> UnderreplicationMark | None:
+        got = self.get(ur_mark_path(self.root, ledger_id))
+        if got is None:
+            return None
+        try:
+            return decode_ur_mark(ledger_id, got[0])
+        except MetadataError:
+            return UnderreplicationMark(ledger_id, (), None)  # a mark we cannot read is still a mark
+
+    def replication_disabled(self) -> bool:
+        return self.exists(f"{self.root}/underreplication/disable")
+
+    def lost_bookie_recovery_delay(self) -> int | None:
+        got = self.get(f"{self.root}/underreplication/lostBookieRecoveryDelay")
+        if got is None:
+            return None
+        text = got[0].decode("ascii", "replace").strip()
+        return int(text) if text.lstrip("-").isdigit() else None
+
+    # -- bookies ----------------------------------------------------------------------------------
+
+    def registrations(self) -> Registrations:
+        avail = f"{self.root}/available"
+        writable_ids = [c for c in self.children(avail) if c != "readonly"]
+        readonly_ids = self.children(f"{avail}/readonly")
+        problems: list[str] = []
+        found: dict[bool, dict[str, BookieRegistration]] = {False: {}, True: {}}
+        for readonly, base, ids in ((False, avail, writable_ids), (True, f"{avail}/readonly", readonly_ids)):
+            for path, got in self.get_many(f"{base}/{b}" for b in ids):
+                if got is None:
+                    continue  # went away meanwhile
+                bookie = path.rsplit("/", 1)[1]
+                try:
+                    found[readonly][bookie] = decode_bookie_service_info(bookie, readonly, got[0])
+                except MetadataError as exc:
+                    problems.append(str(exc))
+                    found[readonly][bookie] = BookieRegistration(bookie, readonly)
+        cookies = frozenset(self.children(f"{self.root}/cookies"))
+        return Registrations(found[False], found[True], cookies, tuple(problems))
+
+    def racks(self, where: str = "") -> tuple[dict[str, str], list[str]]:
+        path = where or self.uri.racks_path
+        got = self.get(path)
+        if got is None:
+            return {}, []
+        try:
+            return decode_racks(got[0], path)
+        except MetadataError as exc:
+            return {}, [str(exc)]
+
+    def _agents_path(self) -> str:
+        return f"{self.uri.scrutiny_path}/agents"
+
+    def agent_addresses(self) -> dict[str, str]:
+        base = self._agents_path()
+        out = {}
+        for path, got in self.get_many(f"{base}/{b}" for b in self.children(base)):
+            if got is None:
+                continue
+            try:
+                bookie_id, address = decode_agent_registration(path, got[0])
+            except MetadataError as exc:
+                log.warning("ignoring %s", exc)
+                continue
+            out[bookie_id] = address
+        return out
+
+    def register_agent(self, bookie_id: str, address: str) -> Registration:
+        reg = _EphemeralNode(self.client, f"{self._agents_path()}/{bookie_id}",
+                             encode_agent_registration(bookie_id, address))
+        reg.create()
+        return reg
+
+    # -- the auditor ------------------------------------------------------------------------------
+
+    def election(self, identifier: str, name: str = "") -> Election:
+        election: Election = self.client.Election(name or f"{self._auditor_path}/election", identifier)
+        return election
+
+    def cadence(self, kind: str) -> int | None:
+        got = self.get(f"{self._auditor_path}/cadence/{kind}")
+        try:
+            return None if got is None else int(got[0].decode())
+        except ValueError:
+            return None
+
+    def set_cadence(self, kind: str, started_ms: int) -> None:
+        path = f"{self._auditor_path}/cadence/{kind}"
+        if self.exists(path):
+            self.client.set(path, str(started_ms).encode())
+        else:
+            self.client.create(path, str(started_ms).encode(), makepath=True)
+
+    def on_session_lost(self, callback: Callable[[], None]) -> None:
+        def listener(state: str) -> None:  # on kazoo's event thread: only flag, never block
+            if state == KazooState.LOST:
+                callback()
+
+        self.client.add_listener(listener)
+
+
+class _EphemeralNode:
+    """An ephemeral znode kept across session loss (re-created on reconnection) until closed."""
+
+    def __init__(self, client: KazooClient, path: str, data: bytes) -> None:
+        self.client, self.path, self.data = client, path, data
+        self._closed = False
+        client.add_listener(self._on_state)
+
+    def create(self) -> None:
+        try:
+            self.client.create(self.path, self.data, ephemeral=True, makepath=True)
+        except NodeExistsError:
+            # A previous session's node may linger until it expires: take it over.
+            self.client.delete(self.path)
+            self.client.create(self.path, self.data, ephemeral=True, makepath=True)
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.CONNECTED and not self._closed:
+            self.client.handler.spawn(self._recreate)  # never block kazoo's event thread
+
+    def _recreate(self) -> None:
+        try:
+            if not self.client.exists(self.path):
+                self.create()
+        except Exception as exc:
+            log.warning("could not re-register %s: %s", self.path, exc)
+
+    def close(self) -> None:
+        self._closed = True
+        self.client.remove_listener(self._on_state)
+        try:
+            if self.client.connected and self.client.exists(self.path):
+                self.client.delete(self.path)
+        except Exception as exc:
+            log.warning("could not remove %s: %s", self.path, exc)
