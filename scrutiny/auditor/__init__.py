@@ -32,7 +32,7 @@ from scrutiny.auditor.sinks import FinishedRun, ReportFiles, ReportSink, StatsdS
 from scrutiny.categories import REGISTRY, Category, Phase, in_phase
 from scrutiny.config import DEFAULT_AUDITOR_PORT, AuditorSettings, ScanSettings, StatsdSettings
 from scrutiny.errors import NotLeader, RequestError, one_line
-from scrutiny.metadata import parse_host_port, parse_metadata_service_uri
+from scrutiny.metadata import parse_host_port
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun, check_marks
 from scrutiny.scan.engines import Engine, make_engine
@@ -126,8 +126,7 @@ class Auditor:
         self.scheduler.start()
         self.queue.start()
         self.leadership.start()
-        log.info("auditor listening on %s (advertised as %s), metadata store %s", self.port, self.address,
-                 parse_metadata_service_uri(self.config.scan.metadata_service_uri).hosts)
+        log.info("auditor listening on %s (advertised as %s)", self.port, self.address)
         return self
 
     def stop(self) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Self
 
 from scrutiny.errors import ConfigError, StoreError
-from scrutiny.metadata import BookieRegistration, LedgerMetadata, MetadataServiceUri, UnderreplicationMark
+from scrutiny.metadata import BookieRegistration, LedgerMetadata, UnderreplicationMark
 
 if TYPE_CHECKING:
     from scrutiny.config import ClusterSettings
@@ -86,7 +86,6 @@ class Registration(Protocol):
 
 
 class MetadataStore(ABC):
-    uri: MetadataServiceUri
     reads: int = 0  # requests sent, for the run's statistics
     peak_in_flight: int = 0
 
