@@ -6,7 +6,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PROTOS := $(shell find protos -name '*.proto')
-GENERATED := scrutiny/v1/bookie_pb2.py scrutiny/v1/auditor_pb2.py scrutiny/bookkeeper/ledger_metadata_pb2.py
+GENERATED := scrutiny/v1/bookie_pb2.py scrutiny/v1/auditor_pb2.py scrutiny/bookkeeper/ledger_metadata_pb2.py \
+	scrutiny/bookkeeper/dbledgerstorage_pb2.py
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 

@@ -33,22 +33,34 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         self.max_ledgers_per_call = max_ledgers_per_call
         self.answers_per_message = answers_per_message
 
-    def answer(self, ledger_id: int) -> Any:
+    def refresh(self) -> str:
+        """Catch up with the bookie once per request; the reason when that failed (every answer EIO)."""
         try:
-            data = self.source.availability(ledger_id)
+            self.source.refresh()
+        except SourceError as exc:
+            return str(exc)
+        return ""
+
+    def answer(self, ledger_id: int, failed: str = "") -> Any:
+        if failed:
+            return Answer(status=bookie_pb2.EIO, ledger_id=ledger_id, message=failed)
+        try:
+            held = self.source.availability(ledger_id)
         except SourceError as exc:
             return Answer(status=bookie_pb2.EIO, ledger_id=ledger_id, message=str(exc))
         except Exception as exc:  # a source bug must not kill the stream for every other ledger
             log.exception("source failed on ledger %d", ledger_id)
             return Answer(status=bookie_pb2.EIO, ledger_id=ledger_id, message=f"{type(exc).__name__}: {exc}")
-        if data is None:
+        if held is None:
             return Answer(status=bookie_pb2.ENOLEDGER, ledger_id=ledger_id)
-        return Answer(status=bookie_pb2.EOK, ledger_id=ledger_id, availability_of_entries_of_ledger=data)
+        # A limbo ledger: the entries listed are held; the bookie itself cannot tell about the others.
+        return Answer(status=bookie_pb2.EUNKNOWNLEDGERSTATE if held.limbo else bookie_pb2.EOK, ledger_id=ledger_id,
+                      availability_of_entries_of_ledger=held.availability)
 
     def GetListOfEntriesOfALedger(self, request: Any, context: grpc.ServicerContext) -> Any:
         if request.ledger_id < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger_id {request.ledger_id} is negative")
-        return self.answer(request.ledger_id)
+        return self.answer(request.ledger_id, self.refresh())
 
     def GetListOfEntriesOfLedgers(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         ids = list(dict.fromkeys(request.ledger_ids))  # one answer per ledger, asked once or twice
@@ -58,11 +70,12 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         negative = next((i for i in ids if i < 0), None)
         if negative is not None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger_id {negative} is negative")
+        failed = self.refresh()
         batch = []
         for lid in ids:
             if not context.is_active():
                 return
-            batch.append(self.answer(lid))
+            batch.append(self.answer(lid, failed))
             if len(batch) >= self.answers_per_message:
                 yield bookie_pb2.GetListOfEntriesOfLedgersResponse(ledgers=batch)
                 batch = []

@@ -19,7 +19,7 @@ import grpc
 
 from scrutiny import retry
 from scrutiny.checks import NO_LEDGER, BookieAnswer, Outcome
-from scrutiny.codec import CodecError, decode
+from scrutiny.codec import CodecError, decode, encode_groups
 from scrutiny.config import DEFAULT_AGENT_PORT, ScanSettings
 from scrutiny.tls import channel_credentials
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
@@ -27,13 +27,16 @@ from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 log = logging.getLogger(__name__)
 
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE,)
+EMPTY_ANSWER = encode_groups([])
 
 
 def interpret(bookie_id: str, msg: Any) -> BookieAnswer:
     """One GetListOfEntriesOfALedgerResponse as an outcome."""
-    if msg.status == bookie_pb2.EOK:
+    if msg.status in (bookie_pb2.EOK, bookie_pb2.EUNKNOWNLEDGERSTATE):
+        # EUNKNOWNLEDGERSTATE: a limbo ledger (BP-46); what it lists is held, the rest is unknown.
+        outcome = Outcome.ENTRIES if msg.status == bookie_pb2.EOK else Outcome.LIMBO
         try:
-            return BookieAnswer(Outcome.ENTRIES, decode(msg.availability_of_entries_of_ledger))
+            return BookieAnswer(outcome, decode(msg.availability_of_entries_of_ledger or EMPTY_ANSWER))
         except CodecError as exc:
             return BookieAnswer(Outcome.INVALID, reason=f"bookie {bookie_id}, ledger {msg.ledger_id}: {exc}")
     if msg.status == bookie_pb2.ENOLEDGER:

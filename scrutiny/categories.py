@@ -41,6 +41,8 @@ class Fact(enum.StrEnum):
     NOT_MARKED = "not_marked"  # the ledger is not marked under-replicated (BP-34: then it is being repaired)
     ANSWERS = "answers"  # the bookies' answers: re-asked after the delay when some bookie was silent
     MARK = "mark"  # the under-replication mark itself, with the same ctime
+    RACKS = "racks"  # the racks of the ledger's bookies
+    REGISTRATIONS = "registrations"  # a blamed bookie still registered; one whose copies count as gone still not
 
 
 @dataclass(frozen=True)
@@ -91,13 +93,14 @@ def _error(d: Mapping[str, Any]) -> list[str]:
 
 
 _ANALYSED = frozenset({Fact.METADATA, Fact.NOT_MARKED})
-_ANSWERED = _ANALYSED | {Fact.ANSWERS}
+_ANSWERED = _ANALYSED | {Fact.ANSWERS, Fact.REGISTRATIONS}
+_PLACED = _ANALYSED | {Fact.RACKS}
 
 REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
-    CategorySpec(Category.PLACEMENT_POLICY_NOT_ADHERING, Phase.LEDGERS, Severity.ERROR, _ANALYSED,
+    CategorySpec(Category.PLACEMENT_POLICY_NOT_ADHERING, Phase.LEDGERS, Severity.ERROR, _PLACED,
                  "some segment's ensemble FAILs the placement policy", _placement,
                  "NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY"),
-    CategorySpec(Category.PLACEMENT_POLICY_SOFTLY_ADHERING, Phase.LEDGERS, Severity.WARNING, _ANALYSED,
+    CategorySpec(Category.PLACEMENT_POLICY_SOFTLY_ADHERING, Phase.LEDGERS, Severity.WARNING, _PLACED,
                  "no FAIL, some MEETS_SOFT", _placement, "NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY"),
     CategorySpec(Category.NO_REPLICA_OF_AN_ENTRY, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
                  "some entry has no copy on its write set", _coverage, "NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY"),

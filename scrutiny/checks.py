@@ -54,6 +54,7 @@ class Outcome(enum.StrEnum):
     NO_LEDGER = "no_ledger"
     UNAVAILABLE = "unavailable"
     INVALID = "invalid"
+    LIMBO = "limbo"  # BP-46: the bookie holds what it lists and cannot tell about the rest (unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +205,7 @@ class CoverageResult:
     violation: Violation | None
     unavailable: frozenset[str]  # bookies whose copies are unknown (no answer)
     invalid: Mapping[str, str]  # bookie -> why its answer could not be used
+    limbo: frozenset[str] = frozenset()  # bookies that do not know this ledger's state (copies unknown)
 
 
 def _expected_k(r: int, e: int, lo: int, hi: int) -> tuple[int, int]:
@@ -229,10 +231,11 @@ def _sweep(per_position: Sequence[Intervals]) -> list[tuple[int, int, frozenset[
 
 def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> CoverageResult:
     """The replicas check of a closed ledger. A bookie without an entry in `answers`, or whose answer
-    is unavailable or invalid, is unknown: its copies are neither counted missing nor present."""
+    is unavailable, invalid or in limbo, is unknown: its copies are neither counted missing nor present."""
     e, wq, aq = md.ensemble_size, md.write_quorum, md.ack_quorum
     least = wq
     unavailable: set[str] = set()
+    limbo: set[str] = set()
     invalid: dict[str, str] = {}
     # (missing bookies, copies) -> per-residue k-intervals, per segment (for the details)
     findings: list[tuple[frozenset[str], int, list[Intervals]]] = []
@@ -244,7 +247,9 @@ def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> C
                 unavailable.add(b)
             elif ans.outcome is Outcome.INVALID:
                 invalid[b] = ans.reason
-            if ans.outcome in (Outcome.UNAVAILABLE, Outcome.INVALID):
+            elif ans.outcome is Outcome.LIMBO:
+                limbo.add(b)
+            if ans.outcome in (Outcome.UNAVAILABLE, Outcome.INVALID, Outcome.LIMBO):
                 missing.append([[] for _ in range(e)])
                 continue
             held = (ans.availability.residue_intervals(e, lo, hi) if ans.availability is not None
@@ -277,10 +282,10 @@ def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> C
                                    "ensemble_size": e, "under_covered": ranges[:MAX_DETAIL_RANGES]}
         if len(ranges) > MAX_DETAIL_RANGES:
             details["under_covered_truncated"] = len(ranges) - MAX_DETAIL_RANGES
-        if unavailable:
-            details["unknown_bookies"] = sorted(unavailable | set(invalid))
+        if unavailable or invalid or limbo:
+            details["unknown_bookies"] = sorted(unavailable | set(invalid) | limbo)
         violation = Violation(category, md.ledger_id, tuple(bookies), details, md.znode_version)
-    return CoverageResult(least, violation, frozenset(unavailable), invalid)
+    return CoverageResult(least, violation, frozenset(unavailable), invalid, frozenset(limbo))
 
 
 def coverage_category(least: int, aq: int, wq: int) -> Category | None:

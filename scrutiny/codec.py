@@ -23,6 +23,7 @@ HEADER_SIZE = 64
 GROUP_SIZE = 24
 CURRENT_VERSION = 0
 INT64_MAX = (1 << 63) - 1
+INT32_MAX = (1 << 31) - 1  # sequenceSize and sequencePeriod are int32 on the wire
 # Refuse to expand more ids than this into memory unless the caller asks for more.
 DEFAULT_EXPAND_LIMIT = 50_000_000
 
@@ -93,14 +94,15 @@ def group_runs(starts: np.ndarray, sizes: np.ndarray) -> list[SequenceGroup]:
     """BP-34's greedy grouping of runs (sorted, disjoint, non-adjacent) into SequenceGroups.
 
     A group starts with one run; the next run of the same size sets the period; further runs of
-    that size at that period extend it; anything else closes it.
+    that size at that period extend it; anything else closes it. Runs never merge at a period that
+    would not fit the int32 sequencePeriod (such runs stay groups of their own).
     """
     n = int(starts.size)
     if n == 0:
         return []
     # link i: run i+1 may follow run i in one group (same size); key: (size, gap) of the link.
     gaps = np.diff(starts)
-    linked = sizes[1:] == sizes[:-1]
+    linked = (sizes[1:] == sizes[:-1]) & (gaps <= INT32_MAX)
     # chain_end[i]: the last link of the unbroken stretch of links with the same key starting at i.
     breaks = np.ones(max(n - 1, 0), dtype=bool)
     if n > 2:
@@ -139,9 +141,23 @@ def runs_of(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def groups_of(entry_ids: Iterable[int] | np.ndarray) -> list[SequenceGroup]:
     """The merged SequenceGroups of a set of entry ids (any order, duplicates allowed)."""
     starts, sizes = runs_of(_sorted_unique(entry_ids))
-    if sizes.size and int(sizes.max()) > 0x7FFFFFFF:
-        raise CodecError("a run of more than 2^31-1 consecutive entries does not fit sequenceSize")
+    if sizes.size and int(sizes.max()) > INT32_MAX:
+        starts, sizes = _split_long_runs(starts, sizes)
     return group_runs(starts, sizes)
+
+
+def _split_long_runs(starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Runs longer than the int32 sequenceSize, as adjacent runs that fit it."""
+    out_starts: list[int] = []
+    out_sizes: list[int] = []
+    for s, z in zip(starts.tolist(), sizes.tolist(), strict=True):
+        while z > INT32_MAX:
+            out_starts.append(s)
+            out_sizes.append(INT32_MAX)
+            s, z = s + INT32_MAX, z - INT32_MAX
+        out_starts.append(s)
+        out_sizes.append(z)
+    return np.array(out_starts, dtype=np.int64), np.array(out_sizes, dtype=np.int64)
 
 
 def encode_groups(groups: Sequence[SequenceGroup]) -> bytes:
@@ -161,7 +177,7 @@ def encode(entry_ids: Iterable[int] | np.ndarray) -> bytes:
 
 def encode_unmerged(entry_ids: Iterable[int] | np.ndarray) -> bytes:
     """One single-sequence group per run: the shape a real (upstream Java) bookie sends."""
-    starts, sizes = runs_of(_sorted_unique(entry_ids))
+    starts, sizes = _split_long_runs(*runs_of(_sorted_unique(entry_ids)))
     return encode_groups([SequenceGroup(s, s, z, 0) for s, z in zip(starts.tolist(), sizes.tolist(), strict=True)])
 
 

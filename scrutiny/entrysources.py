@@ -1,14 +1,17 @@
 """Where a bookie agent learns which entries its bookie holds. One source per agent:
 
-- DbLedgerStorageSource: the bookie's RocksDB `locations` index (Pulsar's default storage, which
-  upstream cannot serve), opened read-only through a scratch view so the live bookie's files are never
-  touched. Entries still in the bookie's write cache (the last flushInterval: 10 s in BookKeeper,
-  60 s in Pulsar) are not in the index yet.
+- DbLedgerStorageSource: the bookie's RocksDB indexes (Pulsar's default storage, which upstream cannot
+  serve): `ledgers` says which ledgers the bookie has (and which are in limbo), `locations` which of
+  their entries it flushed. Both are read as RocksDB secondaries through scratch views, caught up with
+  the live bookie at every request; not one byte of the bookie's directories is written. Entries still
+  in the bookie's write cache (the last flushInterval: 10 s in BookKeeper, 60 s in Pulsar) are not in
+  the index yet: that is the only lag.
 - BookieBridgeSource: a stock bookie (Sorted/InterleavedLedgerStorage) asked over BookKeeper's own v3
   protocol, GET_LIST_OF_ENTRIES_OF_LEDGER; its answer is relayed as it is.
 - SyntheticStore: a compact file per bookie for the demo, the tests and the benchmarks.
 
-Every source answers `availability(ledger_id)`: the BP-34 encoding, None for "no such ledger", or
+Every source answers `availability(ledger_id)` what the bookie itself would serve: a `Holding` (the
+BP-34 encoding, and whether the ledger is in limbo), None for "no such ledger" (ENOLEDGER), or
 SourceError when it cannot tell (the agent answers EIO).
 """
 
@@ -22,16 +25,22 @@ import socket
 import struct
 import tempfile
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from scrutiny import codec
 from scrutiny.bookkeeper import bookie_protocol_pb2 as bkp
+from scrutiny.bookkeeper import dbledgerstorage_pb2
 from scrutiny.errors import StoreError
+
+
+class Holding(NamedTuple):
+    availability: bytes  # the BP-34 encoding of the entries the bookie would serve
+    limbo: bool = False  # BP-46: the bookie does not know this ledger's state; entries it lacks are unknown
 
 
 class SourceError(StoreError):
@@ -39,101 +48,144 @@ class SourceError(StoreError):
 
 
 class EntrySource(Protocol):
-    def availability(self, ledger_id: int) -> bytes | None: ...
+    def availability(self, ledger_id: int) -> Holding | None: ...
+
+    def refresh(self) -> None:
+        """Catch up with the bookie, once per request, before answering it."""
 
     def close(self) -> None: ...
 
 
 # ---------------------------------------------------------------------------------------------
-# DbLedgerStorage: RocksDB `locations` index, key = ledger id, entry id (big-endian int64 each)
+# DbLedgerStorage: RocksDB `ledgers` (key: ledger id, big-endian int64; value: LedgerData) and
+# `locations` (key: ledger id, entry id, big-endian int64 each) under <dir>/current/
 
+_LEDGER_KEY = struct.Struct(">q")
 _KEY = struct.Struct(">qq")
 _SKIPPED_FILES = ("LOCK", "rocksdict-config.json")
 
 
-class DbLedgerStorageSource:
-    """Reads `<dir>/current/locations` of every ledger (or index) directory and takes the union:
-    a ledger lives in directory `id % number_of_dirs`, but a changed directory list leaves old
-    data where it was."""
+class _SecondaryIndex:
+    """One of the bookie's RocksDB indexes, read as a RocksDB secondary through a scratch view of
+    symlinks to the live files: RocksDB and rocksdict write only in the scratch directory. Catching up
+    links the files the bookie created since (new SSTs, a new MANIFEST), then replays what it wrote."""
 
-    def __init__(self, ledger_dirs: Sequence[str | Path], scratch_dir: str | Path | None = None,
-                 refresh_seconds: float = 5.0) -> None:
-        self.dbs = [Path(d) / "current" / "locations" for d in ledger_dirs]
-        missing = [str(p) for p in self.dbs if not (p / "CURRENT").exists()]
-        if missing:
-            raise SourceError(f"no RocksDB locations index at {', '.join(missing)}")
-        self._own_scratch = scratch_dir is None
-        self.scratch = Path(scratch_dir or tempfile.mkdtemp(prefix="scrutiny-dbls-"))
-        self.refresh_seconds = refresh_seconds
-        self._lock = threading.Lock()
-        self._opened_at = 0.0
-        self._handles: list[Any] = []
+    def __init__(self, db: Path, scratch: Path) -> None:
+        self.db, self.scratch = db, scratch
         self._generation = 0
+        self._handle: Any = None
 
-    def _view(self, db: Path, index: int) -> Path:
-        """A scratch directory of symlinks to the live files: RocksDB (and rocksdict's own config
-        file) can write there without touching the bookie's directory."""
-        view = self.scratch / f"view-{self._generation}-{index}"
-        view.mkdir(parents=True)
-        for name in os.listdir(db):
+    def _link_new_files(self, view: Path) -> None:
+        for name in os.listdir(self.db):
             if name in _SKIPPED_FILES or name.startswith("LOG"):
                 continue
-            os.symlink(db / name, view / name)
-        return view
+            link = view / name
+            if not os.path.lexists(link):
+                os.symlink(self.db / name, link)
 
-    def _open(self) -> list[Any]:
+    def _open(self) -> Any:
         from rocksdict import AccessType, Options, Rdict
 
-        with self._lock:
-            if self._handles and time.monotonic() - self._opened_at < self.refresh_seconds:
-                return self._handles
-            self._close_handles()
-            self._generation += 1
-            handles: list[Any] = []
-            for i, db in enumerate(self.dbs):
-                for attempt in range(3):
-                    try:
-                        view = self._view(db, i * 10 + attempt)
-                        handles.append(Rdict(str(view), options=Options(raw_mode=True),
-                                             access_type=AccessType.read_only(False)))
-                        break
-                    except Exception as exc:  # a compaction may remove a file under the view
-                        if attempt == 2:
-                            raise SourceError(f"cannot open the locations index {db}: {exc}") from None
-            self._handles, self._opened_at = handles, time.monotonic()
-            return handles
+        self._generation += 1
+        view = self.scratch / f"view-{self._generation}"
+        secondary = self.scratch / f"secondary-{self._generation}"
+        view.mkdir(parents=True)
+        self._link_new_files(view)
+        return Rdict(str(view), options=Options(raw_mode=True), access_type=AccessType.secondary(str(secondary)))
 
-    def entry_ids(self, ledger_id: int) -> np.ndarray | None:
-        found: list[int] = []
-        seen = False
-        for handle in self._open():
-            it = handle.iter()
-            it.seek(_KEY.pack(ledger_id, 0))
-            while it.valid():
-                lid, eid = _KEY.unpack(it.key())
-                if lid != ledger_id:
-                    break
-                seen = True
-                if eid >= 0:  # bytewise order puts negative (special) ids after the real ones
-                    found.append(eid)
-                it.next()
-        return np.array(found, dtype=np.int64) if seen else None
+    def catch_up(self) -> None:
+        for attempt in range(3):
+            try:
+                if self._handle is None:
+                    self._handle = self._open()
+                else:
+                    self._link_new_files(self.scratch / f"view-{self._generation}")
+                    self._handle.try_catch_up_with_primary()
+                return
+            except Exception as exc:  # a compaction may remove a file between listing and reading
+                self.close()
+                if attempt == 2:
+                    raise SourceError(f"cannot read the index {self.db}: {exc}") from None
 
-    def availability(self, ledger_id: int) -> bytes | None:
-        ids = self.entry_ids(ledger_id)
-        return None if ids is None else codec.encode(ids)
+    def get(self, key: bytes) -> bytes | None:
+        value = self._handle.get(key)
+        return None if value is None else bytes(value)
 
-    def _close_handles(self) -> None:
-        for h in self._handles:
+    def iterator(self) -> Any:
+        return self._handle.iter()
+
+    def close(self) -> None:
+        if self._handle is not None:
             with contextlib.suppress(Exception):
-                h.close()
-        self._handles = []
-        for old in self.scratch.glob("view-*"):
+                self._handle.close()
+            self._handle = None
+        for old in self.scratch.glob("*-*"):
             shutil.rmtree(old, ignore_errors=True)
+
+
+class DbLedgerStorageSource:
+    """Every ledger (or index) directory's `ledgers` and `locations` indexes. A ledger's entries count
+    in a directory only while that directory's `ledgers` index has the ledger: a ledger the bookie
+    deleted is refused (ENOLEDGER) even while its `locations` keys await the next cleanup."""
+
+    def __init__(self, ledger_dirs: Sequence[str | Path], scratch_dir: str | Path | None = None) -> None:
+        dirs = [Path(d) / "current" for d in ledger_dirs]
+        missing = [str(d / name) for d in dirs for name in ("ledgers", "locations")
+                   if not (d / name / "CURRENT").exists()]
+        if missing:
+            raise SourceError(f"no RocksDB index at {', '.join(missing)} (a DbLedgerStorage bookie keeps both "
+                              "`ledgers` and `locations` under <dir>/current)")
+        self._own_scratch = scratch_dir is None
+        self.scratch = Path(scratch_dir or tempfile.mkdtemp(prefix="scrutiny-dbls-"))
+        self._lock = threading.Lock()
+        self.indexes = [(_SecondaryIndex(d / "ledgers", self.scratch / f"{i}-ledgers"),
+                         _SecondaryIndex(d / "locations", self.scratch / f"{i}-locations"))
+                        for i, d in enumerate(dirs)]
+
+    def refresh(self) -> None:
+        with self._lock:
+            for ledgers, locations in self.indexes:
+                ledgers.catch_up()
+                locations.catch_up()
+
+    def entry_ids(self, ledger_id: int) -> tuple[np.ndarray, bool] | None:
+        """The entry ids the bookie would serve, and whether the ledger is in limbo; None: no ledger."""
+        found: list[int] = []
+        known, limbo = False, False
+        with self._lock:
+            for ledgers, locations in self.indexes:
+                if ledgers._handle is None:
+                    ledgers.catch_up()
+                    locations.catch_up()
+                value = ledgers.get(_LEDGER_KEY.pack(ledger_id))
+                if value is None:
+                    continue
+                data = dbledgerstorage_pb2.LedgerData()
+                try:
+                    data.ParseFromString(value)
+                except DecodeError as exc:
+                    raise SourceError(f"ledger {ledger_id}: unreadable LedgerData in {ledgers.db}: {exc}") from None
+                known, limbo = True, limbo or data.limbo
+                it = locations.iterator()
+                it.seek(_KEY.pack(ledger_id, 0))
+                while it.valid():
+                    lid, eid = _KEY.unpack(it.key())
+                    if lid != ledger_id:
+                        break
+                    if eid >= 0:  # bytewise order puts negative (special) ids after the real ones
+                        found.append(eid)
+                    it.next()
+        return (np.array(found, dtype=np.int64), limbo) if known else None
+
+    def availability(self, ledger_id: int) -> Holding | None:
+        got = self.entry_ids(ledger_id)
+        return None if got is None else Holding(codec.encode(got[0]), got[1])
 
     def close(self) -> None:
         with self._lock:
-            self._close_handles()
+            for ledgers, locations in self.indexes:
+                ledgers.close()
+                locations.close()
         if self._own_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
@@ -190,7 +242,10 @@ class BookieBridgeSource:
             self._txn += 1
             return self._txn
 
-    def availability(self, ledger_id: int) -> bytes | None:
+    def refresh(self) -> None:
+        pass  # the stock bookie answers from its own live state
+
+    def availability(self, ledger_id: int) -> Holding | None:
         sock = self._pool.get()
         try:
             if sock is None:
@@ -212,9 +267,11 @@ class BookieBridgeSource:
         status = inner.status if inner.HasField("status") else resp.status
         if bkp.ENOLEDGER in (resp.status, status):
             return None
+        if bkp.EUNKNOWNLEDGERSTATE in (resp.status, status):
+            return Holding(bytes(inner.availabilityOfEntriesOfLedger) or codec.encode([]), limbo=True)
         if status != bkp.EOK or resp.status != bkp.EOK:
             raise SourceError(f"bookie answered {bkp.BKStatusCode.Name(status if status else resp.status)}")
-        return bytes(inner.availabilityOfEntriesOfLedger)
+        return Holding(bytes(inner.availabilityOfEntriesOfLedger))
 
     def close(self) -> None:
         while not self._pool.empty():
@@ -251,17 +308,20 @@ class SyntheticStore:
     def __len__(self) -> int:
         return int(self._ids.size)
 
-    def availability(self, ledger_id: int) -> bytes | None:
+    def refresh(self) -> None:
+        pass  # a file written once
+
+    def availability(self, ledger_id: int) -> Holding | None:
         i = int(np.searchsorted(self._ids, ledger_id))
         if i >= self._ids.size or int(self._ids[i]) != ledger_id:
             return None
         start, count = int(self._index[i, 1]), int(self._index[i, 2])
         if count == CORRUPT:
-            return codec.encode([1, 2, 3])[:70]  # a truncated answer: refused by every decoder
+            return Holding(codec.encode([1, 2, 3])[:70])  # a truncated answer: refused by every decoder
         g = self._groups[start:start + count]
         arr = np.empty(count, dtype=[("first", ">i8"), ("last", ">i8"), ("size", ">i4"), ("period", ">i4")])
         arr["first"], arr["last"], arr["size"], arr["period"] = g[:, 0], g[:, 1], g[:, 2], g[:, 3]
-        return struct.pack(">ii", codec.CURRENT_VERSION, count) + bytes(56) + arr.tobytes()
+        return Holding(struct.pack(">ii", codec.CURRENT_VERSION, count) + bytes(56) + arr.tobytes())
 
     def close(self) -> None:
         pass

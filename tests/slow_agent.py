@@ -10,14 +10,17 @@ import sys
 import time
 
 from scrutiny.agent import BookieAgent
-from scrutiny.entrysources import SyntheticStore
+from scrutiny.entrysources import Holding, SyntheticStore
 
 
 class SlowSource:
     def __init__(self, inner: SyntheticStore, delay: float) -> None:
         self.inner, self.delay = inner, delay
 
-    def availability(self, ledger_id: int) -> bytes | None:
+    def refresh(self) -> None:
+        pass
+
+    def availability(self, ledger_id: int) -> Holding | None:
         time.sleep(self.delay)
         return self.inner.availability(ledger_id)
 

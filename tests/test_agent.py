@@ -31,7 +31,7 @@ from scrutiny.entrysources import (
 )
 from scrutiny.retry import Backoff
 from scrutiny.testing import store_at, store_on
-from scrutiny.testing.dbledgerstorage import write_locations_index
+from scrutiny.testing.dbledgerstorage import LiveBookie, write_index
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.synthetic import CORRUPT, SyntheticStoreWriter
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
@@ -105,47 +105,65 @@ def _tree_digest(path: Path) -> dict[str, tuple[int, str]]:
             for p in sorted(path.rglob("*")) if p.is_file()}
 
 
-def test_dbledgerstorage_index_read_only_and_unioned(tmp_path: Path) -> None:
+def test_dbledgerstorage_answers_what_the_bookie_would_serve(tmp_path: Path) -> None:
     d0, d1 = tmp_path / "ledgers0", tmp_path / "ledgers1"
-    write_locations_index(d0, {2: range(0, 50), 4: [0, 2, 4], 7: range(10, 20)})
-    write_locations_index(d1, {3: range(5), 7: range(20, 25)})  # ledger 7 in both: the union counts
+    # ledger 8: deleted by the bookie (gone from `ledgers`), its `locations` keys not yet cleaned up;
+    # ledger 9: in limbo (BP-46); ledger 10: ids whose merged period would not fit int32
+    write_index(d0, {2: range(0, 50), 4: [0, 2, 4], 7: range(10, 20), 8: range(30), 9: [0, 1, 5],
+                     10: [0, 3_000_000_000, 6_000_000_000]}, limbo=[9], deleted=[8])
+    write_index(d1, {3: range(5), 7: range(20, 25)})  # ledger 7 in both: the union counts
     before = {d: _tree_digest(d) for d in (d0, d1)}
     source = DbLedgerStorageSource([d0, d1], scratch_dir=tmp_path / "scratch")
     agent = BookieAgent(source, bind="127.0.0.1:0").start()
     try:
         with client_for(agent.port) as c:
-            got = c.fetch("b1:3181", [2, 3, 4, 7, 99])
+            got = c.fetch("b1:3181", [2, 3, 4, 7, 8, 9, 10, 99])
     finally:
         agent.stop(grace=0)
     assert got[2].availability is not None and got[2].availability.groups == (G(0, 0, 50, 0),)
     assert got[4].availability is not None and got[4].availability.groups == (G(0, 4, 1, 2),)
     assert got[7].availability is not None and got[7].availability.groups == (G(10, 10, 15, 0),)
     assert got[3].outcome is Outcome.ENTRIES and got[99].outcome is Outcome.NO_LEDGER
+    assert got[8].outcome is Outcome.NO_LEDGER  # the bookie refuses every read of a deleted ledger
+    assert got[9].outcome is Outcome.LIMBO and got[9].availability is not None
+    assert got[9].availability.entry_ids().tolist() == [0, 1, 5]
+    assert got[10].outcome is Outcome.ENTRIES and got[10].availability is not None
+    assert got[10].availability.entry_ids().tolist() == [0, 3_000_000_000, 6_000_000_000]
     assert {d: _tree_digest(d) for d in (d0, d1)} == before  # not one byte of the bookie's files touched
 
 
-def test_dbledgerstorage_sees_new_writes_after_refresh(tmp_path: Path) -> None:
-    from rocksdict import Options, Rdict
-
+def test_dbledgerstorage_follows_a_live_bookie_at_every_request(tmp_path: Path) -> None:
     d0 = tmp_path / "ledgers0"
-    write_locations_index(d0, {1: range(3)})
-    source = DbLedgerStorageSource([d0], refresh_seconds=0.0)
+    bookie = LiveBookie(d0)
+    bookie.add(1, range(3))
+    bookie.add(2, range(10))
+    bookie.flush()
+    source = DbLedgerStorageSource([d0], scratch_dir=tmp_path / "scratch")
+    agent = BookieAgent(source, bind="127.0.0.1:0").start()
     try:
-        assert source.entry_ids(1) is not None and source.entry_ids(1).tolist() == [0, 1, 2]  # type: ignore[union-attr]
-        live = Rdict(str(d0 / "current" / "locations"), options=Options(raw_mode=True))  # the "bookie"
-        live[(1).to_bytes(8, "big") + (3).to_bytes(8, "big")] = b"\0" * 8
-        live.flush()
-        got = source.entry_ids(1)
-        live.close()
-        assert got is not None and got.tolist() == [0, 1, 2, 3]
+        with client_for(agent.port) as c:
+            assert c.fetch("b1:3181", [1])[1].availability.entry_ids().tolist() == [0, 1, 2]  # type: ignore[union-attr]
+            bookie.add(1, [3])  # flushed by the bookie, not by the test: written, then answered at once
+            bookie.add(5, range(4))
+            bookie.delete(2)
+            got = c.fetch("b1:3181", [1, 2, 5])
+            assert got[1].availability.entry_ids().tolist() == [0, 1, 2, 3]  # type: ignore[union-attr]
+            assert got[2].outcome is Outcome.NO_LEDGER and got[5].outcome is Outcome.ENTRIES
+            for i in range(20):  # the bookie keeps flushing: new SST files, compactions
+                bookie.add(100 + i, range(1000))
+                bookie.flush()
+            bookie.set_limbo(5, True)
+            got = c.fetch("b1:3181", [5, 119])
+            assert got[5].outcome is Outcome.LIMBO and got[119].availability.count == 1000  # type: ignore[union-attr]
     finally:
-        source.close()
+        agent.stop(grace=0)
+        bookie.close()
 
 
 def test_dbledgerstorage_missing_index_is_a_clear_error(tmp_path: Path) -> None:
     from scrutiny.entrysources import SourceError
 
-    with pytest.raises(SourceError, match="no RocksDB locations index"):
+    with pytest.raises(SourceError, match="no RocksDB index"):
         DbLedgerStorageSource([tmp_path / "nothing"])
 
 

@@ -2,13 +2,16 @@
 
 It enumerates ledger ranges and hands them to an engine for the first pass; then it does BP-34's steps
 upstream never built: ledgers whose bookies did not answer are re-checked after a delay, and before
-reporting, ledgers now marked under-replicated are dropped and ledgers whose metadata changed meanwhile
-are analysed again. Which findings each step touches comes from the category registry (the facts a
+reporting every fact a finding rests on is read again: the ledger's metadata (deleted: dropped; changed:
+analysed again), its under-replication mark (now marked: dropped), the registrations of the bookies it
+blames or counts as gone, the racks of a placement finding, and each under-replication mark that is
+reported for its age. Which findings each step touches comes from the category registry (the facts a
 finding rests on), never from a list of categories here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -31,6 +34,7 @@ log = logging.getLogger(__name__)
 
 _RECHECKED = resting_on(Fact.ANSWERS)  # a delayed re-check recomputes these
 _ON_METADATA = resting_on(Fact.METADATA)  # re-read before reporting: the metadata must be unchanged
+_ON_RACKS = resting_on(Fact.RACKS)  # the rack map must be unchanged
 
 
 def now_ms() -> int:
@@ -51,6 +55,8 @@ class PendingRun:
     ctx: RunContext
     marks: dict[int, UnderreplicationMark]
     scope: set[int] | None = None
+    registered_at_start: frozenset[str] = frozenset()  # a bookie's copies are gone only if unregistered at every look
+    racks_from_store: bool = False
     counts: Counter[str] = field(default_factory=lambda: Counter({k: 0 for k in LEDGER_COUNTERS}))
     violations: dict[tuple[Category, int], Violation] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
@@ -108,13 +114,16 @@ class ScrutinyRun:
         try:
             marks, problems = store.underreplication_marks()
             locations = dict(s.racks)
-            if not locations and s.placement_policy != "none":
+            racks_from_store = not locations and s.placement_policy != "none"
+            if racks_from_store:
                 locations, rack_problems = store.racks(s.racks_znode)
                 problems += rack_problems
+            regs = store.registrations()
             addresses = {**store.agent_addresses(), **s.bookie_endpoints}
             ctx = RunContext(s, locations, frozenset(marks), addresses, started, only_bookie)
             wanted = list(ledger_ids) if ledger_ids is not None else list(s.ledgers)
-            pending = PendingRun(store, started, ctx, marks, set(wanted) if wanted else None)
+            pending = PendingRun(store, started, ctx, marks, set(wanted) if wanted else None,
+                                 frozenset(regs.writable) | frozenset(regs.readonly), racks_from_store)
             pending.errors += problems
             ranges = store.ranges_of(wanted) if wanted else store.ledger_ranges()
             log.info("run %s: %d ranges to check", self.run_id, len(ranges))
@@ -144,8 +153,10 @@ class ScrutinyRun:
             pending.errors.append(f"re-check and re-read before reporting: {exc}")
         try:
             aged = [m for lid, m in pending.marks.items() if pending.scope is None or lid in pending.scope]
-            for v in check_underreplication_age(aged, self.settings.underreplicated_grace_period, now_ms()):
+            for v in aged_marks(pending.store, aged, self.settings.underreplicated_grace_period, pending.stats):
                 pending.violations[(v.category, v.ledger_id)] = v
+        except MetadataStoreUnavailable as exc:
+            pending.errors.append(f"re-reading the under-replication marks before reporting: {exc}")
         finally:
             pending.store.close()
         report = Report(
@@ -160,34 +171,48 @@ class ScrutinyRun:
         return report
 
     def _recheck(self, pending: PendingRun, faulty: Mapping[int, tuple[str, ...]]) -> None:
-        """BP-34: ledgers whose bookies did not answer are checked again after a delay; a bookie still
-        silent and still registered is reported, one no longer registered has lost its copies."""
-        if not faulty:
-            return
+        """BP-34's delayed re-check, as many looks as it takes (at most `verify_rounds`): a bookie silent
+        at two looks a delay apart and still registered is reported; one unregistered at every look has
+        lost its copies; any other silence (newly silent, or unregistered only now: a rolling restart)
+        gets its own delayed look. The caller waited the delay before the first look."""
         store, ctx = pending.store, pending.ctx
-        pending.stats["potentially_faulty"] += len(faulty)
-        log.info("run %s: re-checking %d potentially faulty ledgers", self.run_id, len(faulty))
-        regs = store.registrations()
-        silent = {b for bookies in faulty.values() for b in bookies}
-        lost = frozenset(b for b in silent if not regs.registered(b))
-        # An agent that came back may listen elsewhere now: read the registrations again.
-        addresses = {**store.agent_addresses(), **self.settings.bookie_endpoints}
-        again = RunContext(ctx.settings, ctx.locations, ctx.marked, addresses, now_ms(), ctx.only_bookie, lost,
-                           placement=False)
-        for lid in faulty:
-            pending.drop(lid, only=_RECHECKED)
-        pending.absorb(self._pass(again, store.ranges_of(faulty), Pass.FINAL), first_look=False)
+        if faulty:
+            pending.stats["potentially_faulty"] += len(faulty)
+            log.info("run %s: re-checking %d potentially faulty ledgers", self.run_id, len(faulty))
+        for look in range(self.settings.verify_rounds):
+            if not faulty:
+                return
+            if look:
+                pending.stats["rechecked_again"] += len(faulty)
+                self.sleep(self.settings.recheck_delay)
+            regs = store.registrations()
+            silent = {b for bookies in faulty.values() for b in bookies}
+            lost = frozenset(b for b in silent if not regs.registered(b) and b not in pending.registered_at_start)
+            # An agent that came back may listen elsewhere now: read the registrations again.
+            addresses = {**store.agent_addresses(), **self.settings.bookie_endpoints}
+            again = dataclasses.replace(ctx, agent_addresses=addresses, now_ms=now_ms(), placement=False,
+                                        lost_bookies=lost, registered=frozenset(filter(regs.registered, silent)),
+                                        silent_before=dict(faulty))
+            for lid in faulty:
+                pending.drop(lid, only=_RECHECKED)
+            result = self._pass(again, store.ranges_of(faulty), Pass.FINAL)
+            pending.absorb(result, first_look=False)
+            faulty = result.potentially_faulty
+        if faulty:
+            # Never a finding on a silence not yet confirmed: the next run looks again.
+            pending.stats["left_unsettled_after_rechecks"] += len(faulty)
+            log.warning("run %s: %d ledgers still had newly silent bookies after %d looks; not reported",
+                        self.run_id, len(faulty), self.settings.verify_rounds)
 
     def _verify(self, pending: PendingRun) -> None:
-        """BP-34: before reporting, drop ledgers now marked under-replicated, and redo the analysis of
-        ledgers whose metadata changed (znode version) since it was read."""
+        """Before reporting, every fact each finding rests on is read again (see the module's doc)."""
         store = pending.store
         for _ in range(self.settings.verify_rounds):
             suspects = {lid: v.metadata_version for (cat, lid), v in pending.violations.items()
                         if cat in _ON_METADATA}
             if not suspects:
                 return
-            changed = []
+            reanalyse: set[int] = set()
             for read in store.read_ledgers(sorted(suspects)):
                 lid = read.ledger_id
                 if read.deleted:
@@ -197,29 +222,78 @@ class ScrutinyRun:
                     pending.drop(lid)
                     pending.stats["dropped_marked_during_run"] += 1
                 elif read.metadata is not None and read.metadata.znode_version != suspects[lid]:
-                    changed.append(lid)  # includes metadata that was unreadable and now reads
-            if not changed:
+                    reanalyse.add(lid)  # includes metadata that was unreadable and now reads
+            if reanalyse:
+                pending.stats["reanalyzed_after_metadata_change"] += len(reanalyse)
+            reanalyse |= self._racks_changed(pending)
+            relook = {lid: bookies for lid, bookies in self._registrations_changed(pending).items()
+                      if lid not in reanalyse}
+            if not reanalyse and not relook:
                 return
-            pending.stats["reanalyzed_after_metadata_change"] += len(changed)
-            log.info("run %s: metadata of %d ledgers changed during the run; analysing them again",
-                     self.run_id, len(changed))
-            for lid in changed:
+            log.info("run %s: facts of %d findings changed during the run; looking again", self.run_id,
+                     len(reanalyse) + len(relook))
+            for lid in reanalyse:
                 pending.drop(lid)
-            again = self._pass(pending.ctx, store.ranges_of(changed), Pass.FIRST)
+            again = self._pass(pending.ctx, store.ranges_of(reanalyse), Pass.FIRST)
             pending.absorb(again, first_look=False)
             if again.potentially_faulty:
                 self.sleep(self.settings.recheck_delay)
-            self._recheck(pending, again.potentially_faulty)
-        pending.errors.append(f"metadata kept changing for some ledgers after {self.settings.verify_rounds} re-reads")
+            self._recheck(pending, {**again.potentially_faulty, **relook})
+        pending.errors.append(f"facts kept changing for some findings after {self.settings.verify_rounds} re-reads")
+
+    def _registrations_changed(self, pending: PendingRun) -> dict[int, tuple[str, ...]]:
+        """Ledgers whose finding blames a bookie no longer registered, or counts as gone the copies of
+        one registered again: they need another look."""
+        blamed = {lid: set(v.bookies) for (cat, lid), v in pending.violations.items()
+                  if cat is Category.BOOKIE_UNAVAILABLE}
+        gone = {lid: set(v.details.get("lost_bookies", ())) for (_, lid), v in pending.violations.items()
+                if v.details.get("lost_bookies")}
+        if not blamed and not gone:
+            return {}
+        regs = pending.store.registrations()
+        out = {lid: tuple(sorted(b)) for lid, b in blamed.items() if not all(map(regs.registered, b))}
+        out |= {lid: tuple(sorted(b)) for lid, b in gone.items() if any(map(regs.registered, b))}
+        pending.stats["relooked_after_registration_change"] += len(out)
+        return out
+
+    def _racks_changed(self, pending: PendingRun) -> set[int]:
+        """Ledgers with a placement finding on a bookie whose rack changed during the run (the racks
+        of the run's context are replaced by the current ones)."""
+        placed = {lid: set(v.bookies) for (cat, lid), v in pending.violations.items() if cat in _ON_RACKS}
+        if not placed or not pending.racks_from_store:
+            return set()
+        racks, _ = pending.store.racks(self.settings.racks_znode)
+        if racks == dict(pending.ctx.locations):
+            return set()
+        moved = {b for b in set(racks) | set(pending.ctx.locations) if racks.get(b) != pending.ctx.locations.get(b)}
+        pending.ctx = dataclasses.replace(pending.ctx, locations=racks)
+        out = {lid for lid, bookies in placed.items() if bookies & moved or not bookies}
+        pending.stats["reanalyzed_after_rack_change"] += len(out)
+        return out
+
+
+def aged_marks(store: MetadataStore, marks: Iterable[UnderreplicationMark], grace_seconds: int,
+               stats: Counter[str]) -> list[Violation]:
+    """Marks older than the grace period, each read again now: a mark removed meanwhile (a replication
+    worker repaired the ledger) is no finding, one re-created is aged from its new ctime."""
+    out = []
+    for v in check_underreplication_age(marks, grace_seconds, now_ms()):
+        mark = store.underreplication_mark(v.ledger_id)
+        if mark is None:
+            stats["marks_gone_before_reporting"] += 1
+            continue
+        out += check_underreplication_age([mark], grace_seconds, now_ms())
+    return out
 
 
 def check_marks(settings: ScanSettings, run_id: str | None = None) -> Report:
     """The cheap periodic job: only the age of the under-replication marks."""
     started = now_ms()
+    stats: Counter[str] = Counter()
     with open_store(settings) as store:
         marks, problems = store.underreplication_marks()
-    found = check_underreplication_age(marks.values(), settings.underreplicated_grace_period, now_ms())
+        found = aged_marks(store, marks.values(), settings.underreplicated_grace_period, stats)
     return Report(run_id=run_id or uuid.uuid4().hex[:12], started_at=iso(started), finished_at=iso(now_ms()),
                   complete=not problems, ledgers={k: 0 for k in LEDGER_COUNTERS} | {"seen": len(marks)},
                   violations=sorted(found, key=lambda v: v.ledger_id), errors=problems,
-                  stats={"underreplicated_marks": len(marks)})
+                  stats={"underreplicated_marks": len(marks), **stats})

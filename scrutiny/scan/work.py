@@ -8,6 +8,7 @@ Results of many ranges merge into one (`RangeResult.merge`); only they travel ba
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import enum
 import threading
 from collections import Counter
@@ -30,7 +31,7 @@ Answers = Mapping[str, Mapping[int, BookieAnswer]]  # bookie -> ledger -> what i
 
 class Pass(enum.Enum):
     FIRST = "first"  # a bookie that does not answer makes the ledger potentially faulty
-    FINAL = "final"  # after the delayed re-check: still silent and registered = BOOKIE_UNAVAILABLE
+    FINAL = "final"  # a delayed re-check: silent at this look and the one before, and registered = BOOKIE_UNAVAILABLE
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,11 @@ class RunContext:
     agent_addresses: Mapping[str, str]
     now_ms: int
     only_bookie: str = ""  # scope: only ledgers whose ensembles contain this bookie
-    lost_bookies: frozenset[str] = frozenset()  # FINAL pass: no longer registered, their copies are gone
     placement: bool = True
+    # FINAL passes only:
+    lost_bookies: frozenset[str] = frozenset()  # unregistered at every look: their copies are gone
+    registered: frozenset[str] = frozenset()  # registered now
+    silent_before: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # per ledger, at the last look
 
 
 @dataclass(frozen=True)
@@ -136,11 +140,14 @@ def wanted(ledgers: Iterable[LedgerMetadata]) -> dict[str, list[int]]:
 
 
 def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], answers: Answers) -> RangeResult:
-    """The checks of every candidate ledger, from the bookies' answers."""
+    """The checks of every candidate ledger, from the bookies' answers. A bookie is reported only
+    when it was silent at two looks a delay apart and is registered; its copies count as gone only
+    when it was unregistered at every look; anything else gets another delayed look."""
     policy = ctx.settings.placement()
     grace_ms = int(ctx.settings.write_cache_grace_seconds * 1000)
     violations: list[Violation] = []
     faulty: dict[int, tuple[str, ...]] = {}
+    limbo = 0
     for md in ledgers:
         if ctx.placement:
             v = check_placement(md, policy, ctx.locations)
@@ -158,18 +165,29 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
         if cov.invalid:
             violations.append(Violation(Category.INVALID_BOOKIE_RESPONSE, md.ledger_id, tuple(sorted(cov.invalid)),
                                         {"answers": dict(cov.invalid)}, md.znode_version))
-        recent = grace_ms > 0 and ctx.now_ms - md.modified_ms < grace_ms
-        if mode is Pass.FIRST and (cov.unavailable or (cov.violation is not None and recent)):
-            # Copies unknown (or perhaps still in the bookie's write cache): look again after the delay.
-            faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
-            continue
+        if mode is Pass.FIRST:
+            recent = grace_ms > 0 and ctx.now_ms - md.modified_ms < grace_ms
+            if cov.unavailable or cov.limbo or (cov.violation is not None and recent):
+                # Copies unknown (or perhaps still in the bookie's write cache): look again after the delay.
+                faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
+                continue
+        else:
+            before = set(ctx.silent_before.get(md.ledger_id, ()))
+            if any(b not in before or b not in ctx.registered for b in cov.unavailable):
+                # Newly silent, or gone from the registrations only now: its own delayed look.
+                faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
+                continue
+            limbo += bool(cov.limbo)
         if cov.unavailable:
             reasons = {b: per[b].reason for b in cov.unavailable if b in per}
             violations.append(Violation(Category.BOOKIE_UNAVAILABLE, md.ledger_id, tuple(sorted(cov.unavailable)),
                                         {"reasons": reasons}, md.znode_version))
         if cov.violation is not None:
-            violations.append(cov.violation)
-    return RangeResult(counts={"checked": len(ledgers)}, violations=tuple(violations), potentially_faulty=faulty)
+            lost = sorted(ctx.lost_bookies & md.bookies)
+            details = {**cov.violation.details, "lost_bookies": lost} if lost else cov.violation.details
+            violations.append(dataclasses.replace(cov.violation, details=details))
+    return RangeResult(counts={"checked": len(ledgers)}, violations=tuple(violations), potentially_faulty=faulty,
+                       stats={"ledgers_with_limbo_copies": limbo} if limbo else {})
 
 
 # ---------------------------------------------------------------------------------------------
