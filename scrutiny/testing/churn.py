@@ -1,0 +1,388 @@
+"""A churn soak: a real ZooKeeper, live agents whose holdings change while they serve, and a cluster
+that only ever does what BookKeeper does, in BookKeeper's order, racing with back-to-back scans:
+
+- create: the metadata znode OPEN, the entries onto the write quorums, then the znode CLOSED;
+- delete: the metadata znode first, the bookies' copies garbage-collected later;
+- re-replicate away from a live bookie: under-replication mark, copy to the new bookie, ensemble
+  update, unmark, the old copy collected later;
+- restart an agent, or a whole bookie (registration gone and back), for less than the re-check delay,
+  one at a time, never the same bookie twice within `RESTART_SPACING` seconds (longer than a run's looks
+  take: two separate restarts of one bookie, each hitting one look, are a flapping bookie, which the
+  scan reports by design);
+- garbage-collect as the bookie does: a deleted ledger's copies, and an over-replicated copy only while
+  the bookie is still outside the ledger's current ensemble.
+
+Churn is aimed at the moments where false alarms hide: right after a first pass, during the delayed
+re-check (an agent goes down just as the re-check asks), and right before the re-read that precedes
+reporting. Every run must report nothing; at the end, with the churn stopped, one injected fault
+(a bookie's lost copy) must be found, and nothing else.
+
+    python -m scrutiny.testing.churn --seconds 600     # make soak
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import random
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from kazoo.client import KazooClient
+
+from scrutiny import codec
+from scrutiny.agent import BookieAgent
+from scrutiny.checks import expected_share
+from scrutiny.codec import Availability
+from scrutiny.config import ScanSettings
+from scrutiny.entrysources import Holding
+from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
+from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.engines import Engine, LocalEngine, Progress
+from scrutiny.scan.work import Pass, RangeResult, RunContext
+from scrutiny.store import LedgerRange
+from scrutiny.testing import store_on
+from scrutiny.testing.clusterwriter import ClusterWriter
+
+log = logging.getLogger(__name__)
+RESTART_SPACING = 12.0
+
+
+class MutableHoldings:
+    """A bookie's holdings that change while its agent serves them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ledgers: dict[int, np.ndarray] = {}
+
+    def put(self, ledger_id: int, entry_ids: np.ndarray) -> None:
+        with self._lock:
+            old = self._ledgers.get(ledger_id)
+            self._ledgers[ledger_id] = entry_ids if old is None else np.union1d(old, entry_ids)
+
+    def drop(self, ledger_id: int) -> None:
+        with self._lock:
+            self._ledgers.pop(ledger_id, None)
+
+    def refresh(self) -> None:
+        pass
+
+    def availability(self, ledger_id: int) -> Holding | None:
+        with self._lock:
+            ids = self._ledgers.get(ledger_id)
+        return None if ids is None else Holding(codec.encode(ids))
+
+    def close(self) -> None:
+        pass
+
+
+def share(md: LedgerMetadata, bookie: str) -> np.ndarray:
+    return Availability.of(expected_share(md, bookie)).entry_ids()
+
+
+@dataclass
+class ChurnCluster:
+    client: KazooClient
+    root: str
+    uri: str
+    bookies: list[str]
+    recheck_delay: float
+    rng: random.Random
+    holdings: dict[str, MutableHoldings] = field(default_factory=dict)
+    agents: dict[str, BookieAgent] = field(default_factory=dict)
+    closed: dict[int, LedgerMetadata] = field(default_factory=dict)
+    ops: Counter = field(default_factory=lambda: Counter())
+    next_id: int = 1
+    frozen: set[int] = field(default_factory=set)  # ledgers the churn leaves alone (the fault's)
+
+    def __post_init__(self) -> None:
+        self.writer = ClusterWriter(self.client, self.root)
+        self.writer.init_cluster()
+        self.store = store_on(self.client, self.uri)
+        self._lock = threading.RLock()
+        self._down_until = 0.0  # one restart at a time
+        self._restarted: dict[str, float] = {}
+        self._timers: list[threading.Timer] = []
+        for b in self.bookies:
+            self.holdings[b] = MutableHoldings()
+            self.writer.register_bookie(BookieRegistration(b, False))
+            self._start_agent(b)
+
+    # -- agents and bookies --------------------------------------------------------------------
+
+    def _start_agent(self, bookie: str) -> None:
+        agent = BookieAgent(self.holdings[bookie], bind="127.0.0.1:0", workers=4).start()
+        agent.register(self.store, bookie, f"127.0.0.1:{agent.port}")
+        self.agents[bookie] = agent
+
+    def _later(self, seconds: float, fn: Callable[[], None]) -> None:
+        t = threading.Timer(seconds, fn)
+        t.daemon = True
+        self._timers.append(t)
+        t.start()
+
+    def restart(self, whole_bookie: bool = False) -> str | None:
+        """An agent (or the whole bookie: registration too) down for less than the re-check delay;
+        one at a time, never the same bookie twice within RESTART_SPACING."""
+        now = time.monotonic()
+        with self._lock:
+            if now < self._down_until:
+                return None
+            choices = [b for b in self.bookies if now - self._restarted.get(b, -1e9) > RESTART_SPACING]
+            if not choices:
+                return None
+            bookie = self.rng.choice(choices)
+            down = self.recheck_delay * self.rng.uniform(0.2, 0.6)
+            self._down_until = now + down + 0.05
+            self._restarted[bookie] = now
+            self.agents.pop(bookie).stop(grace=0)
+            if whole_bookie:
+                self.writer.unregister_bookie(bookie)
+        self.ops["restart_bookie" if whole_bookie else "restart_agent"] += 1
+
+        def back() -> None:
+            with self._lock:
+                if whole_bookie:
+                    self.writer.register_bookie(BookieRegistration(bookie, False))
+                self._start_agent(bookie)
+
+        self._later(down, back)
+        return bookie
+
+    # -- ledgers -------------------------------------------------------------------------------
+
+    def create(self) -> int:
+        with self._lock:
+            lid, self.next_id = self.next_id, self.next_id + 1
+        ens = tuple(self.rng.sample(self.bookies, 3))
+        last = self.rng.randint(10, 200)
+        opened = LedgerMetadata(lid, LedgerState.OPEN, 3, 2, 2, -1, 0, (Segment(0, ens),))
+        self.writer.write_ledgers([opened])
+        closed = dataclasses.replace(opened, state=LedgerState.CLOSED, last_entry_id=last, length=(last + 1) * 100)
+        for b in ens:
+            self.holdings[b].put(lid, share(closed, b))
+        self.writer.update_ledger(closed)
+        with self._lock:
+            self.closed[lid] = closed
+        self.ops["create"] += 1
+        return lid
+
+    def _pick(self) -> LedgerMetadata | None:
+        with self._lock:
+            ids = [lid for lid in self.closed if lid not in self.frozen]
+            if not ids:
+                return None
+            return self.closed.pop(self.rng.choice(ids))
+
+    def delete(self) -> None:
+        md = self._pick()
+        if md is None:
+            return
+        self.writer.delete_ledger(md.ledger_id)
+        self._later(self.recheck_delay * self.rng.uniform(0.1, 3.0), lambda: self._collect(md.ledger_id, md.bookies))
+        self.ops["delete"] += 1
+
+    def rereplicate(self) -> None:
+        md = self._pick()
+        if md is None:
+            return
+        ens = md.segments[0].ensemble
+        source = self.rng.choice(ens)
+        target = self.rng.choice([b for b in self.bookies if b not in ens])
+        self.writer.mark_underreplicated(UnderreplicationMark(md.ledger_id, (source,), int(time.time() * 1000)))
+        self.holdings[target].put(md.ledger_id, share(md, source))
+        moved = dataclasses.replace(md, segments=(Segment(0, tuple(target if b == source else b for b in ens)),))
+        self.writer.update_ledger(moved)
+        self.writer.unmark_underreplicated(md.ledger_id)
+        with self._lock:
+            self.closed[md.ledger_id] = moved
+        self._later(self.recheck_delay * self.rng.uniform(0.1, 3.0), lambda: self._collect(md.ledger_id, {source}))
+        self.ops["rereplicate"] += 1
+
+    def _collect(self, ledger_id: int, bookies: set[str] | frozenset[str]) -> None:
+        """The bookies' garbage collector: a copy goes unless the ledger (still) names the bookie."""
+        with self._lock:
+            current = self.closed.get(ledger_id)
+            keep = current.bookies if current is not None else frozenset()
+            for b in set(bookies) - keep:
+                self.holdings[b].drop(ledger_id)
+
+    def step(self) -> None:
+        op = self.rng.random()
+        if op < 0.35 or len(self.closed) < 20:
+            self.create()
+        elif op < 0.55:
+            self.delete()
+        elif op < 0.85:
+            self.rereplicate()
+        else:
+            self.restart(whole_bookie=op > 0.95)
+
+    def inject_fault(self) -> int:
+        """A bookie loses its copy of one ledger (nobody repairs it): LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY."""
+        with self._lock:
+            lid = min(self.closed)
+            self.frozen.add(lid)
+            md = self.closed[lid]
+        self.holdings[md.segments[0].ensemble[0]].drop(lid)
+        return lid
+
+    def close(self) -> None:
+        for t in self._timers:
+            t.cancel()
+        with self._lock:
+            for a in self.agents.values():
+                a.stop(grace=0)
+            self.agents.clear()
+
+
+class AimedEngine:
+    """An engine that churns the cluster at the moments where false alarms hide."""
+
+    def __init__(self, inner: Engine, cluster: ChurnCluster) -> None:
+        self.inner, self.cluster = inner, cluster
+
+    def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
+                   progress: Progress | None = None) -> Iterator[RangeResult]:
+        results = list(self.inner.map_ranges(ctx, ranges, mode, progress))
+        c = self.cluster
+        # right after a pass, before the re-check or the re-read: move, delete, restart
+        for _ in range(3):
+            c.rereplicate()
+            c.delete()
+        c.restart(whole_bookie=c.rng.random() < 0.5)
+        return iter(results)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def aimed_sleep(cluster: ChurnCluster) -> Callable[[float], None]:
+    """The run's delay before a re-check: an agent goes down just as the re-check is about to ask."""
+
+    def sleep(seconds: float) -> None:
+        time.sleep(seconds * 0.8)
+        cluster.restart(whole_bookie=cluster.rng.random() < 0.3)
+        time.sleep(seconds * 0.2)
+
+    return sleep
+
+
+@dataclass
+class SoakResult:
+    runs: int = 0
+    runs_by_engine: Counter = field(default_factory=lambda: Counter())
+    seconds: float = 0.0
+    operations: Counter = field(default_factory=lambda: Counter())
+    false_alarms: list[dict[str, Any]] = field(default_factory=list)
+    incomplete_runs: int = 0
+    fault: int = -1
+    fault_found: bool = False
+    fault_report_extra: list[str] = field(default_factory=list)
+
+    @property
+    def ops_per_minute(self) -> float:
+        return sum(self.operations.values()) / max(self.seconds, 1e-9) * 60
+
+    def summary(self) -> dict[str, Any]:
+        return {"runs": self.runs, "runs_by_engine": dict(self.runs_by_engine), "seconds": round(self.seconds, 1),
+                "operations": dict(self.operations), "operations_per_minute": round(self.ops_per_minute),
+                "false_alarms": len(self.false_alarms), "incomplete_runs": self.incomplete_runs,
+                "fault_found": self.fault_found, "fault_report_extra": self.fault_report_extra}
+
+
+def soak(client: KazooClient, root: str, hosts: str, seconds: float, engines: dict[str, Engine], seed: int = 1,
+         recheck_delay: float = 0.5, bookies: int = 6) -> SoakResult:
+    """Back-to-back scans on each engine in turn while the cluster churns; then the injected fault."""
+    uri = f"zk+hierarchical://{hosts}{root}"
+    cluster = ChurnCluster(client, root, uri, [f"127.0.4.{n}:3181" for n in range(1, bookies + 1)], recheck_delay,
+                           random.Random(seed))
+    settings = ScanSettings(metadata_service_uri=uri, placement_policy="none", recheck_delay=recheck_delay,
+                            underreplicated_grace_period=1, bookie_deadline_seconds=2.0, zk_session_timeout=10)
+    result = SoakResult()
+    for _ in range(40):
+        cluster.create()
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.wait(0.02):
+            try:
+                cluster.step()
+            except Exception:  # the soak's own churn must not die silently
+                log.exception("churn step failed")
+
+    churner = threading.Thread(target=churn, name="churn", daemon=True)
+    t0 = time.monotonic()
+    churner.start()
+    try:
+        names = list(engines)
+        while time.monotonic() - t0 < seconds:
+            name = names[result.runs % len(names)]
+            report = ScrutinyRun(settings, AimedEngine(engines[name], cluster), sleep=aimed_sleep(cluster)).execute()
+            result.runs += 1
+            result.runs_by_engine[name] += 1
+            result.incomplete_runs += not report.complete
+            result.false_alarms += [{"run": report.run_id, "engine": name, **v.to_json()} for v in report.violations]
+        stop.set()
+        churner.join()
+        result.seconds = time.monotonic() - t0
+        result.operations = Counter(cluster.ops)
+        time.sleep(recheck_delay * 4)  # every pending garbage collection and restart is done
+        result.fault = cluster.inject_fault()
+        report = ScrutinyRun(settings, engines[names[0]]).execute()
+        got = {(str(v.category), v.ledger_id) for v in report.violations}
+        result.fault_found = ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", result.fault) in got and report.complete
+        result.fault_report_extra = sorted(f"{c} {lid}" for c, lid in got
+                                           if (c, lid) != ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", result.fault))
+    finally:
+        stop.set()
+        cluster.close()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    from scrutiny.scan.engines import SparkEngine
+    from scrutiny.testing.localzk import LocalZooKeeper
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=float, default=600)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--engines", default="local,spark")
+    p.add_argument("--output", help="write the figures as JSON here too")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    zk = LocalZooKeeper()
+    zk.start()
+    client = KazooClient(hosts=zk.hosts, timeout=15)
+    client.start(timeout=15)
+    engines: dict[str, Engine] = {}
+    for name in args.engines.split(","):
+        engines[name] = LocalEngine() if name == "local" else SparkEngine("local[2]")
+    try:
+        result = soak(client, "/ledgers", zk.hosts, args.seconds, engines, seed=args.seed)
+    finally:
+        for e in engines.values():
+            e.close()
+        client.stop()
+        client.close()
+        zk.close()
+    figures = json.dumps(result.summary(), indent=2)
+    print(figures)
+    for alarm in result.false_alarms[:20]:
+        print("FALSE ALARM", json.dumps(alarm))
+    if args.output:
+        Path(args.output).write_text(figures)
+    return 0 if not result.false_alarms and result.fault_found and not result.fault_report_extra else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""The churn soak, short and seeded: back-to-back scans on both engines while the cluster does only
+legal BookKeeper operations aimed at the re-check and re-read moments. Nothing may be reported; the
+fault injected at the end must be found. (`make soak` runs it for ten minutes.)"""
+
+from __future__ import annotations
+
+import json
+
+from kazoo.client import KazooClient
+
+from scrutiny.scan.engines import LocalEngine
+from scrutiny.testing.churn import soak
+from scrutiny.testing.localzk import LocalZooKeeper
+
+
+def test_churn_soak_reports_nothing_then_finds_the_fault(zk_server: LocalZooKeeper, zk_client: KazooClient,
+                                                         zk_namespace: str, spark_engine: object) -> None:
+    result = soak(zk_client, f"{zk_namespace}/ledgers", zk_server.hosts, seconds=30,
+                  engines={"local": LocalEngine(), "spark": spark_engine}, seed=12)  # type: ignore[dict-item]
+    summary = result.summary()
+    assert result.false_alarms == [], json.dumps(result.false_alarms[:5], indent=1)
+    assert result.runs >= 4 and set(result.runs_by_engine) == {"local", "spark"}, summary
+    assert result.incomplete_runs == 0, summary
+    ops = result.operations
+    assert ops["create"] and ops["delete"] and ops["rereplicate"] and ops["restart_agent"] and ops["restart_bookie"]
+    assert result.fault_found and result.fault_report_extra == [], summary
