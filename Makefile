@@ -11,7 +11,7 @@ GENERATED := scrutiny/v1/bookie_pb2.py scrutiny/v1/auditor_pb2.py scrutiny/bookk
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps proto test lint demo bench clean
+.PHONY: setup system-deps proto test lint demo bench soak clean
 
 setup: system-deps $(VENV)/.installed proto
 
@@ -49,6 +49,11 @@ demo: setup
 
 bench: setup
 	$(PY) -m bench.run
+
+# The long churn soak (README: "Churn soak"); SOAK_SECONDS to change its length.
+SOAK_SECONDS ?= 600
+soak: setup
+	$(PY) -m scrutiny.testing.churn --seconds $(SOAK_SECONDS) --output bench/results/soak.json
 
 clean:
 	rm -rf $(VENV) $(GENERATED) $(GENERATED:.py=.pyi) scrutiny/v1/*_pb2*.py* scrutiny/bookkeeper/*_pb2*.py*

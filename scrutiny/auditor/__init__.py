@@ -105,6 +105,7 @@ class Auditor:
 
     def start(self) -> Auditor:
         s = self.config.auditor
+        self.engine.open()  # before any gRPC thread exists
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="auditor-rpc"))
         servicer = AuditorServicer(self, Authenticator(self._token, bool(s.tls_client_ca), s.insecure_open_rescan),
                                    s.rescan_wait_seconds, s.status_requires_auth)

@@ -1,7 +1,9 @@
 """Engines: what hands each range of a run to `check_range`, in this process or on Spark executors.
 
 An engine is opened once and closed once (`close()` stops its SparkSession, or the executor resources
-of this process); a run calls `map_ranges` once per pass.
+of this process); a run calls `map_ranges` once per pass. `open()` starts what the engine needs up
+front: a daemon calls it before its gRPC servers start, since forking Spark's JVM while gRPC threads
+are busy fails ("Java gateway process exited").
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ Progress = Callable[[int, int], None]  # (ranges done, ranges in all)
 
 
 class Engine(Protocol):
+    def open(self) -> None: ...
+
     def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
                    progress: Progress | None = None) -> Iterator[RangeResult]: ...
 
@@ -28,6 +32,9 @@ class Engine(Protocol):
 
 class LocalEngine:
     """The same work in this process, range after range (small rescans, tests of the logic)."""
+
+    def open(self) -> None:
+        pass
 
     def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
                    progress: Progress | None = None) -> Iterator[RangeResult]:
@@ -88,6 +95,9 @@ class SparkEngine:
         if self._session is None:
             self._session = spark_session(self.master, extra=self.conf)
         return self._session
+
+    def open(self) -> None:
+        self.session  # noqa: B018 - the session starts here, not in the middle of a run
 
     def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
                    progress: Progress | None = None) -> Iterator[RangeResult]:

@@ -55,6 +55,10 @@ from scrutiny.testing.clusterwriter import ClusterWriter
 
 log = logging.getLogger(__name__)
 RESTART_SPACING = 12.0
+# The run statistics that say a guarded moment was hit (a false alarm would have hidden there).
+MOMENTS = ("potentially_faulty", "rechecked_again", "reanalyzed_after_metadata_change", "dropped_marked_during_run",
+           "deleted_during_run", "relooked_after_registration_change", "left_unsettled_after_rechecks",
+           "marks_gone_before_reporting")
 
 
 class MutableHoldings:
@@ -262,6 +266,9 @@ class AimedEngine:
         c.restart(whole_bookie=c.rng.random() < 0.5)
         return iter(results)
 
+    def open(self) -> None:
+        self.inner.open()
+
     def close(self) -> None:
         self.inner.close()
 
@@ -285,6 +292,7 @@ class SoakResult:
     operations: Counter = field(default_factory=lambda: Counter())
     false_alarms: list[dict[str, Any]] = field(default_factory=list)
     incomplete_runs: int = 0
+    moments: Counter = field(default_factory=lambda: Counter())  # how often the churn hit each guarded moment
     fault: int = -1
     fault_found: bool = False
     fault_report_extra: list[str] = field(default_factory=list)
@@ -297,6 +305,7 @@ class SoakResult:
         return {"runs": self.runs, "runs_by_engine": dict(self.runs_by_engine), "seconds": round(self.seconds, 1),
                 "operations": dict(self.operations), "operations_per_minute": round(self.ops_per_minute),
                 "false_alarms": len(self.false_alarms), "incomplete_runs": self.incomplete_runs,
+                "moments": dict(self.moments),
                 "fault_found": self.fault_found, "fault_report_extra": self.fault_report_extra}
 
 
@@ -331,6 +340,7 @@ def soak(client: KazooClient, root: str, hosts: str, seconds: float, engines: di
             result.runs += 1
             result.runs_by_engine[name] += 1
             result.incomplete_runs += not report.complete
+            result.moments.update({k: v for k, v in report.stats.items() if k in MOMENTS})
             result.false_alarms += [{"run": report.run_id, "engine": name, **v.to_json()} for v in report.violations]
         stop.set()
         churner.join()
@@ -367,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     engines: dict[str, Engine] = {}
     for name in args.engines.split(","):
         engines[name] = LocalEngine() if name == "local" else SparkEngine("local[2]")
+        engines[name].open()  # before the agents' gRPC threads exist
     try:
         result = soak(client, "/ledgers", zk.hosts, args.seconds, engines, seed=args.seed)
     finally:

@@ -60,6 +60,8 @@ class LocalZooKeeper:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="scrutiny-zk-"))
         self._proc: subprocess.Popen[bytes] | None = None
+        self.peers: list[tuple[int, int, int]] = []  # (server id, quorum port, election port): an ensemble
+        self.myid = 0
 
     @property
     def hosts(self) -> str:
@@ -68,6 +70,8 @@ class LocalZooKeeper:
     def _write_config(self) -> Path:
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
+        if self.peers:
+            (data / "myid").write_text(f"{self.myid}\n")
         cfg = self.workdir / "zoo.cfg"
         cfg.write_text(
             "tickTime=2000\n"
@@ -81,6 +85,11 @@ class LocalZooKeeper:
             "minSessionTimeout=1000\n"
             "maxSessionTimeout=60000\n"
         )
+        if self.peers:
+            with cfg.open("a") as f:
+                f.write("initLimit=5\nsyncLimit=2\n")
+                for sid, quorum, election in self.peers:
+                    f.write(f"server.{sid}=127.0.0.1:{quorum}:{election}\n")
         if self.tls_keystore:
             with cfg.open("a") as f:
                 f.write(f"secureClientPort={self.secure_port}\n"
@@ -101,7 +110,7 @@ class LocalZooKeeper:
         )
         return cfg
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 30.0, wait: bool = True) -> None:
         if self._proc is not None and self._proc.poll() is None:
             return
         cfg = self._write_config()
@@ -116,6 +125,11 @@ class LocalZooKeeper:
         out = open(self.workdir / "stdout.log", "ab")  # noqa: SIM115 - the child keeps it open
         self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
+        if wait:
+            self.wait_serving(timeout)
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        assert self._proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -158,6 +172,59 @@ class LocalZooKeeper:
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def mode(port: int) -> str:
+    """`leader`, `follower`, `standalone`, or "" when the server does not answer."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.settimeout(1.0)
+            s.sendall(b"srvr")
+            text = s.recv(4096).decode("ascii", "replace")
+    except OSError:
+        return ""
+    return next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Mode:")), "")
+
+
+class LocalEnsemble:
+    """Three (or more) servers on loopback forming one ensemble (kazoo's harness does the same)."""
+
+    def __init__(self, size: int = 3, workdir: str | Path | None = None) -> None:
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="scrutiny-zk-ensemble-"))
+        self.members = [LocalZooKeeper(workdir=self.workdir / f"zk{i + 1}", heap="256m") for i in range(size)]
+        peers = [(i + 1, free_port(), free_port()) for i in range(size)]
+        for i, m in enumerate(self.members):
+            m.peers, m.myid = peers, i + 1
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(m.hosts for m in self.members)
+
+    def start(self, timeout: float = 60.0) -> None:
+        for m in self.members:
+            m.start(wait=False)
+        for m in self.members:
+            m.wait_serving(timeout)
+
+    def leader(self) -> LocalZooKeeper:
+        for m in self.members:
+            if m.running and mode(m.port) == "leader":
+                return m
+        raise LocalZooKeeperError("no member of the ensemble leads")
+
+    def kill(self, member: LocalZooKeeper) -> None:
+        """SIGKILL: no goodbye to the followers or the clients."""
+        proc, member._proc = member._proc, None
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+
+    def close(self) -> None:
+        for m in self.members:
+            m.close()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def expire_session(hosts: str, session_id: int, password: bytes, timeout: float = 10.0) -> None:

@@ -302,3 +302,28 @@ def test_a_spark_executor_failing_mid_job_is_retried_with_the_same_findings(
     report = json.loads(out.read_text())
     assert report["complete"]
     assert {(v["category"], v["ledger_id"]) for v in report["violations"]} == cluster.expected
+
+
+def test_zookeeper_ensemble_leader_killed_mid_scan_same_findings(tmp_path: Path) -> None:
+    from scrutiny.testing.localzk import LocalEnsemble
+
+    ensemble = LocalEnsemble(3, workdir=tmp_path / "ensemble")
+    ensemble.start()
+    client = KazooClient(hosts=ensemble.hosts, timeout=10)
+    client.start(timeout=15)
+    try:
+        cluster = build_demo_cluster(client, "/ledgers", tmp_path / "stores", healthy=300)
+        uri = f"zk+hierarchical://{ensemble.hosts.replace(',', ';')}/ledgers"
+        settings = ScanSettings(metadata_service_uri=uri, recheck_delay=0.3, underreplicated_grace_period=3600,
+                                bookie_deadline_seconds=5, zk_session_timeout=10, zk_retry_deadline=30)
+        with demo_agents(cluster, store_on(client, uri)):
+            leader = ensemble.leader()
+            report = ScrutinyRun(settings, FaultAfterFirstRange(lambda ctx: ensemble.kill(leader))).execute()
+            assert not leader.running
+            assert report.complete, report.errors
+            assert found(report) == cluster.expected  # same findings, no false alarm
+            assert report.ledgers["seen"] == cluster.healthy + 13
+    finally:
+        client.stop()
+        client.close()
+        ensemble.close()
