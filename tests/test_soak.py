@@ -9,7 +9,7 @@ import json
 from kazoo.client import KazooClient
 
 from scrutiny.scan.engines import LocalEngine
-from scrutiny.testing.churn import soak
+from scrutiny.testing.churn import auditor_soak, soak
 from scrutiny.testing.localzk import LocalZooKeeper
 
 
@@ -25,3 +25,14 @@ def test_churn_soak_reports_nothing_then_finds_the_fault(zk_server: LocalZooKeep
     assert ops["create"] and ops["delete"] and ops["rereplicate"] and ops["restart_agent"] and ops["restart_bookie"]
     assert result.moments["potentially_faulty"] and result.moments["reanalyzed_after_metadata_change"], summary
     assert result.fault_found and result.fault_report_extra == [], summary
+
+
+def test_auditor_soak_threads_and_fds_stay_flat(zk_server: LocalZooKeeper, zk_client: KazooClient,
+                                                zk_namespace: str, tmp_path: object) -> None:
+    samples = auditor_soak(zk_client, f"{zk_namespace}/ledgers", zk_server.hosts, runs=16, engine=LocalEngine(),
+                           reports_dir=str(tmp_path))
+    assert len(samples) == 16
+    warm, last = samples[3], samples[-1]  # after the first runs opened what the process keeps
+    assert last.threads <= warm.threads + 2, samples
+    assert last.fds <= warm.fds + 4, samples
+    assert last.rss_mb <= warm.rss_mb + 30, samples

@@ -183,32 +183,34 @@ class ChurnCluster:
     def _pick(self) -> LedgerMetadata | None:
         with self._lock:
             ids = [lid for lid in self.closed if lid not in self.frozen]
-            if not ids:
-                return None
-            return self.closed.pop(self.rng.choice(ids))
+            return self.closed[self.rng.choice(ids)] if ids else None
 
     def delete(self) -> None:
-        md = self._pick()
-        if md is None:
-            return
-        self.writer.delete_ledger(md.ledger_id)
+        with self._lock:
+            md = self._pick()
+            if md is None:
+                return
+            del self.closed[md.ledger_id]
+            self.writer.delete_ledger(md.ledger_id)
         self._later(self.recheck_delay * self.rng.uniform(0.1, 3.0), lambda: self._collect(md.ledger_id, md.bookies))
         self.ops["delete"] += 1
 
     def rereplicate(self) -> None:
-        md = self._pick()
-        if md is None:
-            return
-        ens = md.segments[0].ensemble
-        source = self.rng.choice(ens)
-        target = self.rng.choice([b for b in self.bookies if b not in ens])
-        self.writer.mark_underreplicated(UnderreplicationMark(md.ledger_id, (source,), int(time.time() * 1000)))
-        self.holdings[target].put(md.ledger_id, share(md, source))
-        moved = dataclasses.replace(md, segments=(Segment(0, tuple(target if b == source else b for b in ens)),))
-        self.writer.update_ledger(moved)
-        self.writer.unmark_underreplicated(md.ledger_id)
+        # Under the lock from mark to unmark: BookKeeper's over-replication GC skips a ledger that is
+        # being re-replicated, so it can never collect the copy just made.
         with self._lock:
+            md = self._pick()
+            if md is None:
+                return
+            ens = md.segments[0].ensemble
+            source = self.rng.choice(ens)
+            target = self.rng.choice([b for b in self.bookies if b not in ens])
+            self.writer.mark_underreplicated(UnderreplicationMark(md.ledger_id, (source,), int(time.time() * 1000)))
+            self.holdings[target].put(md.ledger_id, share(md, source))
+            moved = dataclasses.replace(md, segments=(Segment(0, tuple(target if b == source else b for b in ens)),))
+            self.writer.update_ledger(moved)
             self.closed[md.ledger_id] = moved
+            self.writer.unmark_underreplicated(md.ledger_id)
         self._later(self.recheck_delay * self.rng.uniform(0.1, 3.0), lambda: self._collect(md.ledger_id, {source}))
         self.ops["rereplicate"] += 1
 
@@ -357,6 +359,73 @@ def soak(client: KazooClient, root: str, hosts: str, seconds: float, engines: di
         stop.set()
         cluster.close()
     return result
+
+
+@dataclass(frozen=True)
+class Sample:
+    run: int
+    rss_mb: float  # the auditor's process
+    fds: int
+    threads: int
+    executors_rss_mb: float  # Spark's Python workers and JVM (0 with the local engine)
+
+
+def _usage(run: int) -> Sample:
+    import psutil
+
+    me = psutil.Process()
+    executors = 0
+    for child in me.children(recursive=True):
+        try:
+            executors += child.memory_info().rss
+        except psutil.Error:
+            continue
+    return Sample(run, me.memory_info().rss / 2**20, me.num_fds(), me.num_threads(), executors / 2**20)
+
+
+def auditor_soak(client: KazooClient, root: str, hosts: str, runs: int, engine: Engine, reports_dir: str,
+                 seed: int = 1, recheck_delay: float = 0.3) -> list[Sample]:
+    """A leading auditor doing full runs back to back (interval 1 s) while the cluster churns; one
+    sample of its resources after each run."""
+    from scrutiny.auditor import Auditor
+    from scrutiny.config import AuditorSettings
+
+    uri = f"zk+hierarchical://{hosts}{root}"
+    cluster = ChurnCluster(client, root, uri, [f"127.0.5.{n}:3181" for n in range(1, 6)], recheck_delay,
+                           random.Random(seed))
+    for _ in range(60):
+        cluster.create()
+    scan = ScanSettings(metadata_service_uri=uri, placement_policy="none", recheck_delay=recheck_delay,
+                        underreplicated_grace_period=1, bookie_deadline_seconds=2.0, zk_session_timeout=10)
+    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=reports_dir, full_interval_seconds=1,
+                               underreplication_interval_seconds=0, insecure_open_rescan=True, reports_keep=5)
+    auditor = Auditor(scan, settings, engine=engine).start()
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.wait(0.05):
+            cluster.step()
+
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    samples: list[Sample] = []
+    try:
+        seen = ""
+        deadline = time.monotonic() + runs * 30
+        while len(samples) < runs and time.monotonic() < deadline:
+            last = auditor.last.get("full")
+            if last is not None and last.run_id != seen and last.report is not None:
+                seen = last.run_id
+                if last.report.violations:
+                    raise AssertionError(f"false alarm in run {seen}: {last.report.violations[0].to_json()}")
+                samples.append(_usage(len(samples) + 1))
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        churner.join()
+        auditor.stop()
+        cluster.close()
+    return samples
 
 
 def main(argv: list[str] | None = None) -> int:
