@@ -10,9 +10,11 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from scrutiny.config import DEFAULT_AGENT_PORT
 from scrutiny.entrysources import EntrySource, SourceError
+from scrutiny.prometheus import PREFIX, MetricsEndpoint
 from scrutiny.store import MetadataStore, Registration
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
@@ -26,22 +28,42 @@ SERVICE_NAME = "scrutiny.v1.Bookie"
 Answer = bookie_pb2.GetListOfEntriesOfALedgerResponse
 
 
+class AgentMetrics:
+    """What an agent exports on /metrics: requests, answers by status, catch-up time."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(f"{PREFIX}agent_requests", "calls served", ["method"], registry=self.registry)
+        self.answers = Counter(f"{PREFIX}agent_answers", "ledger answers by status", ["status"],
+                               registry=self.registry)
+        self.catch_up = Histogram(f"{PREFIX}agent_catch_up_seconds", "catching up with the bookie, per request",
+                                  registry=self.registry, buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .5))
+
+
 class BookieServicer(bookie_pb2_grpc.BookieServicer):
     def __init__(self, source: EntrySource, max_ledgers_per_call: int = MAX_LEDGERS_PER_CALL,
-                 answers_per_message: int = ANSWERS_PER_MESSAGE) -> None:
+                 answers_per_message: int = ANSWERS_PER_MESSAGE, metrics: AgentMetrics | None = None) -> None:
         self.source = source
         self.max_ledgers_per_call = max_ledgers_per_call
         self.answers_per_message = answers_per_message
+        self.metrics = metrics or AgentMetrics()
 
-    def refresh(self) -> str:
+    def refresh(self, method: str) -> str:
         """Catch up with the bookie once per request; the reason when that failed (every answer EIO)."""
+        self.metrics.requests.labels(method).inc()
         try:
-            self.source.refresh()
+            with self.metrics.catch_up.time():
+                self.source.refresh()
         except SourceError as exc:
             return str(exc)
         return ""
 
     def answer(self, ledger_id: int, failed: str = "") -> Any:
+        msg = self._answer(ledger_id, failed)
+        self.metrics.answers.labels(bookie_pb2.StatusCode.Name(msg.status)).inc()
+        return msg
+
+    def _answer(self, ledger_id: int, failed: str) -> Any:
         if failed:
             return Answer(status=bookie_pb2.EIO, ledger_id=ledger_id, message=failed)
         try:
@@ -60,7 +82,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
     def GetListOfEntriesOfALedger(self, request: Any, context: grpc.ServicerContext) -> Any:
         if request.ledger_id < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger_id {request.ledger_id} is negative")
-        return self.answer(request.ledger_id, self.refresh())
+        return self.answer(request.ledger_id, self.refresh("GetListOfEntriesOfALedger"))
 
     def GetListOfEntriesOfLedgers(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         ids = list(dict.fromkeys(request.ledger_ids))  # one answer per ledger, asked once or twice
@@ -70,7 +92,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         negative = next((i for i in ids if i < 0), None)
         if negative is not None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger_id {negative} is negative")
-        failed = self.refresh()
+        failed = self.refresh("GetListOfEntriesOfLedgers")
         batch = []
         for lid in ids:
             if not context.is_active():
@@ -106,6 +128,7 @@ class BookieAgent:
         if self.port == 0:
             raise OSError(f"cannot listen on {bind}")
         self.registration: Registration | None = None
+        self.metrics_endpoint: MetricsEndpoint | None = None
         self._stopped = threading.Event()
 
     def start(self) -> BookieAgent:
@@ -113,6 +136,11 @@ class BookieAgent:
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self
+
+    def serve_metrics(self, listen: str) -> int:
+        """Prometheus' /metrics on `listen`; the port bound."""
+        self.metrics_endpoint = MetricsEndpoint(listen, self.servicer.metrics.registry)
+        return self.metrics_endpoint.port
 
     def register(self, store: MetadataStore, bookie_id: str, address: str) -> None:
         """Tell scans where this agent listens: an ephemeral registration, kept until `stop`."""
@@ -126,6 +154,8 @@ class BookieAgent:
         if self.registration is not None:
             self.registration.close()
         self.server.stop(grace).wait()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
         self.source.close()
 
     def wait(self) -> None:

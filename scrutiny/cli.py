@@ -18,6 +18,7 @@ from scrutiny.auditor import Auditor, AuditorConfig
 from scrutiny.config import (
     AgentSettings,
     AuditorSettings,
+    MetricsSettings,
     ScanSettings,
     StatsdSettings,
     build,
@@ -54,21 +55,24 @@ def _agent_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tls-key", help="... and its key")
     p.add_argument("--tls-client-ca", help="mutual TLS: callers need a certificate signed by this CA")
     p.add_argument("--workers", type=int)
+    p.add_argument("--metrics-listen", help="serve Prometheus' /metrics here, e.g. 0.0.0.0:9191 (not :8000)")
     p.add_argument("--log-level", default="INFO")
 
 
-def agent_settings(args: argparse.Namespace) -> tuple[ScanSettings, AgentSettings]:
+def agent_settings(args: argparse.Namespace) -> tuple[ScanSettings, AgentSettings, MetricsSettings]:
     file_values = read_config_file(args.config) if args.config else {}
     where = args.config or "config"
     cluster = build(ScanSettings, file_values, {"metadata_service_uri": args.metadata_service_uri,
                                                 "zk_auth_file": args.zk_auth_file}, where=where)
     flags = {k: getattr(args, k, None) for k in AgentSettings.__dataclass_fields__}
     flags["ledger_dirs"] = tuple(args.ledger_dirs) if args.ledger_dirs else None
-    return cluster, build(AgentSettings, file_values, flags, where=where, section="agent").validate()
+    metrics = build(MetricsSettings, file_values, {"listen": args.metrics_listen}, where=where, section="metrics")
+    return cluster, build(AgentSettings, file_values, flags, where=where, section="agent").validate(), \
+        metrics.validate()
 
 
 def run_bookie_agent(args: argparse.Namespace) -> int:
-    cluster, s = agent_settings(args)
+    cluster, s, metrics = agent_settings(args)
     source: EntrySource
     if s.source == "dbledgerstorage":
         source = DbLedgerStorageSource(s.ledger_dirs, s.scratch_dir or None)
@@ -79,6 +83,8 @@ def run_bookie_agent(args: argparse.Namespace) -> int:
         source = SyntheticStore(s.synthetic_file)
     creds = server_credentials(s.tls_cert, s.tls_key, s.tls_client_ca)
     agent = BookieAgent(source, bind=s.bind, workers=s.workers, credentials=creds).start()
+    if metrics.listen:
+        agent.serve_metrics(metrics.listen)
     bind_host, _ = parse_host_port(s.bind, "--bind", ConfigError)
     address = s.advertise_address or f"{'127.0.0.1' if bind_host in ('0.0.0.0', '[::]') else bind_host}:{agent.port}"
     store: MetadataStore | None = None
@@ -187,6 +193,7 @@ def _auditor_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--listen", help="RPC address (default 0.0.0.0:3192)")
     p.add_argument("--advertise-address", help="how the other auditors and clients reach this one")
     p.add_argument("--reports-dir")
+    p.add_argument("--metrics-listen", help="serve Prometheus' /metrics here, e.g. 0.0.0.0:9192 (not :8000)")
     p.add_argument("--json-logs", action="store_true", default=None)
     p.add_argument("--log-level", default="INFO")
 
@@ -200,7 +207,8 @@ def auditor_settings(args: argparse.Namespace) -> AuditorConfig:
              "json_logs": args.json_logs}
     settings = build(AuditorSettings, file_values, flags, where=where, section="auditor")
     statsd = build(StatsdSettings, file_values, {}, where=where, section="statsd")
-    return AuditorConfig(scan.validate(), settings.validate(), statsd.validate())
+    metrics = build(MetricsSettings, file_values, {"listen": args.metrics_listen}, where=where, section="metrics")
+    return AuditorConfig(scan.validate(), settings.validate(), statsd.validate(), metrics.validate())
 
 
 def run_auditor(args: argparse.Namespace) -> int:

@@ -242,6 +242,20 @@ class StatsdSettings:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    """The `metrics` section: where this process (auditor or agent) serves Prometheus' /metrics."""
+
+    listen: str = ""  # e.g. 0.0.0.0:9192 on an auditor, 0.0.0.0:9191 beside a bookie; empty: off (never :8000)
+
+    def validate(self) -> MetricsSettings:
+        if self.listen:
+            _, port = parse_host_port(self.listen, "metrics.listen", ConfigError)
+            if port == 8000:
+                raise ConfigError("metrics.listen: port 8000 is BookKeeper's own Prometheus port on a bookie")
+        return self
+
+
+@dataclass(frozen=True)
 class AgentSettings:
     """The `agent` section: one bookie agent (`scrutiny bookie-agent`)."""
 
@@ -279,7 +293,8 @@ class AgentSettings:
 
 
 # The sections of the one config file, each a component's settings; the top level is ScanSettings.
-SECTIONS: dict[str, type] = {"auditor": AuditorSettings, "statsd": StatsdSettings, "agent": AgentSettings}
+SECTIONS: dict[str, type] = {"auditor": AuditorSettings, "statsd": StatsdSettings, "metrics": MetricsSettings,
+                             "agent": AgentSettings}
 
 
 def build(cls: type[S], file_values: Mapping[str, Any], flag_values: Mapping[str, Any],

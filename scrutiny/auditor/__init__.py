@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
@@ -28,9 +28,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from scrutiny.auditor.leadership import Leadership, PeriodicRuns, iso_seconds
 from scrutiny.auditor.runqueue import Later, RunQueue, Ticket
 from scrutiny.auditor.service import AuditorServicer, Authenticator, Status
-from scrutiny.auditor.sinks import FinishedRun, ReportFiles, ReportSink, StatsdSink
+from scrutiny.auditor.sinks import FinishedRun, PrometheusSink, ReportFiles, ReportSink, StatsdSink
 from scrutiny.categories import REGISTRY, Category, Phase, in_phase
-from scrutiny.config import DEFAULT_AUDITOR_PORT, AuditorSettings, ScanSettings, StatsdSettings
+from scrutiny.config import DEFAULT_AUDITOR_PORT, AuditorSettings, MetricsSettings, ScanSettings, StatsdSettings
 from scrutiny.errors import NotLeader, RequestError, one_line
 from scrutiny.metadata import parse_host_port
 from scrutiny.report import Report
@@ -56,12 +56,18 @@ class AuditorConfig(NamedTuple):
     scan: ScanSettings
     auditor: AuditorSettings
     statsd: StatsdSettings = StatsdSettings()
+    metrics: MetricsSettings = MetricsSettings()
 
 
-def build_sinks(config: AuditorConfig) -> list[ReportSink]:
+def build_sinks(config: AuditorConfig, running: Sequence[ReportSink] = ()) -> list[ReportSink]:
+    """Every sink the configuration asks for; a running /metrics endpoint on the same address is kept
+    (its counters go on, its port stays bound)."""
     sinks: list[ReportSink] = [ReportFiles(config.auditor.reports_dir, config.auditor.reports_keep)]
     if config.statsd.host:
         sinks.append(StatsdSink(config.statsd.host, config.statsd.port, config.statsd.prefix))
+    if config.metrics.listen:
+        kept = [s for s in running if isinstance(s, PrometheusSink)]
+        sinks.append(kept[0] if kept else PrometheusSink(config.metrics.listen))
     return sinks
 
 
@@ -71,13 +77,15 @@ def _engine_settings(s: ScanSettings) -> tuple[str, str, tuple[tuple[str, str], 
 
 class Auditor:
     def __init__(self, scan: ScanSettings, settings: AuditorSettings, statsd: StatsdSettings | None = None,
-                 engine: Engine | None = None, reload: Callable[[], AuditorConfig] | None = None) -> None:
-        self.config = AuditorConfig(scan.validate(), settings.validate(), (statsd or StatsdSettings()).validate())
+                 metrics: MetricsSettings | None = None, engine: Engine | None = None,
+                 reload: Callable[[], AuditorConfig] | None = None) -> None:
+        self.config = AuditorConfig(scan.validate(), settings.validate(), (statsd or StatsdSettings()).validate(),
+                                    (metrics or MetricsSettings()).validate())
         self._reload = reload
         self._own_engine = engine is None
         self.engine = engine or make_engine(scan)
         self._engine_built_for = _engine_settings(scan)
-        self.sinks = build_sinks(self.config)
+        self.sinks: list[ReportSink] = []
         self.skipped: Counter[str] = Counter()
         self._token = (read_secret(settings.token_file, "auditor.token_file").decode().strip()
                        if settings.token_file else "")
@@ -106,6 +114,7 @@ class Auditor:
     def start(self) -> Auditor:
         s = self.config.auditor
         self.engine.open()  # before any gRPC thread exists
+        self.sinks = build_sinks(self.config)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="auditor-rpc"))
         servicer = AuditorServicer(self, Authenticator(self._token, bool(s.tls_client_ca), s.insecure_open_rescan),
                                    s.rescan_wait_seconds, s.status_requires_auth)
@@ -161,10 +170,17 @@ class Auditor:
             return
         if new.auditor.listen != self.config.auditor.listen:
             log.warning("auditor.listen changed: takes effect at the next restart")
-        old_sinks, self.sinks = self.sinks, build_sinks(new)
-        self.config = new
+        old_sinks = self.sinks
+        kept = [s for s in old_sinks if isinstance(s, PrometheusSink) and s.listen == new.metrics.listen]
         for sink in old_sinks:
-            sink.close()
+            if sink not in kept:
+                sink.close()  # a moved /metrics frees its port before the new one binds
+        self.sinks = build_sinks(new, kept)
+        self.config = new
+        leading = self.leadership is not None and self.leading.is_set()
+        for sink in self.sinks:
+            if sink not in old_sinks:
+                sink.leadership(leading)
         if self.leading.is_set() and self.periodic is not None:
             self.periodic.schedule(self._intervals())
         log.info("configuration reloaded")
@@ -251,7 +267,8 @@ class Auditor:
 
     def _publish(self, ticket: Ticket, report: Report) -> None:
         ticket.finished_ms = int(time.time() * 1000)
-        run = FinishedRun(ticket.kind, report, ticket.finished_ms - ticket.started_ms, KIND_CATEGORIES[ticket.kind])
+        run = FinishedRun(ticket.kind, report, ticket.finished_ms - ticket.started_ms, KIND_CATEGORIES[ticket.kind],
+                          whole_cluster=ticket.ledger_ids is None and not ticket.bookie_id)
         for sink in self.sinks:
             try:
                 sink.published(run)

@@ -125,6 +125,7 @@ class ScrutinyRun:
             pending = PendingRun(store, started, ctx, marks, set(wanted) if wanted else None,
                                  frozenset(regs.writable) | frozenset(regs.readonly), racks_from_store)
             pending.errors += problems
+            pending.stats["underreplicated_marks"] = len(marks)
             ranges = store.ranges_of(wanted) if wanted else store.ledger_ranges()
             log.info("run %s: %d ranges to check", self.run_id, len(ranges))
             t0 = time.monotonic()

@@ -1,0 +1,202 @@
+"""Where operators look: /metrics on the auditor and the agent, the alert rules (Debian's promtool),
+the Grafana dashboard's queries, and a real Prometheus scraping a running auditor and agent."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from scrutiny.agent import AgentMetrics, BookieServicer
+from scrutiny.auditor import Auditor, AuditorSettings
+from scrutiny.auditor.sinks import FinishedRun, PrometheusSink
+from scrutiny.categories import REGISTRY, Category
+from scrutiny.checks import Violation
+from scrutiny.config import ConfigError, MetricsSettings, ScanSettings
+from scrutiny.prometheus import family_names
+from scrutiny.report import Report
+from scrutiny.scan.engines import LocalEngine
+from scrutiny.testing import store_on
+from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
+from scrutiny.testing.localzk import LocalZooKeeper, free_port
+from tests.helpers import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "deploy" / "prometheus"
+METRIC = re.compile(r"\b((?:scrutiny|auditor)_[A-Za-z_]+)\b")
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
+def sample(text: str, name: str, labels: str = "") -> float | None:
+    m = re.search(rf"^{re.escape(name)}{re.escape(labels)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def a_run(kind: str = "full", whole: bool = True) -> FinishedRun:
+    violations = [Violation(Category.NO_REPLICA_OF_AN_ENTRY, 7, ("b1:3181",)),
+                  Violation(Category.BOOKIE_UNAVAILABLE, 8, ("b2:3181",)),
+                  Violation(Category.BOOKIE_UNAVAILABLE, 9, ("b2:3181",))]
+    report = Report("r1", "s", "f", True, {"checked": 40}, violations,
+                    stats={"first_pass_ms": 1500, "bookie_calls_failed": 3, "underreplicated_marks": 2})
+    return FinishedRun(kind, report, 2500, tuple(REGISTRY), whole)
+
+
+def test_the_auditor_sink_exports_bookkeepers_names_and_its_own() -> None:
+    sink = PrometheusSink("127.0.0.1:0")
+    try:
+        sink.leadership(True)
+        sink.published(a_run())
+        text = scrape(sink.endpoint.port)
+        assert sample(text, "auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY") == 1
+        assert sample(text, "scrutiny_violations", '{category="NO_REPLICA_OF_AN_ENTRY"}') == 1
+        assert sample(text, "scrutiny_violations", '{category="LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"}') == 0
+        assert sample(text, "scrutiny_bookie_unavailable_ledgers", '{bookie="b2:3181"}') == 2
+        assert sample(text, "scrutiny_runs_total", '{kind="full",outcome="complete"}') == 1
+        assert sample(text, "scrutiny_ledgers_checked_total") == 40
+        assert sample(text, "scrutiny_last_run_phase_seconds", '{kind="full",phase="first_pass"}') == 1.5
+        assert sample(text, "scrutiny_underreplicated_ledgers") == 2 and sample(text, "scrutiny_leader") == 1
+        assert "ledger_id" not in text and "=\"7\"" not in text  # bounded labels: never a ledger id
+        # a rescan of some ledgers counts, but does not replace the whole cluster's gauges
+        sink.published(FinishedRun("rescan", Report("r2", "s", "f", True, {"checked": 1}, []), 5, tuple(REGISTRY),
+                                   whole_cluster=False))
+        text = scrape(sink.endpoint.port)
+        assert sample(text, "scrutiny_violations", '{category="NO_REPLICA_OF_AN_ENTRY"}') == 1
+        assert sample(text, "scrutiny_ledgers_checked_total") == 41
+        sink.leadership(False)  # a standby: its leadership and nothing stale
+        text = scrape(sink.endpoint.port)
+        assert sample(text, "scrutiny_leader") == 0
+        assert "scrutiny_violations{" not in text and "auditor_NUM" not in text
+        assert "scrutiny_last_complete_run_age_seconds{" not in text
+    finally:
+        sink.close()
+
+
+def test_metrics_never_take_the_bookies_port() -> None:
+    with pytest.raises(ConfigError, match="8000"):
+        MetricsSettings(listen="0.0.0.0:8000").validate()
+
+
+def test_alert_rules_pass_promtool() -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "make setup installs Debian's prometheus (promtool)"
+    for args in (["check", "rules", "scrutiny-rules.yml"], ["test", "rules", "scrutiny-rules.test.yml"]):
+        res = subprocess.run([promtool, *args], cwd=RULES, capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout + res.stderr
+
+
+def exported() -> set[str]:
+    """Every name the auditor and the agent export once they have something to say."""
+    sink = PrometheusSink("127.0.0.1:0")
+    try:
+        sink.leadership(True)
+        sink.published(a_run())
+        sink.skipped("full", "still_running")
+        names = family_names(sink.registry)
+    finally:
+        sink.close()
+    agent = BookieServicer(source=None, metrics=AgentMetrics())  # type: ignore[arg-type]
+    agent.metrics.requests.labels("x").inc()
+    agent.metrics.answers.labels("EOK").inc()
+    agent.metrics.catch_up.observe(0.001)
+    return names | family_names(agent.metrics.registry)
+
+
+def test_every_dashboard_and_rule_query_names_an_exported_metric() -> None:
+    names = exported()
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "scrutiny-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs += re.findall(r"expr: (.+)", (RULES / "scrutiny-rules.yml").read_text())
+    used = {m for e in exprs for m in METRIC.findall(e)}
+    assert used and used <= names, used - names
+    titles = " ".join(p["title"].lower() for p in dashboard["panels"])
+    assert all(w in titles for w in ("violations", "runs", "duration", "unavailable"))
+
+
+# -- a real Prometheus -----------------------------------------------------------------------------
+
+class Prometheus:
+    def __init__(self, workdir: Path, targets: dict[str, int]) -> None:
+        self.port = free_port()
+        cfg = workdir / "prometheus.yml"
+        shutil.copy(RULES / "scrutiny-rules.yml", workdir / "rules.yml")
+        cfg.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [rules.yml]\n"
+                       "scrape_configs:\n" + "".join(
+                           f"  - job_name: {job}\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+                           for job, port in targets.items()))
+        self.proc = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+                                      f"--web.listen-address=127.0.0.1:{self.port}"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workdir)
+        wait_for(lambda: self._get("/-/ready") is not None, 30)
+
+    def _get(self, path: str) -> Any:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=3) as resp:
+                body = resp.read().decode()
+                return json.loads(body) if path.startswith("/api") else body
+        except OSError:
+            return None
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        got = self._get("/api/v1/query?query=" + urllib.parse.quote(expr))
+        return [] if got is None else list(got["data"]["result"])
+
+    def value(self, expr: str) -> float | None:
+        got = self.query(expr)
+        return float(got[0]["value"][1]) if got else None
+
+    def firing(self) -> set[str]:
+        got = self._get("/api/v1/alerts") or {"data": {"alerts": []}}
+        return {a["labels"]["alertname"] for a in got["data"]["alerts"] if a["state"] == "firing"}
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
+            tmp_path: Path) -> Iterator[tuple[DemoCluster, str, list[Any]]]:
+    demo = build_demo_cluster(zk_client, f"{zk_namespace}/ledgers", tmp_path / "stores", healthy=60)
+    uri = f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers"
+    with demo_agents(demo, store_on(zk_client, uri)) as agents:
+        yield demo, uri, agents
+
+
+def test_a_real_prometheus_scrapes_the_auditor_and_an_agent(cluster: tuple[DemoCluster, str, list[Any]],
+                                                            tmp_path: Path) -> None:
+    demo, uri, agents = cluster
+    agent_port = agents[0].serve_metrics("127.0.0.1:0")
+    scan = ScanSettings(metadata_service_uri=uri, engine="local", recheck_delay=0.3, underreplicated_grace_period=3600)
+    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"),
+                               underreplication_interval_seconds=0, insecure_open_rescan=True)
+    auditor = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), engine=LocalEngine()).start()
+    prom = None
+    try:
+        sink = next(s for s in auditor.sinks if isinstance(s, PrometheusSink))
+        prom = Prometheus(tmp_path, {"auditor": sink.endpoint.port, "agent": agent_port})
+        wait_for(lambda: "full" in auditor.last, 60)
+        wait_for(lambda: prom.value('scrutiny_runs_total{kind="full"}') == 1, 30)
+        assert prom.value('scrutiny_violations{category="NO_REPLICA_OF_AN_ENTRY"}') == 1
+        assert prom.value("auditor_NUM_LEDGERS_HAVING_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY") == 2
+        assert prom.value("scrutiny_leader") == 1
+        assert prom.value("sum(scrutiny_bookie_unavailable_ledgers)") == 2  # demo ledgers 9005 and 9006
+        assert prom.value("scrutiny_ledgers_checked_total") == demo.healthy + 8
+        assert (prom.value("sum(scrutiny_agent_answers_total)") or 0) > 0
+        wait_for(lambda: "ScrutinyDataAtRisk" in prom.firing(), 30)
+    finally:
+        if prom is not None:
+            prom.close()
+        auditor.stop()
