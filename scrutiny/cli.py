@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import grpc
+from tqdm import tqdm
 
 from scrutiny.agent import BookieAgent
 from scrutiny.auditor import Auditor, AuditorConfig
@@ -154,14 +158,29 @@ def scan_settings(args: argparse.Namespace) -> ScanSettings:
     return build(ScanSettings, file_values, flags, where=args.config or "config").validate()
 
 
-def _progress() -> Callable[[int, int], None] | None:
-    if not sys.stderr.isatty():
-        return None
+class ProgressBar:
+    """Ledgers done, ledgers/s and the ETA on a terminal (tqdm, on stderr); the final summary unchanged."""
 
-    def show(done: int, total: int) -> None:
-        print(f"\rranges {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+    def __init__(self) -> None:
+        self.bar: tqdm[Any] | None = None
+        self.started = time.monotonic()
 
-    return show
+    def __call__(self, done: int, total: int, ledgers: int) -> None:
+        if self.bar is None:
+            # A terminal that reports no size (0 x 0) would hide the bar: fall back to 100 x 20.
+            size = shutil.get_terminal_size((100, 20))
+            self.bar = tqdm(total=total, unit="range", file=sys.stderr, leave=False, ncols=size.columns,
+                            nrows=size.lines or 20,
+                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} ranges [{elapsed}<{remaining}{postfix}]")
+        rate = ledgers / max(time.monotonic() - self.started, 1e-6)
+        self.bar.update(done - self.bar.n)
+        self.bar.set_postfix_str(f"{ledgers:,} ledgers, {rate:,.0f} ledgers/s")  # redraws
+        if done >= total:
+            self.bar.close()
+
+
+def _progress() -> ProgressBar | None:
+    return ProgressBar() if sys.stderr.isatty() else None  # quiet when not a terminal
 
 
 def emit(report: Report, fmt: str, output: str) -> None:

@@ -158,3 +158,38 @@ def test_same_findings_on_a_spark_cluster_with_separate_executors(demo: tuple[De
     assert res.returncode == 1, res.stderr[-3000:]
     report = json.loads(out.read_text())
     assert {(v["category"], v["ledger_id"]) for v in report["violations"]} == cluster.expected
+
+
+def test_progress_bar_on_a_terminal_only(demo: tuple[DemoCluster, str]) -> None:
+    import os
+    import pty
+    import threading
+
+    _, uri = demo
+    args = [*SCRUTINY, "scan", "--metadata-service-uri", uri, "--engine", "local", "--recheck-delay", "0.2",
+            "--format", "json"]
+    master, slave = pty.openpty()
+    seen = bytearray()
+
+    def read() -> None:  # while the child runs: Linux drops what is unread once the terminal closes
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave, text=True)
+    os.close(slave)
+    out, _ = proc.communicate(timeout=120)
+    reader.join(5)
+    os.close(master)
+    text = seen.decode(errors="replace")
+    assert proc.returncode == 1 and json.loads(out)["complete"]  # the summary is unchanged
+    assert "ledgers/s" in text and "ranges" in text and "<" in text, text[:400]  # ledgers done, rate, ETA
+    quiet = scrutiny("scan", "--metadata-service-uri", uri, "--engine", "local", "--recheck-delay", "0.2")
+    assert "ledgers/s" not in quiet.stderr  # not a terminal: no bar

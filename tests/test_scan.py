@@ -22,7 +22,7 @@ from scrutiny.metadata import (
     UnderreplicationMark,
 )
 from scrutiny.scan.driver import ScrutinyRun
-from scrutiny.scan.engines import LocalEngine
+from scrutiny.scan.engines import LocalEngine, Progress
 from scrutiny.scan.work import Pass, RangeResult, RunContext
 from scrutiny.store import LedgerRange
 from scrutiny.testing import store_on
@@ -89,7 +89,7 @@ class HookEngine(LocalEngine):
         self.hook: Callable[[], None] | None = after_first_pass
 
     def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
-                   progress: Callable[[int, int], None] | None = None) -> Iterator[RangeResult]:
+                   progress: Progress | None = None) -> Iterator[RangeResult]:
         yield from super().map_ranges(ctx, ranges, mode, progress)
         if self.hook is not None:
             hook, self.hook = self.hook, None

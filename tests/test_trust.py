@@ -19,7 +19,7 @@ from scrutiny.entrysources import SyntheticStore
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
-from scrutiny.scan.engines import LocalEngine
+from scrutiny.scan.engines import LocalEngine, Progress
 from scrutiny.scan.work import Pass, RangeResult, RunContext
 from scrutiny.store import LedgerRange
 from scrutiny.store.zookeeper import ZooKeeperStore
@@ -92,7 +92,7 @@ class AfterFirstPass(LocalEngine):
         self.hook: Callable[[], None] | None = hook
 
     def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
-                   progress: Callable[[int, int], None] | None = None) -> Iterator[RangeResult]:
+                   progress: Progress | None = None) -> Iterator[RangeResult]:
         yield from super().map_ranges(ctx, ranges, mode, progress)
         if self.hook is not None:
             hook, self.hook = self.hook, None
@@ -107,7 +107,7 @@ class OnPass(LocalEngine):
         self.hook: Callable[[], None] | None = hook
 
     def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
-                   progress: Callable[[int, int], None] | None = None) -> Iterator[RangeResult]:
+                   progress: Progress | None = None) -> Iterator[RangeResult]:
         yield from super().map_ranges(ctx, ranges, mode, progress)
         if mode is self.mode and self.hook is not None:
             hook, self.hook = self.hook, None

@@ -244,7 +244,7 @@ class Auditor:
         if ticket.kind == UNDERREPLICATION:
             return check_marks(self.config.scan, ticket.run_id)
 
-        def progress(done: int, total: int) -> None:
+        def progress(done: int, total: int, ledgers: int) -> None:
             ticket.ranges_done, ticket.ranges_total = done, total
 
         run = ScrutinyRun(self.config.scan, self._current_engine(), progress=progress, run_id=ticket.run_id,

@@ -18,7 +18,7 @@ from scrutiny.config import ScanSettings
 from scrutiny.scan.work import EXECUTOR, Pass, RangeResult, RunContext, check_range
 from scrutiny.store import LedgerRange
 
-Progress = Callable[[int, int], None]  # (ranges done, ranges in all)
+Progress = Callable[[int, int, int], None]  # (ranges done, ranges in all, ledgers seen so far)
 
 
 class Engine(Protocol):
@@ -38,10 +38,13 @@ class LocalEngine:
 
     def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
                    progress: Progress | None = None) -> Iterator[RangeResult]:
+        ledgers = 0
         for i, rng in enumerate(ranges):
-            yield check_range(ctx, rng, mode)
+            result = check_range(ctx, rng, mode)
+            ledgers += result.counts.get("seen", 0)
+            yield result
             if progress:
-                progress(i + 1, len(ranges))
+                progress(i + 1, len(ranges), ledgers)
 
     def close(self) -> None:
         EXECUTOR.close()
@@ -75,9 +78,11 @@ def spark_session(master: str = "local[*]", app_name: str = "scrutiny", extra: d
         return session
 
 
-def _partition(ctx: RunContext, mode: Pass, ranges: Iterator[LedgerRange]) -> Iterator[RangeResult]:
+def _partition(ctx: RunContext, mode: Pass, ranges: Iterator[LedgerRange], seen: Any) -> Iterator[RangeResult]:
     # One merged result per partition: less to pickle and collect than one per range.
-    yield RangeResult.merge(check_range(ctx, rng, mode) for rng in ranges)
+    result = RangeResult.merge(check_range(ctx, rng, mode) for rng in ranges)
+    seen.add(result.counts.get("seen", 0))  # a Spark accumulator: the progress bar's ledger count
+    yield result
 
 
 class SparkEngine:
@@ -106,11 +111,12 @@ class SparkEngine:
         sc = self.session.sparkContext
         # A range is a task: small enough to retry cheaply, large enough to pipeline its reads.
         rdd = sc.parallelize(ranges, numSlices=min(len(ranges), 10_000))
-        job = rdd.mapPartitions(lambda it: _partition(ctx, mode, it))
+        seen = sc.accumulator(0)
+        job = rdd.mapPartitions(lambda it: _partition(ctx, mode, it, seen))
         stop = threading.Event()
         watcher = None
         if progress is not None:
-            watcher = threading.Thread(target=_watch, args=(sc, len(ranges), progress, stop), daemon=True)
+            watcher = threading.Thread(target=_watch, args=(sc, len(ranges), seen, progress, stop), daemon=True)
             watcher.start()
         try:
             results = job.collect()  # small: counts and findings, whatever the number of ledgers
@@ -119,7 +125,7 @@ class SparkEngine:
             if watcher is not None:
                 watcher.join()
         if progress is not None:
-            progress(len(ranges), len(ranges))
+            progress(len(ranges), len(ranges), sum(r.counts.get("seen", 0) for r in results))
         return iter(results)
 
     def close(self) -> None:
@@ -129,7 +135,7 @@ class SparkEngine:
             self._session = None
 
 
-def _watch(sc: Any, total: int, progress: Progress, stop: threading.Event) -> None:
+def _watch(sc: Any, total: int, seen: Any, progress: Progress, stop: threading.Event) -> None:
     tracker = sc.statusTracker()
     while not stop.wait(1.0):
         done = 0
@@ -137,7 +143,7 @@ def _watch(sc: Any, total: int, progress: Progress, stop: threading.Event) -> No
             info = tracker.getStageInfo(sid)
             if info is not None:
                 done += info.numCompletedTasks
-        progress(min(done, total), total)
+        progress(min(done, total), total, int(seen.value))
 
 
 def make_engine(settings: ScanSettings) -> Engine:

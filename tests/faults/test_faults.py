@@ -32,7 +32,7 @@ from scrutiny.metadata import (
     parse_metadata_service_uri,
 )
 from scrutiny.scan.driver import ScrutinyRun
-from scrutiny.scan.engines import LocalEngine
+from scrutiny.scan.engines import LocalEngine, Progress
 from scrutiny.scan.work import EXECUTOR, Pass, RangeResult, RunContext
 from scrutiny.store import LedgerRange
 from scrutiny.testing import store_on
@@ -53,7 +53,7 @@ class FaultAfterFirstRange(LocalEngine):
         self.fault: Callable[[RunContext], None] | None = fault
 
     def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
-                   progress: Callable[[int, int], None] | None = None) -> Iterator[RangeResult]:
+                   progress: Progress | None = None) -> Iterator[RangeResult]:
         for i, result in enumerate(super().map_ranges(ctx, ranges, mode, progress)):
             yield result
             if i == 0 and self.fault is not None:
