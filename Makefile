@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PROTOS := $(shell find protos -name '*.proto')
 GENERATED := scrutiny/v1/bookie_pb2.py scrutiny/v1/auditor_pb2.py scrutiny/bookkeeper/ledger_metadata_pb2.py \
-	scrutiny/bookkeeper/dbledgerstorage_pb2.py
+	scrutiny/bookkeeper/dbledgerstorage_pb2.py scrutiny/pulsar/managed_ledger_pb2.py
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
@@ -57,4 +57,4 @@ soak: setup
 	$(PY) -m scrutiny.testing.churn --seconds $(SOAK_SECONDS) --output bench/results/soak.json
 
 clean:
-	rm -rf $(VENV) $(GENERATED) $(GENERATED:.py=.pyi) scrutiny/v1/*_pb2*.py* scrutiny/bookkeeper/*_pb2*.py*
+	rm -rf $(VENV) $(GENERATED) $(GENERATED:.py=.pyi) scrutiny/v1/*_pb2*.py* scrutiny/bookkeeper/*_pb2*.py* scrutiny/pulsar/*_pb2*.py*

@@ -34,7 +34,8 @@ def main() -> None:
             engine.close()
     picks = sorted({0, len(samples) // 10, len(samples) // 2, len(samples) - 1})
     print(table([{"run": s.run, "auditor RSS MB": round(s.rss_mb), "open fds": s.fds, "threads": s.threads,
-                  "executors RSS MB": round(s.executors_rss_mb)} for s in (samples[i] for i in picks)]))
+                  "Spark JVM RSS MB": round(s.jvm_rss_mb), "Python workers RSS MB": round(s.workers_rss_mb)}
+                 for s in (samples[i] for i in picks)]))
 
 
 if __name__ == "__main__":

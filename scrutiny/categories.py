@@ -54,6 +54,7 @@ class CategorySpec:
     summary: str  # one line: when the category is reported
     describe: Callable[[Mapping[str, Any]], list[str]]  # the details of one violation, for people
     bookkeeper_gauge: str = ""  # upstream auditor gauge with the same meaning (operators' dashboards)
+    rank: int = 50  # how bad, for "worst first" (lower is worse)
 
     @property
     def warning(self) -> bool:
@@ -99,29 +100,33 @@ _PLACED = _ANALYSED | {Fact.RACKS}
 REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
     CategorySpec(Category.PLACEMENT_POLICY_NOT_ADHERING, Phase.LEDGERS, Severity.ERROR, _PLACED,
                  "some segment's ensemble FAILs the placement policy", _placement,
-                 "NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY"),
+                 "NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY", 7),
     CategorySpec(Category.PLACEMENT_POLICY_SOFTLY_ADHERING, Phase.LEDGERS, Severity.WARNING, _PLACED,
-                 "no FAIL, some MEETS_SOFT", _placement, "NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY"),
+                 "no FAIL, some MEETS_SOFT", _placement, "NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY", 8),
     CategorySpec(Category.NO_REPLICA_OF_AN_ENTRY, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
-                 "some entry has no copy on its write set", _coverage, "NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY"),
+                 "some entry has no copy on its write set", _coverage, "NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY", 0),
     CategorySpec(Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
                  "else, some entry has fewer than AQ copies", _coverage,
-                 "NUM_LEDGERS_HAVING_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"),
+                 "NUM_LEDGERS_HAVING_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 1),
     CategorySpec(Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
                  "else, some entry has fewer than WQ copies", _coverage,
-                 "NUM_LEDGERS_HAVING_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"),
+                 "NUM_LEDGERS_HAVING_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY", 3),
     CategorySpec(Category.UNDERREPLICATED_ELAPSED_GRACE_PERIOD, Phase.MARKS, Severity.ERROR, frozenset({Fact.MARK}),
                  "marked under-replicated for longer than the grace period", _age,
-                 "NUM_UNDERREPLICATED_LEDGERS_ELAPSED_RECOVERY_GRACE_PERIOD"),
+                 "NUM_UNDERREPLICATED_LEDGERS_ELAPSED_RECOVERY_GRACE_PERIOD", 2),
     CategorySpec(Category.BOOKIE_UNAVAILABLE, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
                  "a registered bookie of the ledger's ensembles still did not answer after the delayed re-check",
-                 _reasons),
+                 _reasons, rank=4),
     CategorySpec(Category.INVALID_METADATA, Phase.LEDGERS, Severity.ERROR, _ANALYSED,
-                 "the ledger's metadata cannot be decoded or is inconsistent", _error),
+                 "the ledger's metadata cannot be decoded or is inconsistent", _error, rank=6),
     CategorySpec(Category.INVALID_BOOKIE_RESPONSE, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
-                 "a bookie's answer for the ledger cannot be decoded", _answers),
+                 "a bookie's answer for the ledger cannot be decoded", _answers, rank=5),
 )}
 assert set(REGISTRY) == set(Category), "every category needs its registry entry"
+
+
+def worst_first() -> list[Category]:
+    return sorted(REGISTRY, key=lambda c: REGISTRY[c].rank)
 
 
 def spec(category: Category) -> CategorySpec:

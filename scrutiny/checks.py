@@ -27,6 +27,7 @@ from scrutiny.metadata import (
     LedgerMetadata,
     UnderreplicationMark,
 )
+from scrutiny.owners import UNKNOWN, Owner
 
 MAX_DETAIL_RANGES = 50
 
@@ -39,10 +40,11 @@ class Violation:
     details: Mapping[str, Any] = field(default_factory=dict)
     # The metadata znode version the finding was computed from (for the re-read before reporting).
     metadata_version: int = -1
+    owner: Owner | None = None  # the Pulsar topic (cursor, ...) the ledger belongs to; None: not known yet
 
     def to_json(self) -> dict[str, Any]:
         return {"category": str(self.category), "ledger_id": self.ledger_id, "bookies": list(self.bookies),
-                "details": dict(self.details)}
+                "details": dict(self.details), "owner": (self.owner or UNKNOWN).to_json()}
 
 
 # ---------------------------------------------------------------------------------------------

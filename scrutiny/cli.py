@@ -137,6 +137,8 @@ def _scan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write-cache-grace", dest="write_cache_grace_seconds", type=float, metavar="SECONDS",
                    help="re-check instead of report ledgers closed less than this ago (bookie write cache)")
     p.add_argument("--ledger", action="append", type=int, metavar="ID", help="scan only these (repeatable)")
+    p.add_argument("--topic", action="append", metavar="persistent://TENANT/NS/NAME",
+                   help="scan only this Pulsar topic's ledgers: data, cursors, compacted (repeatable)")
     p.add_argument("--format", choices=["text", "json"])
     p.add_argument("--output", metavar="FILE")
     p.add_argument("--engine", choices=["spark", "local"])
@@ -154,6 +156,7 @@ def scan_settings(args: argparse.Namespace) -> ScanSettings:
     flags["bookie_endpoints"] = dict(args.bookie_endpoint) if args.bookie_endpoint else None
     flags["racks"] = dict(args.rack) if args.rack else None
     flags["ledgers"] = tuple(args.ledger) if args.ledger else None
+    flags["topics"] = tuple(args.topic) if getattr(args, "topic", None) else None
     flags["spark_conf"] = dict(args.spark_conf) if args.spark_conf else None
     return build(ScanSettings, file_values, flags, where=args.config or "config").validate()
 

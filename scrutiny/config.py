@@ -72,6 +72,7 @@ class ScanSettings(ClusterSettings):
     verify_rounds: int = 3
     # scope and output
     ledgers: tuple[int, ...] = ()
+    topics: tuple[str, ...] = ()  # Pulsar topics (persistent://tenant/ns/name): their data, cursor, compacted ledgers
     format: str = "text"
     output: str = ""
     # engine
@@ -101,6 +102,7 @@ class ScanSettings(ClusterSettings):
             (self.zk_max_in_flight >= 1, "zk_max_in_flight", "at least 1"),
             (self.verify_rounds >= 1, "verify_rounds", "at least 1"),
             (all(i >= 0 for i in self.ledgers), "ledgers", "non-negative ledger ids"),
+            (all(t.startswith("persistent://") for t in self.topics), "topics", "persistent://tenant/namespace/name"),
         ]
         for ok, key, want in checks:
             if not ok:

@@ -346,6 +346,11 @@ class MetadataServiceUri:
         return f"{self.root.rsplit('/', 1)[0]}/bookies"
 
     @property
+    def managed_ledgers_path(self) -> str:
+        """Pulsar's managed ledgers (topics) sit beside the ledgers root too."""
+        return f"{self.root.rsplit('/', 1)[0]}/managed-ledgers"
+
+    @property
     def scrutiny_path(self) -> str:
         """scrutiny's own znodes (agents, auditor election, cadence), beside the ledgers root."""
         return f"{self.root.rsplit('/', 1)[0]}/scrutiny"

@@ -7,9 +7,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from scrutiny.categories import REGISTRY, Category, spec
+from scrutiny.categories import REGISTRY, Category, spec, worst_first
 from scrutiny.checks import Violation
 from scrutiny.errors import EXIT_CLEAN, EXIT_INCOMPLETE, EXIT_VIOLATIONS
+from scrutiny.owners import UNKNOWN, Owner
 
 
 @dataclass
@@ -29,10 +30,23 @@ class Report:
         per = Counter(v.category for v in {(v.category, v.ledger_id): v for v in self.violations}.values())
         return {str(c): per.get(c, 0) for c in REGISTRY}
 
+    @property
+    def owners(self) -> list[dict[str, Any]]:
+        """One row per owner (topic, cursor, ...) with its ledgers per category, worst first."""
+        per: dict[Owner, dict[Category, set[int]]] = {}
+        for v in self.violations:
+            per.setdefault(v.owner or UNKNOWN, {}).setdefault(v.category, set()).add(v.ledger_id)
+        order = worst_first()
+        rows = sorted(per.items(), key=lambda kv: ([-len(kv[1].get(c, ())) for c in order], kv[0]))
+        return [{**owner.to_json(), "counts": {str(c): len(kv) for c, kv in sorted(cats.items(),
+                                                                                 key=lambda ck: order.index(ck[0]))}}
+                for owner, cats in rows]
+
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Report:
         violations = [Violation(Category(v["category"]), int(v["ledger_id"]), tuple(v.get("bookies", ())),
-                                v.get("details", {})) for v in doc.get("violations", [])]
+                                v.get("details", {}), owner=Owner.from_json(v.get("owner", {})))
+                      for v in doc.get("violations", [])]
         return cls(doc["run_id"], doc["started_at"], doc["finished_at"], bool(doc["complete"]),
                    dict(doc.get("ledgers", {})), violations, list(doc.get("errors", [])), dict(doc.get("stats", {})))
 
@@ -51,6 +65,7 @@ class Report:
             "complete": self.complete,
             "ledgers": dict(self.ledgers),
             "counts": self.counts,
+            "owners": self.owners,
             "violations": [v.to_json() for v in self.violations],
             "errors": list(self.errors),
             "stats": dict(self.stats),
@@ -62,6 +77,14 @@ class Report:
     def render_text(self, worst: int = 20) -> str:
         lines = [f"scrutiny run {self.run_id}: {self.started_at} .. {self.finished_at}"
                  + ("" if self.complete else "  ** INCOMPLETE **")]
+        at_risk = [o for o in self.owners if o["kind"] != "unknown"]
+        if at_risk:
+            lines.append("")
+            lines.append(f"at risk (worst first, at most {worst}):")
+            for o in at_risk[:worst]:
+                what = o["name"] + (f" cursor {o['cursor']}" if o.get("cursor") else "")
+                lines.append(f"  {o['kind']:<15} {what}: " + ", ".join(f"{c} {n}" for c, n in o["counts"].items()))
+        lines.append("")
         lines.append("ledgers: " + ", ".join(f"{k} {v}" for k, v in self.ledgers.items()))
         lines.append("")
         lines.append(f"{'category':<40} {'ledgers':>8}")
@@ -71,10 +94,11 @@ class Report:
         if self.violations:
             lines.append("")
             lines.append(f"worst ledgers (at most {worst}):")
-            order = list(REGISTRY)
+            order = worst_first()
             for v in sorted(self.violations, key=lambda v: (order.index(v.category), v.ledger_id))[:worst]:
-                lines.append(f"  ledger {v.ledger_id}: {v.category}" + (f" bookies {', '.join(v.bookies)}"
-                                                                       if v.bookies else ""))
+                owner = f" ({v.owner.kind} {v.owner.name})" if v.owner and v.owner.kind != "unknown" else ""
+                lines.append(f"  ledger {v.ledger_id}{owner}: {v.category}"
+                             + (f" bookies {', '.join(v.bookies)}" if v.bookies else ""))
                 lines += ["    " + d for d in spec(v.category).describe(v.details)]
         if self.errors:
             lines.append("")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from scrutiny.config import ClusterSettings
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, UnderreplicationMark
+from scrutiny.owners import PulsarOwners
 from scrutiny.store import (
     BACKENDS,
     Election,
@@ -128,6 +129,9 @@ class MemoryStore(MetadataStore):
     def register_agent(self, bookie_id: str, address: str) -> Registration:
         self._check().agents[bookie_id] = address
         return _Unregister(self.cluster.agents, bookie_id)
+
+    def pulsar_owners(self, topics: Iterable[str] | None = None) -> PulsarOwners:
+        return PulsarOwners()  # this store keeps no Pulsar records
 
     def election(self, identifier: str, name: str = "") -> Election:
         return _FirstComer(identifier)

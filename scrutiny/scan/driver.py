@@ -25,6 +25,7 @@ from scrutiny.categories import Category, Fact, resting_on
 from scrutiny.checks import Violation, check_underreplication_age
 from scrutiny.config import ScanSettings
 from scrutiny.metadata import UnderreplicationMark
+from scrutiny.owners import UNKNOWN, owner_from_custom_metadata
 from scrutiny.report import Report
 from scrutiny.scan.engines import Engine, Progress, make_engine
 from scrutiny.scan.work import LEDGER_COUNTERS, Pass, RangeResult, RunContext
@@ -122,11 +123,17 @@ class ScrutinyRun:
             addresses = {**store.agent_addresses(), **s.bookie_endpoints}
             ctx = RunContext(s, locations, frozenset(marks), addresses, started, only_bookie)
             wanted = list(ledger_ids) if ledger_ids is not None else list(s.ledgers)
-            pending = PendingRun(store, started, ctx, marks, set(wanted) if wanted else None,
+            scoped = bool(wanted)
+            if s.topics and ledger_ids is None:
+                topics = store.pulsar_owners(s.topics)
+                problems += topics.problems
+                wanted += sorted(lid for t in s.topics for lid in topics.topic_ledgers(t))
+                scoped = True
+            pending = PendingRun(store, started, ctx, marks, set(wanted) if scoped else None,
                                  frozenset(regs.writable) | frozenset(regs.readonly), racks_from_store)
             pending.errors += problems
             pending.stats["underreplicated_marks"] = len(marks)
-            ranges = store.ranges_of(wanted) if wanted else store.ledger_ranges()
+            ranges = store.ranges_of(wanted) if scoped else store.ledger_ranges()
             log.info("run %s: %d ranges to check", self.run_id, len(ranges))
             t0 = time.monotonic()
             first = self._pass(ctx, ranges, Pass.FIRST, self.progress)
@@ -158,6 +165,10 @@ class ScrutinyRun:
                 pending.violations[(v.category, v.ledger_id)] = v
         except MetadataStoreUnavailable as exc:
             pending.errors.append(f"re-reading the under-replication marks before reporting: {exc}")
+        try:
+            self._attach_owners(pending)
+        except MetadataStoreUnavailable as exc:
+            pending.errors.append(f"reading the ledgers' owners: {exc}")
         finally:
             pending.store.close()
         report = Report(
@@ -241,6 +252,31 @@ class ScrutinyRun:
                 self.sleep(self.settings.recheck_delay)
             self._recheck(pending, {**again.potentially_faulty, **relook})
         pending.errors.append(f"facts kept changing for some findings after {self.settings.verify_rounds} re-reads")
+
+    def _attach_owners(self, pending: PendingRun) -> None:
+        """Pulsar's managed-ledger records, read once and only when needed: for findings on ledgers
+        without Pulsar's keys in their metadata (older Pulsar), and to drop coverage findings on
+        ledgers offloaded to tiered storage with `bookkeeperDeleted` (no longer BookKeeper's)."""
+        unowned = sorted({v.ledger_id for v in pending.violations.values() if v.owner is None})
+        own = {r.ledger_id: owner_from_custom_metadata(r.metadata.custom_metadata)
+               for r in pending.store.read_ledgers(unowned) if r.metadata is not None}  # findings on marks
+        for key, v in list(pending.violations.items()):
+            if v.owner is None and own.get(v.ledger_id) is not None:
+                pending.violations[key] = dataclasses.replace(v, owner=own[v.ledger_id])
+        lacking = any(v.owner is None for v in pending.violations.values())
+        topics = {v.owner.name for (cat, _), v in pending.violations.items()
+                  if v.owner is not None and v.owner.kind == "topic" and cat in _RECHECKED}
+        if not lacking and not topics:
+            return
+        # Every topic's record when some finding has no owner yet; else only the topics concerned.
+        pulsar = pending.store.pulsar_owners(None if lacking else sorted(topics))
+        pending.errors += pulsar.problems
+        for key, v in list(pending.violations.items()):
+            if v.ledger_id in pulsar.offloaded and key[0] in _RECHECKED:
+                del pending.violations[key]
+                pending.stats["dropped_offloaded"] += 1
+            elif v.owner is None:
+                pending.violations[key] = dataclasses.replace(v, owner=pulsar.owners.get(v.ledger_id, UNKNOWN))
 
     def _registrations_changed(self, pending: PendingRun) -> dict[int, tuple[str, ...]]:
         """Ledgers whose finding blames a bookie no longer registered, or counts as gone the copies of

@@ -17,10 +17,19 @@ from dataclasses import dataclass, field
 
 from scrutiny.bookieclient import BookieClient
 from scrutiny.categories import Category
-from scrutiny.checks import NO_LEDGER, BookieAnswer, Outcome, Violation, check_coverage, check_placement
+from scrutiny.checks import (
+    NO_LEDGER,
+    BookieAnswer,
+    Outcome,
+    PlacementPolicy,
+    Violation,
+    check_coverage,
+    check_placement,
+)
 from scrutiny.config import ScanSettings
 from scrutiny.errors import DataError, StoreError
 from scrutiny.metadata import LedgerMetadata
+from scrutiny.owners import owner_from_custom_metadata
 from scrutiny.store import LedgerRange, LedgerRead, MetadataStore, open_store
 
 LEDGER_COUNTERS = ("seen", "checked", "skipped_open", "skipped_empty", "skipped_underreplicated",
@@ -149,45 +158,58 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     faulty: dict[int, tuple[str, ...]] = {}
     limbo = 0
     for md in ledgers:
-        if ctx.placement:
-            v = check_placement(md, policy, ctx.locations)
-            if v is not None:
-                violations.append(v)
-        per: dict[str, BookieAnswer] = {}
-        for b in md.bookies:
-            ans = answers.get(b, {}).get(md.ledger_id)
-            if ans is None:
-                continue
-            if mode is Pass.FINAL and ans.outcome is Outcome.UNAVAILABLE and b in ctx.lost_bookies:
-                ans = NO_LEDGER  # BP-34: a bookie gone from the cluster has lost its copies
-            per[b] = ans
-        cov = check_coverage(md, per)
-        if cov.invalid:
-            violations.append(Violation(Category.INVALID_BOOKIE_RESPONSE, md.ledger_id, tuple(sorted(cov.invalid)),
-                                        {"answers": dict(cov.invalid)}, md.znode_version))
-        if mode is Pass.FIRST:
-            recent = grace_ms > 0 and ctx.now_ms - md.modified_ms < grace_ms
-            if cov.unavailable or cov.limbo or (cov.violation is not None and recent):
-                # Copies unknown (or perhaps still in the bookie's write cache): look again after the delay.
-                faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
-                continue
-        else:
-            before = set(ctx.silent_before.get(md.ledger_id, ()))
-            if any(b not in before or b not in ctx.registered for b in cov.unavailable):
-                # Newly silent, or gone from the registrations only now: its own delayed look.
-                faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
-                continue
-            limbo += bool(cov.limbo)
-        if cov.unavailable:
-            reasons = {b: per[b].reason for b in cov.unavailable if b in per}
-            violations.append(Violation(Category.BOOKIE_UNAVAILABLE, md.ledger_id, tuple(sorted(cov.unavailable)),
-                                        {"reasons": reasons}, md.znode_version))
-        if cov.violation is not None:
-            lost = sorted(ctx.lost_bookies & md.bookies)
-            details = {**cov.violation.details, "lost_bookies": lost} if lost else cov.violation.details
-            violations.append(dataclasses.replace(cov.violation, details=details))
+        found: list[Violation] = []
+        analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty)
+        limbo += bool(mode is Pass.FINAL and md.ledger_id not in faulty and _in_limbo(md, answers))
+        owner = owner_from_custom_metadata(md.custom_metadata)
+        violations += [dataclasses.replace(v, owner=owner) for v in found] if owner else found
     return RangeResult(counts={"checked": len(ledgers)}, violations=tuple(violations), potentially_faulty=faulty,
                        stats={"ledgers_with_limbo_copies": limbo} if limbo else {})
+
+
+def _in_limbo(md: LedgerMetadata, answers: Answers) -> bool:
+    return any(answers.get(b, {}).get(md.ledger_id, NO_LEDGER).outcome is Outcome.LIMBO for b in md.bookies)
+
+
+def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, policy: PlacementPolicy,
+            grace_ms: int, violations: list[Violation], faulty: dict[int, tuple[str, ...]]) -> None:
+    """One ledger's checks: its findings into `violations`, or the ledger into `faulty` for another look."""
+    if ctx.placement:
+        v = check_placement(md, policy, ctx.locations)
+        if v is not None:
+            violations.append(v)
+    per: dict[str, BookieAnswer] = {}
+    for b in md.bookies:
+        ans = answers.get(b, {}).get(md.ledger_id)
+        if ans is None:
+            continue
+        if mode is Pass.FINAL and ans.outcome is Outcome.UNAVAILABLE and b in ctx.lost_bookies:
+            ans = NO_LEDGER  # BP-34: a bookie gone from the cluster has lost its copies
+        per[b] = ans
+    cov = check_coverage(md, per)
+    if cov.invalid:
+        violations.append(Violation(Category.INVALID_BOOKIE_RESPONSE, md.ledger_id, tuple(sorted(cov.invalid)),
+                                    {"answers": dict(cov.invalid)}, md.znode_version))
+    if mode is Pass.FIRST:
+        recent = grace_ms > 0 and ctx.now_ms - md.modified_ms < grace_ms
+        if cov.unavailable or cov.limbo or (cov.violation is not None and recent):
+            # Copies unknown (or perhaps still in the bookie's write cache): look again after the delay.
+            faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
+            return
+    else:
+        before = set(ctx.silent_before.get(md.ledger_id, ()))
+        if any(b not in before or b not in ctx.registered for b in cov.unavailable):
+            # Newly silent, or gone from the registrations only now: its own delayed look.
+            faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
+            return
+    if cov.unavailable:
+        reasons = {b: per[b].reason for b in cov.unavailable if b in per}
+        violations.append(Violation(Category.BOOKIE_UNAVAILABLE, md.ledger_id, tuple(sorted(cov.unavailable)),
+                                    {"reasons": reasons}, md.znode_version))
+    if cov.violation is not None:
+        lost = sorted(ctx.lost_bookies & md.bookies)
+        details = {**cov.violation.details, "lost_bookies": lost} if lost else cov.violation.details
+        violations.append(dataclasses.replace(cov.violation, details=details))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol, Self
 
 from scrutiny.errors import ConfigError, StoreError
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, UnderreplicationMark
+from scrutiny.owners import PulsarOwners
 
 if TYPE_CHECKING:
     from scrutiny.config import ClusterSettings
@@ -135,6 +136,13 @@ class MetadataStore(ABC):
 
     @abstractmethod
     def register_agent(self, bookie_id: str, address: str) -> Registration: ...
+
+    # -- Pulsar -----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def pulsar_owners(self, topics: Iterable[str] | None = None) -> PulsarOwners:
+        """Owners of ledgers from Pulsar's managed-ledger records (every topic's, or these topics'),
+        and the ledgers offloaded out of BookKeeper; empty where Pulsar keeps none here."""
 
     # -- the auditor ------------------------------------------------------------------------------
 

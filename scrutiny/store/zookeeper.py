@@ -46,6 +46,7 @@ from scrutiny.metadata import (
     parse_metadata_service_uri,
     ur_mark_path,
 )
+from scrutiny.owners import PulsarOwners, decode_cursor, decode_managed_ledger, managed_ledger_of
 from scrutiny.store import (
     Election,
     LedgerRange,
@@ -360,6 +361,44 @@ class ZooKeeperStore(MetadataStore):
                              encode_agent_registration(bookie_id, address))
         reg.create()
         return reg
+
+    # -- Pulsar -----------------------------------------------------------------------------------
+
+    def pulsar_owners(self, topics: Iterable[str] | None = None) -> PulsarOwners:
+        base = self.uri.managed_ledgers_path
+        found = PulsarOwners()
+        paths: list[str] = []
+        if topics is not None:
+            paths = [f"{base}/{managed_ledger_of(topic)}" for topic in topics]
+        else:  # every managed ledger: the znodes whose parent is a `persistent` domain
+            level = [base]
+            for _ in range(5):
+                deeper: list[str] = []
+                for path, kids in self.children_many(level):
+                    for k in kids or []:
+                        (paths if path.rsplit("/", 1)[1] == "persistent" else deeper).append(f"{path}/{k}")
+                level = deeper
+        cursors_of = {path: kids or [] for path, kids in self.children_many(paths)}
+        cursor_paths = [f"{p}/{c}" for p, kids in cursors_of.items() for c in kids]
+        cursors: dict[str, tuple[int, dict[str, int]]] = {}
+        for path, got in self.get_many(cursor_paths):
+            if got is None:
+                continue
+            try:
+                cursors[path] = decode_cursor(path, got[0])
+            except MetadataError as exc:
+                found.problems.append(str(exc))
+        for path, got in self.get_many(paths):
+            if got is None:
+                continue  # no such topic (or deleted meanwhile)
+            name = path.removeprefix(f"{base}/")
+            try:
+                ml = decode_managed_ledger(name, got[0])
+            except MetadataError as exc:
+                found.problems.append(str(exc))
+                continue
+            found.add(ml, {c: cursors[f"{path}/{c}"] for c in cursors_of.get(path, []) if f"{path}/{c}" in cursors})
+        return found
 
     # -- the auditor ------------------------------------------------------------------------------
 

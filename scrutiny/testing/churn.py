@@ -367,20 +367,25 @@ class Sample:
     rss_mb: float  # the auditor's process
     fds: int
     threads: int
-    executors_rss_mb: float  # Spark's Python workers and JVM (0 with the local engine)
+    jvm_rss_mb: float  # Spark's JVM (0 with the local engine)
+    workers_rss_mb: float  # Spark's Python workers, where the per-range work runs
 
 
 def _usage(run: int) -> Sample:
     import psutil
 
     me = psutil.Process()
-    executors = 0
+    jvm = workers = 0
     for child in me.children(recursive=True):
         try:
-            executors += child.memory_info().rss
+            rss = child.memory_info().rss
+            if "java" in child.name():
+                jvm += rss
+            elif "python" in child.name():
+                workers += rss
         except psutil.Error:
             continue
-    return Sample(run, me.memory_info().rss / 2**20, me.num_fds(), me.num_threads(), executors / 2**20)
+    return Sample(run, me.memory_info().rss / 2**20, me.num_fds(), me.num_threads(), jvm / 2**20, workers / 2**20)
 
 
 def auditor_soak(client: KazooClient, root: str, hosts: str, runs: int, engine: Engine, reports_dir: str,

@@ -135,3 +135,10 @@ class ClusterWriter:
 
     def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
         self._put(f"{self.root}/underreplication/lostBookieRecoveryDelay", str(seconds).encode())
+
+    def write_managed_ledger(self, name: str, data: bytes, cursors: Mapping[str, bytes] | None = None) -> None:
+        """Pulsar's record of a managed ledger (a topic), beside the ledgers root, and its cursors."""
+        base = f"{self.root.rsplit('/', 1)[0]}/managed-ledgers/{name}"
+        self._put(base, data)
+        for cursor, value in (cursors or {}).items():
+            self._put(f"{base}/{cursor}", value)

@@ -1,0 +1,128 @@
+"""The operator's first question: which topic is at risk? Pulsar-shaped ledgers (data, cursor,
+compacted, schema, and an old-style ledger found only through /managed-ledgers, compressed) through
+real ZooKeeper, agents and Spark."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from scrutiny.agent import BookieAgent
+from scrutiny.checks import expected_share
+from scrutiny.config import ScanSettings
+from scrutiny.entrysources import SyntheticStore
+from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
+from scrutiny.owners import encode_cursor, encode_managed_ledger, owner_from_custom_metadata, topic_of
+from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.engines import LocalEngine
+from scrutiny.testing import store_on
+from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.synthetic import SyntheticStoreWriter
+
+ENS = ("127.0.6.1:3181", "127.0.6.2:3181", "127.0.6.3:3181")
+ORDERS, PRICES, LEGACY = ("persistent://public/default/orders", "persistent://public/default/prices",
+                          "persistent://public/default/legacy topic")
+
+
+def pulsar(component: str, **keys: str) -> tuple[tuple[str, bytes], ...]:
+    """Pulsar's keys: `managed_ledger=...` is `pulsar/managed-ledger`, `compactedTopic=...` `pulsar/compactedTopic`."""
+    return (("application", b"pulsar"), ("component", component.encode()),
+            *((f"pulsar/{k.replace('_', '-')}", v.encode()) for k, v in keys.items()))
+
+
+# ledger id -> (custom metadata, loses a copy?)
+LEDGERS: dict[int, tuple[tuple[tuple[str, bytes], ...], bool]] = {
+    101: (pulsar("managed-ledger", managed_ledger="public/default/persistent/orders"), True),
+    102: (pulsar("managed-ledger", managed_ledger="public/default/persistent/orders",
+                 cursor="sub-1"), True),
+    103: (pulsar("compacted-ledger", compactedTopic=PRICES), True),
+    104: (pulsar("schema", schemaId="public/default/orders"), True),
+    105: ((), True),  # an old Pulsar's ledger: no keys; only /managed-ledgers knows it
+    106: ((), True),  # offloaded to tiered storage, bookkeeperDeleted: not BookKeeper's any more
+    107: (pulsar("managed-ledger", managed_ledger="public/default/persistent/orders"), False),
+    108: ((("application", b"my-app"),), True),
+}
+
+
+@pytest.fixture
+def pulsar_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
+                   tmp_path: Path) -> Iterator[str]:
+    root = f"{zk_namespace}/ledgers"
+    w = ClusterWriter(zk_client, root)
+    w.init_cluster()
+    store = SyntheticStoreWriter()
+    for lid, (custom, loses) in LEDGERS.items():
+        md = LedgerMetadata(lid, LedgerState.CLOSED, 3, 2, 2, 49, 0, (Segment(0, ENS),), custom_metadata=custom)
+        w.write_ledgers([md])
+        for b in (ENS[2:] if lid == 108 else ENS[1:]) if loses else ENS:  # 108 lost two copies
+            if lid != 106:  # the offloaded ledger's copies are gone from every bookie
+                store.add(b, lid, expected_share(md, b))
+    for b in ENS:
+        w.register_bookie(BookieRegistration(b, False))
+    w.write_managed_ledger("public/default/persistent/orders", encode_managed_ledger([101, 107], compression="LZ4"),
+                           {"sub-1": encode_cursor(102)})
+    w.write_managed_ledger("public/default/persistent/prices", encode_managed_ledger([]),
+                           {"__compaction": encode_cursor(-1, {"CompactedTopicLedger": 103})})
+    w.write_managed_ledger("public/default/persistent/legacy%20topic",
+                           encode_managed_ledger([105, 106], offloaded=[106], compression="ZLIB"))
+    uri = f"zk+hierarchical://{zk_server.hosts}{root}"
+    agents = []
+    registry = store_on(zk_client, uri)
+    for b, path in store.write_all(tmp_path).items():
+        agents.append(BookieAgent(SyntheticStore(path), bind="127.0.0.1:0").start())
+        agents[-1].register(registry, b, f"127.0.0.1:{agents[-1].port}")
+    yield uri
+    for a in agents:
+        a.stop(grace=0)
+
+
+def test_names_and_topic_of_custom_metadata() -> None:
+    assert topic_of("public/default/persistent/a%20b") == "persistent://public/default/a b"
+    assert topic_of("prop/cluster/ns/persistent/t") == "persistent://prop/cluster/ns/t"  # v1 names
+    assert owner_from_custom_metadata(LEDGERS[102][0]).to_json() == {"kind": "cursor", "name": ORDERS,  # type: ignore[union-attr]
+                                                                    "cursor": "sub-1"}
+    assert owner_from_custom_metadata(()) is None
+
+
+def test_every_finding_names_its_owner(pulsar_cluster: str, spark_engine: object) -> None:
+    settings = ScanSettings(metadata_service_uri=pulsar_cluster, placement_policy="none", recheck_delay=0.2)
+    report = ScrutinyRun(settings, spark_engine).execute()  # type: ignore[arg-type]
+    doc = report.to_json()
+    owners = {v["ledger_id"]: v["owner"] for v in doc["violations"]}
+    assert owners == {
+        101: {"kind": "topic", "name": ORDERS},
+        102: {"kind": "cursor", "name": ORDERS, "cursor": "sub-1"},
+        103: {"kind": "compacted-topic", "name": PRICES},
+        104: {"kind": "schema", "name": "public/default/orders"},
+        105: {"kind": "topic", "name": LEGACY},  # found through /managed-ledgers (ZLIB-compressed)
+        108: {"kind": "other", "name": "my-app"},
+    }
+    assert 106 not in owners and report.stats["dropped_offloaded"] == 1  # offloaded: never "missing"
+    rows = doc["owners"]
+    # worst first: the owner whose ledger lost every copy of some entries, then those below AQ
+    assert rows[0] == {"kind": "other", "name": "my-app", "counts": {"NO_REPLICA_OF_AN_ENTRY": 1}}
+    assert len(rows) == 6 and all(r["counts"] == {"LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY": 1} for r in rows[1:])
+    text = report.render_text()
+    assert text.splitlines()[2].startswith("at risk") and f"topic           {ORDERS}" in text
+    assert f"cursor          {ORDERS} cursor sub-1" in text
+
+
+def test_scan_of_one_topic(pulsar_cluster: str, tmp_path: Path) -> None:
+    settings = ScanSettings(metadata_service_uri=pulsar_cluster, placement_policy="none", recheck_delay=0.2,
+                            topics=(ORDERS,))
+    report = ScrutinyRun(settings, LocalEngine()).execute()
+    assert report.ledgers["seen"] == 3  # data ledgers 101 and 107, cursor ledger 102
+    assert {v.ledger_id for v in report.violations} == {101, 102}
+    out = subprocess.run([sys.executable, "-m", "scrutiny.cli", "scan", "--metadata-service-uri", pulsar_cluster,
+                          "--engine", "local", "--placement-policy", "none", "--recheck-delay", "0.2",
+                          "--topic", PRICES, "--format", "json"], capture_output=True, text=True)
+    doc = json.loads(out.stdout)
+    assert out.returncode == 1 and doc["ledgers"]["seen"] == 1  # the compacted ledger, via __compaction
+    assert doc["violations"][0]["owner"] == {"kind": "compacted-topic", "name": PRICES}
