@@ -20,6 +20,9 @@ class Category(enum.StrEnum):
     BOOKIE_UNAVAILABLE = "BOOKIE_UNAVAILABLE"
     INVALID_METADATA = "INVALID_METADATA"
     INVALID_BOOKIE_RESPONSE = "INVALID_BOOKIE_RESPONSE"
+    WOULD_HAVE_NO_REPLICA_OF_AN_ENTRY = "WOULD_HAVE_NO_REPLICA_OF_AN_ENTRY"
+    WOULD_HAVE_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY = "WOULD_HAVE_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"
+    WOULD_HAVE_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY = "WOULD_HAVE_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"
 
 
 class Severity(enum.StrEnum):
@@ -32,6 +35,7 @@ class Phase(enum.StrEnum):
 
     LEDGERS = "ledgers"  # the per-range analysis of every ledger (the full run)
     MARKS = "marks"  # the under-replication marks (also the cheap periodic job)
+    WHATIF = "whatif"  # only a what-if run: were these bookies (racks) down, what would be at risk?
 
 
 class Fact(enum.StrEnum):
@@ -54,7 +58,8 @@ class CategorySpec:
     summary: str  # one line: when the category is reported
     describe: Callable[[Mapping[str, Any]], list[str]]  # the details of one violation, for people
     bookkeeper_gauge: str = ""  # upstream auditor gauge with the same meaning (operators' dashboards)
-    rank: int = 50  # how bad, for "worst first" (lower is worse)
+    rank: float = 50  # how bad, for "worst first" (lower is worse)
+    unsafe: bool = False  # a what-if finding that makes taking the bookies down unsafe
 
     @property
     def warning(self) -> bool:
@@ -119,6 +124,13 @@ REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
                  _reasons, rank=4),
     CategorySpec(Category.INVALID_METADATA, Phase.LEDGERS, Severity.ERROR, _ANALYSED,
                  "the ledger's metadata cannot be decoded or is inconsistent", _error, rank=6),
+    CategorySpec(Category.WOULD_HAVE_NO_REPLICA_OF_AN_ENTRY, Phase.WHATIF, Severity.ERROR, _ANSWERED,
+                 "what-if: without the named bookies some entry would have no copy", _coverage, rank=0.5, unsafe=True),
+    CategorySpec(Category.WOULD_HAVE_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY, Phase.WHATIF, Severity.ERROR, _ANSWERED,
+                 "what-if: else, some entry would have fewer than AQ copies", _coverage, rank=1.5, unsafe=True),
+    CategorySpec(Category.WOULD_HAVE_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY, Phase.WHATIF, Severity.WARNING, _ANSWERED,
+                 "what-if: else, some entry would have fewer than WQ copies (safe: still acknowledged)", _coverage,
+                 rank=3.5),
     CategorySpec(Category.INVALID_BOOKIE_RESPONSE, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
                  "a bookie's answer for the ledger cannot be decoded", _answers, rank=5),
 )}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,6 +288,30 @@ def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> C
             details["unknown_bookies"] = sorted(unavailable | set(invalid) | limbo)
         violation = Violation(category, md.ledger_id, tuple(bookies), details, md.znode_version)
     return CoverageResult(least, violation, frozenset(unavailable), invalid, frozenset(limbo))
+
+
+def coverage_without(md: LedgerMetadata, answers: Mapping[str, BookieAnswer], gone: Collection[str]) -> CoverageResult:
+    """The replicas check as it would be if the `gone` bookies had lost every copy (a what-if)."""
+    return check_coverage(md, {**answers, **{b: NO_LEDGER for b in gone}})
+
+
+def blast_radius(md: LedgerMetadata, answers: Mapping[str, BookieAnswer],
+                 locations: Mapping[str, str]) -> dict[tuple[str, str], int]:
+    """(scope, name) -> the least copies of any entry if that bookie (scope "bookie") or that rack
+    ("rack") alone went down; only for a ledger whose every bookie answered."""
+    out = {("bookie", b): coverage_without(md, answers, (b,)).least_copies for b in md.bookies}
+    racks: dict[str, list[str]] = {}
+    for b in md.bookies:
+        racks.setdefault(locations.get(b, DEFAULT_RACK), []).append(b)
+    for rack, members in racks.items():
+        out[("rack", rack)] = (out[("bookie", members[0])] if len(members) == 1
+                               else coverage_without(md, answers, members).least_copies)
+    return out
+
+
+WOULD_HAVE = {Category.NO_REPLICA_OF_AN_ENTRY: Category.WOULD_HAVE_NO_REPLICA_OF_AN_ENTRY,
+              Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY: Category.WOULD_HAVE_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY,
+              Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY: Category.WOULD_HAVE_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY}
 
 
 def coverage_category(least: int, aq: int, wq: int) -> Category | None:

@@ -207,6 +207,25 @@ def run_scan(args: argparse.Namespace) -> int:
     return report.exit_status()
 
 
+def run_whatif(args: argparse.Namespace) -> int:
+    """Were these bookies (racks) down: would any entry fall below its ack quorum?"""
+    if not args.without and not args.without_rack:
+        raise ConfigError("whatif needs at least one --without BOOKIE_ID or --without-rack /RACK")
+    settings = scan_settings(args)
+    engine = make_engine(settings)
+    try:
+        report = ScrutinyRun(settings, engine, progress=_progress()).execute(
+            without=args.without or (), without_racks=args.without_rack or ())
+    finally:
+        engine.close()
+    emit(report, settings.format, settings.output)
+    status = report.whatif_exit_status()
+    verdict = {0: "safe", 1: "UNSAFE: some entry would fall below its ack quorum",
+               2: "cannot tell: some copies are unknown today, or the run is incomplete"}[status]
+    print(f"scrutiny whatif: {verdict}", file=sys.stderr)
+    return status
+
+
 def _auditor_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("auditor", help="the background daemon (leader election, schedules, RPC, StatsD)")
     p.add_argument("--config", help="settings file: scan keys at the top level, an `auditor` section")
@@ -309,6 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="scrutiny", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _scan_flags(sub.add_parser("scan", help="one scrutiny run, fsck-style, then exit"))
+    whatif = sub.add_parser("whatif", help="is it safe to take these bookies or racks down? (exit 0 safe, 1 unsafe)")
+    _scan_flags(whatif)
+    whatif.add_argument("--without", action="append", metavar="BOOKIE_ID", help="a bookie taken down (repeatable)")
+    whatif.add_argument("--without-rack", action="append", metavar="/RACK", help="a rack taken down (repeatable)")
     _agent_parser(sub)
     _auditor_parser(sub)
     _rescan_parser(sub)
@@ -333,8 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure(getattr(args, "log_level", "INFO"))
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
-        "scan": run_scan, "bookie-agent": run_bookie_agent, "demo": run_demo, "auditor": run_auditor,
-        "rescan": run_rescan}
+        "scan": run_scan, "whatif": run_whatif, "bookie-agent": run_bookie_agent, "demo": run_demo,
+        "auditor": run_auditor, "rescan": run_rescan}
     try:
         return handlers[args.command](args)
     except ScrutinyError as exc:

@@ -70,6 +70,7 @@ class ScanSettings(ClusterSettings):
     recheck_delay: float = 10.0
     write_cache_grace_seconds: float = 0.0
     verify_rounds: int = 3
+    blast_radius: bool = True  # full runs: per bookie and rack, what would fall below AQ were it down
     # scope and output
     ledgers: tuple[int, ...] = ()
     topics: tuple[str, ...] = ()  # Pulsar topics (persistent://tenant/ns/name): their data, cursor, compacted ledgers

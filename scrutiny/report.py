@@ -23,6 +23,8 @@ class Report:
     violations: list[Violation]
     errors: list[str] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
+    # full runs: {"bookies": {id: figures}, "racks": {...}}, figures of what would fall below AQ were it down
+    blast_radius: dict[str, dict[str, dict[str, int]]] | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -48,13 +50,24 @@ class Report:
                                 v.get("details", {}), owner=Owner.from_json(v.get("owner", {})))
                       for v in doc.get("violations", [])]
         return cls(doc["run_id"], doc["started_at"], doc["finished_at"], bool(doc["complete"]),
-                   dict(doc.get("ledgers", {})), violations, list(doc.get("errors", [])), dict(doc.get("stats", {})))
+                   dict(doc.get("ledgers", {})), violations, list(doc.get("errors", [])), dict(doc.get("stats", {})),
+                   doc.get("blast_radius"))
 
     def exit_status(self) -> int:
         if not self.complete:
             return EXIT_INCOMPLETE
         if any(not spec(v.category).warning for v in self.violations):
             return EXIT_VIOLATIONS
+        return EXIT_CLEAN
+
+    def whatif_exit_status(self) -> int:
+        """A what-if: 1 unsafe (some entry would fall below its ack quorum, or further below it), 0 safe,
+        2 could not tell (incomplete, or some ledger's copies are unknown today)."""
+        if any(spec(v.category).unsafe or "unsafe_without" in v.details for v in self.violations):
+            return EXIT_VIOLATIONS
+        unknown = {Category.BOOKIE_UNAVAILABLE, Category.INVALID_BOOKIE_RESPONSE, Category.INVALID_METADATA}
+        if not self.complete or any(v.category in unknown for v in self.violations):
+            return EXIT_INCOMPLETE
         return EXIT_CLEAN
 
     def to_json(self) -> dict[str, Any]:
@@ -69,6 +82,7 @@ class Report:
             "violations": [v.to_json() for v in self.violations],
             "errors": list(self.errors),
             "stats": dict(self.stats),
+            **({"blast_radius": self.blast_radius} if self.blast_radius is not None else {}),
         }
 
     def dumps(self) -> str:

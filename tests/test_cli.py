@@ -48,7 +48,7 @@ def test_scan_json_on_spark_follows_the_contract(demo: tuple[DemoCluster, str], 
                                       "skipped_underreplicated", "deleted_during_run"}
     assert report["complete"] is True and report["started_at"].endswith("Z")
     assert {(v["category"], v["ledger_id"]) for v in report["violations"]} == cluster.expected
-    assert set(report["violations"][0]) == {"category", "ledger_id", "bookies", "details"}
+    assert set(report["violations"][0]) == {"category", "ledger_id", "bookies", "details", "owner"}
     assert report["counts"]["BOOKIE_UNAVAILABLE"] == 2 and report["counts"]["PLACEMENT_POLICY_SOFTLY_ADHERING"] == 0
 
 

@@ -50,7 +50,10 @@ def a_run(kind: str = "full", whole: bool = True) -> FinishedRun:
                   Violation(Category.BOOKIE_UNAVAILABLE, 8, ("b2:3181",)),
                   Violation(Category.BOOKIE_UNAVAILABLE, 9, ("b2:3181",))]
     report = Report("r1", "s", "f", True, {"checked": 40}, violations,
-                    stats={"first_pass_ms": 1500, "bookie_calls_failed": 3, "underreplicated_marks": 2})
+                    stats={"first_pass_ms": 1500, "bookie_calls_failed": 3, "underreplicated_marks": 2},
+                    blast_radius={"bookies": {"b1:3181": {"ledgers_below_aq": 5, "ledgers_without_a_copy": 1,
+                                                          "topics_below_aq": 2, "topics_without_a_copy": 1}},
+                                  "racks": {}})
     return FinishedRun(kind, report, 2500, tuple(REGISTRY), whole)
 
 
@@ -68,6 +71,7 @@ def test_the_auditor_sink_exports_bookkeepers_names_and_its_own() -> None:
         assert sample(text, "scrutiny_ledgers_checked_total") == 40
         assert sample(text, "scrutiny_last_run_phase_seconds", '{kind="full",phase="first_pass"}') == 1.5
         assert sample(text, "scrutiny_underreplicated_ledgers") == 2 and sample(text, "scrutiny_leader") == 1
+        assert sample(text, "scrutiny_blast_radius_ledgers", '{impact="below_aq",name="b1:3181",scope="bookie"}') == 5
         assert "ledger_id" not in text and "=\"7\"" not in text  # bounded labels: never a ledger id
         # a rescan of some ledgers counts, but does not replace the whole cluster's gauges
         sink.published(FinishedRun("rescan", Report("r2", "s", "f", True, {"checked": 1}, []), 5, tuple(REGISTRY),
@@ -122,7 +126,7 @@ def test_every_dashboard_and_rule_query_names_an_exported_metric() -> None:
     used = {m for e in exprs for m in METRIC.findall(e)}
     assert used and used <= names, used - names
     titles = " ".join(p["title"].lower() for p in dashboard["panels"])
-    assert all(w in titles for w in ("violations", "runs", "duration", "unavailable"))
+    assert all(w in titles for w in ("violations", "runs", "duration", "unavailable", "blast radius"))
 
 
 # -- a real Prometheus -----------------------------------------------------------------------------
@@ -194,7 +198,7 @@ def test_a_real_prometheus_scrapes_the_auditor_and_an_agent(cluster: tuple[DemoC
         assert prom.value("scrutiny_leader") == 1
         assert prom.value("sum(scrutiny_bookie_unavailable_ledgers)") == 2  # demo ledgers 9005 and 9006
         assert prom.value("scrutiny_ledgers_checked_total") == demo.healthy + 8
-        assert (prom.value("sum(scrutiny_agent_answers_total)") or 0) > 0
+        wait_for(lambda: (prom.value("sum(scrutiny_agent_answers_total)") or 0) > 0, 30)  # its own scrape
         wait_for(lambda: "ScrutinyDataAtRisk" in prom.firing(), 30)
     finally:
         if prom is not None:

@@ -44,12 +44,13 @@ __all__ = ["DEFAULT_AUDITOR_PORT", "Auditor", "AuditorConfig", "AuditorSettings"
 
 log = logging.getLogger(__name__)
 
-FULL, UNDERREPLICATION, RESCAN = "full", "underreplication", "rescan"
+FULL, UNDERREPLICATION, RESCAN, WHATIF = "full", "underreplication", "rescan", "whatif"
 PERIODIC = (FULL, UNDERREPLICATION)
 SERVICE_NAME = "scrutiny.v1.Auditor"
 # What each kind of run looks at, for the sinks (a kind that did not look reports nothing stale).
+_CHECKS = tuple(c for c in REGISTRY if c not in in_phase(Phase.WHATIF))
 KIND_CATEGORIES: dict[str, tuple[Category, ...]] = {
-    FULL: tuple(REGISTRY), RESCAN: tuple(REGISTRY), UNDERREPLICATION: in_phase(Phase.MARKS)}
+    FULL: _CHECKS, RESCAN: _CHECKS, UNDERREPLICATION: in_phase(Phase.MARKS), WHATIF: tuple(REGISTRY)}
 
 
 class AuditorConfig(NamedTuple):
@@ -249,7 +250,7 @@ class Auditor:
 
         run = ScrutinyRun(self.config.scan, self._current_engine(), progress=progress, run_id=ticket.run_id,
                           sleep=self._pause)
-        pending = run.start(ticket.ledger_ids, ticket.bookie_id)
+        pending = run.start(ticket.ledger_ids, ticket.bookie_id, ticket.without, ticket.without_racks)
         if not pending.faulty:
             return run.finish(pending)
         return Later(self.config.scan.recheck_delay, lambda: run.finish(pending))
@@ -268,7 +269,8 @@ class Auditor:
     def _publish(self, ticket: Ticket, report: Report) -> None:
         ticket.finished_ms = int(time.time() * 1000)
         run = FinishedRun(ticket.kind, report, ticket.finished_ms - ticket.started_ms, KIND_CATEGORIES[ticket.kind],
-                          whole_cluster=ticket.ledger_ids is None and not ticket.bookie_id)
+                          whole_cluster=ticket.kind in (FULL, RESCAN) and ticket.ledger_ids is None
+                          and not ticket.bookie_id)
         for sink in self.sinks:
             try:
                 sink.published(run)
@@ -297,6 +299,12 @@ class Auditor:
                 raise RequestError(f"ledgers: no such ledger {', '.join(map(str, unknown[:10]))}"
                                    + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""))
         return self.queue.submit(Ticket(RESCAN, tuple(ledger_ids) if ledger_ids is not None else None, bookie_id))
+
+    def whatif(self, bookie_ids: list[str], racks: list[str]) -> tuple[Ticket, bool]:
+        assert self.leadership is not None
+        if not self.leading.is_set():
+            raise NotLeader(self.leadership.leader_address())
+        return self.queue.submit(Ticket(WHATIF, without=tuple(bookie_ids), without_racks=tuple(racks)))
 
     def status(self) -> Status:
         q = self.queue

@@ -25,6 +25,8 @@ class Ticket:
     kind: str
     ledger_ids: tuple[int, ...] | None = None
     bookie_id: str = ""
+    without: tuple[str, ...] = ()  # a what-if: these bookies down ...
+    without_racks: tuple[str, ...] = ()  # ... and these racks
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     started_ms: int = 0
     finished_ms: int = 0

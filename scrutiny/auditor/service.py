@@ -18,7 +18,7 @@ from scrutiny.report import Report
 from scrutiny.tls import verified_peer
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 
-KINDS = ("full", "underreplication", "rescan")
+KINDS = ("full", "underreplication", "rescan", "whatif")
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,8 @@ class Status:
 
 class AuditorApi(Protocol):
     def rescan(self, ledger_ids: list[int] | None, bookie_id: str) -> tuple[Ticket, bool]: ...
+
+    def whatif(self, bookie_ids: list[str], racks: list[str]) -> tuple[Ticket, bool]: ...
 
     def status(self) -> Status: ...
 
@@ -96,6 +98,23 @@ class AuditorServicer(auditor_pb2_grpc.AuditorServicer):
             ticket, queued = self.api.rescan(ledger_ids, bookie_id)
         except ScrutinyError as exc:
             _abort(context, exc)
+        return self._reply(ticket, queued, request, context)
+
+    def WhatIf(self, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            self.auth.check(context)
+            bookies = [b.strip() for b in request.bookie_ids]
+            racks = [r.strip() for r in request.racks]
+            if not any(bookies) and not any(racks):
+                raise RequestError("say which bookie_ids or racks would be down")
+            if request.wait_timeout_seconds < 0:
+                raise RequestError("wait_timeout_seconds is negative")
+            ticket, queued = self.api.whatif([b for b in bookies if b], [r for r in racks if r])
+        except ScrutinyError as exc:
+            _abort(context, exc)
+        return self._reply(ticket, queued, request, context)
+
+    def _reply(self, ticket: Ticket, queued: bool, request: Any, context: grpc.ServicerContext) -> Any:
         resp = auditor_pb2.RescanResponse(run_id=ticket.run_id, queued=queued)
         if request.wait:
             timeout = min(request.wait_timeout_seconds or self.max_wait_seconds, self.max_wait_seconds)

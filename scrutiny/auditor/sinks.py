@@ -122,6 +122,7 @@ class PrometheusSink(ReportSink):
         self._last: dict[str, FinishedRun] = {}  # kind -> last complete run
         self._finished_at: dict[str, float] = {}
         self._unavailable: Counter[str] = Counter()  # bookie -> ledgers it left unchecked (last full run)
+        self._blast: dict[str, dict[str, dict[str, int]]] = {}  # the last full run's blast radius
         self._reported: Counter[str] = Counter()
         self._runs: Counter[tuple[str, str]] = Counter()
         self._skipped: Counter[tuple[str, str]] = Counter()
@@ -148,6 +149,8 @@ class PrometheusSink(ReportSink):
             if Category.BOOKIE_UNAVAILABLE in run.categories:
                 self._unavailable = Counter(b for v in report.violations if v.category is Category.BOOKIE_UNAVAILABLE
                                             for b in v.bookies)
+            if report.blast_radius is not None:
+                self._blast = report.blast_radius
             self._last[run.kind] = run
             self._finished_at[run.kind] = time.time()
 
@@ -165,6 +168,7 @@ class PrometheusSink(ReportSink):
                 self._last.clear()
                 self._finished_at.clear()
                 self._unavailable.clear()
+                self._blast = {}
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -188,6 +192,21 @@ class PrometheusSink(ReportSink):
             for bookie, n in sorted(self._unavailable.items()):
                 unavailable.add_metric([bookie], n)
             yield unavailable
+            blast = GaugeMetricFamily(f"{PREFIX}blast_radius_ledgers",
+                                      "ledgers that would fall below AQ (impact below_aq) or lose every copy of an "
+                                      "entry (no_copy) were this bookie or rack alone down, last full run",
+                                      labels=["scope", "name", "impact"])
+            topics = GaugeMetricFamily(f"{PREFIX}blast_radius_topics", "the same, in topics",
+                                       labels=["scope", "name", "impact"])
+            for scope, per in sorted(self._blast.items()):
+                for name, f in sorted(per.items()):
+                    s = scope.removesuffix("s")
+                    blast.add_metric([s, name, "below_aq"], f["ledgers_below_aq"])
+                    blast.add_metric([s, name, "no_copy"], f["ledgers_without_a_copy"])
+                    topics.add_metric([s, name, "below_aq"], f["topics_below_aq"])
+                    topics.add_metric([s, name, "no_copy"], f["topics_without_a_copy"])
+            yield blast
+            yield topics
             reported = CounterMetricFamily(f"{PREFIX}violations_reported", "findings reported, every run",
                                            labels=["category"])
             for cat in REGISTRY:

@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -28,7 +28,7 @@ from scrutiny.metadata import UnderreplicationMark
 from scrutiny.owners import UNKNOWN, owner_from_custom_metadata
 from scrutiny.report import Report
 from scrutiny.scan.engines import Engine, Progress, make_engine
-from scrutiny.scan.work import LEDGER_COUNTERS, Pass, RangeResult, RunContext
+from scrutiny.scan.work import LEDGER_COUNTERS, Blast, Pass, RangeResult, RunContext
 from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, open_store
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class PendingRun:
     errors: list[str] = field(default_factory=list)
     stats: Counter[str] = field(default_factory=Counter)
     faulty: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    blast: dict[str, Blast] = field(default_factory=dict)
 
     def absorb(self, result: RangeResult, first_look: bool = True) -> None:
         """A pass's result. Ledgers looked at again were counted at their first look: only their
@@ -78,6 +79,8 @@ class PendingRun:
         for lid in result.deleted:
             self.drop(lid)
         self.errors += result.errors
+        for key, b in result.blast.items():
+            self.blast[key] = b.plus(self.blast[key]) if key in self.blast else b
 
     def drop(self, ledger_id: int, only: Iterable[Category] | None = None) -> None:
         wanted = set(only) if only is not None else None
@@ -94,10 +97,12 @@ class ScrutinyRun:
         self.sleep = sleep
         self.run_id = run_id or uuid.uuid4().hex[:12]
 
-    def execute(self, ledger_ids: Iterable[int] | None = None, only_bookie: str = "") -> Report:
-        """One run: every ledger, or the given ones, or those of one bookie. Raises
+    def execute(self, ledger_ids: Iterable[int] | None = None, only_bookie: str = "",
+                without: Collection[str] = (), without_racks: Collection[str] = ()) -> Report:
+        """One run: every ledger, or the given ones, or those of one bookie; or a what-if: the ledgers
+        of the bookies (and racks) `without`, as they would be were those down. Raises
         MetadataStoreUnavailable when the store cannot be reached at the start."""
-        pending = self.start(ledger_ids, only_bookie)
+        pending = self.start(ledger_ids, only_bookie, without, without_racks)
         if pending.faulty:
             self.sleep(self.settings.recheck_delay)
         return self.finish(pending)
@@ -106,7 +111,8 @@ class ScrutinyRun:
               progress: Progress | None = None) -> RangeResult:
         return RangeResult.merge(self.engine.map_ranges(ctx, ranges, mode, progress))
 
-    def start(self, ledger_ids: Iterable[int] | None = None, only_bookie: str = "") -> PendingRun:
+    def start(self, ledger_ids: Iterable[int] | None = None, only_bookie: str = "",
+              without: Collection[str] = (), without_racks: Collection[str] = ()) -> PendingRun:
         """The first pass. The caller waits `recheck_delay` when the result has potentially faulty
         ledgers (the daemon schedules `finish` as a one-off job), then calls `finish`."""
         s = self.settings
@@ -115,15 +121,22 @@ class ScrutinyRun:
         try:
             marks, problems = store.underreplication_marks()
             locations = dict(s.racks)
-            racks_from_store = not locations and s.placement_policy != "none"
+            racks_from_store = not locations and (s.placement_policy != "none" or bool(without_racks)
+                                                  or s.blast_radius)
             if racks_from_store:
                 locations, rack_problems = store.racks(s.racks_znode)
                 problems += rack_problems
             regs = store.registrations()
             addresses = {**store.agent_addresses(), **s.bookie_endpoints}
-            ctx = RunContext(s, locations, frozenset(marks), addresses, started, only_bookie)
+            gone = frozenset(without) | {b for b, r in locations.items() if r in set(without_racks)}
+            if (without or without_racks) and not gone:
+                problems.append(f"what-if: no bookie is on the racks {sorted(without_racks)}")
+            only = frozenset({only_bookie} if only_bookie else ()) | gone
             wanted = list(ledger_ids) if ledger_ids is not None else list(s.ledgers)
             scoped = bool(wanted)
+            whole = not (scoped or only or s.topics)
+            ctx = RunContext(s, locations, frozenset(marks), addresses, started, only, without=gone,
+                             blast_radius=whole and s.blast_radius)
             if s.topics and ledger_ids is None:
                 topics = store.pulsar_owners(s.topics)
                 problems += topics.problems
@@ -140,7 +153,7 @@ class ScrutinyRun:
             pending.absorb(first)
             pending.faulty = dict(first.potentially_faulty)
             pending.stats["first_pass_ms"] = int((time.monotonic() - t0) * 1000)
-            if only_bookie:
+            if only:
                 pending.scope = set(first.marked_in_scope)
             return pending
         except BaseException:
@@ -176,6 +189,7 @@ class ScrutinyRun:
             complete=not pending.errors, ledgers={k: pending.counts[k] for k in LEDGER_COUNTERS},
             violations=sorted(pending.violations.values(), key=lambda v: (v.category, v.ledger_id)),
             errors=pending.errors, stats=dict(pending.stats),
+            blast_radius=blast_radius_json(pending.blast) if pending.ctx.blast_radius else None,
         )
         for v in report.violations:
             log.warning("violation %s", json.dumps({"run_id": self.run_id, **v.to_json()}, sort_keys=True))
@@ -246,7 +260,9 @@ class ScrutinyRun:
                      len(reanalyse) + len(relook))
             for lid in reanalyse:
                 pending.drop(lid)
-            again = self._pass(pending.ctx, store.ranges_of(reanalyse), Pass.FIRST)
+            # (the blast radius counted these ledgers at their first look already)
+            again = self._pass(dataclasses.replace(pending.ctx, blast_radius=False), store.ranges_of(reanalyse),
+                               Pass.FIRST)
             pending.absorb(again, first_look=False)
             if again.potentially_faulty:
                 self.sleep(self.settings.recheck_delay)
@@ -307,6 +323,15 @@ class ScrutinyRun:
         out = {lid for lid, bookies in placed.items() if bookies & moved or not bookies}
         pending.stats["reanalyzed_after_rack_change"] += len(out)
         return out
+
+
+def blast_radius_json(blast: Mapping[str, Blast]) -> dict[str, dict[str, dict[str, int]]]:
+    """{"bookies": {id: figures}, "racks": {name: figures}}, worst first."""
+    out: dict[str, dict[str, dict[str, int]]] = {"bookies": {}, "racks": {}}
+    for key, b in sorted(blast.items(), key=lambda kb: (-kb[1].no_copy, -kb[1].below_aq, kb[0])):
+        scope, name = key.split(":", 1)
+        out["bookies" if scope == "bookie" else "racks"][name] = b.to_json()
+    return out
 
 
 def aged_marks(store: MetadataStore, marks: Iterable[UnderreplicationMark], grace_seconds: int,

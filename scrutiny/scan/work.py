@@ -19,12 +19,15 @@ from scrutiny.bookieclient import BookieClient
 from scrutiny.categories import Category
 from scrutiny.checks import (
     NO_LEDGER,
+    WOULD_HAVE,
     BookieAnswer,
     Outcome,
     PlacementPolicy,
     Violation,
+    blast_radius,
     check_coverage,
     check_placement,
+    coverage_without,
 )
 from scrutiny.config import ScanSettings
 from scrutiny.errors import DataError, StoreError
@@ -52,12 +55,32 @@ class RunContext:
     marked: frozenset[int]
     agent_addresses: Mapping[str, str]
     now_ms: int
-    only_bookie: str = ""  # scope: only ledgers whose ensembles contain this bookie
+    only_bookies: frozenset[str] = frozenset()  # scope: only ledgers whose ensembles contain one of these
     placement: bool = True
+    without: frozenset[str] = frozenset()  # a what-if: these bookies down (their copies gone)
+    blast_radius: bool = False  # count, per bookie and per rack, what would fall below AQ without it
     # FINAL passes only:
     lost_bookies: frozenset[str] = frozenset()  # unregistered at every look: their copies are gone
     registered: frozenset[str] = frozenset()  # registered now
     silent_before: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # per ledger, at the last look
+
+
+@dataclass(frozen=True)
+class Blast:
+    """What one bookie (or rack) going down alone would do."""
+
+    below_aq: int = 0  # ledgers with some entry below its ack quorum (or without a copy)
+    no_copy: int = 0  # ledgers with some entry without any copy
+    topics_below_aq: frozenset[str] = frozenset()
+    topics_no_copy: frozenset[str] = frozenset()
+
+    def plus(self, other: Blast) -> Blast:
+        return Blast(self.below_aq + other.below_aq, self.no_copy + other.no_copy,
+                     self.topics_below_aq | other.topics_below_aq, self.topics_no_copy | other.topics_no_copy)
+
+    def to_json(self) -> dict[str, int]:
+        return {"ledgers_below_aq": self.below_aq, "ledgers_without_a_copy": self.no_copy,
+                "topics_below_aq": len(self.topics_below_aq), "topics_without_a_copy": len(self.topics_no_copy)}
 
 
 @dataclass(frozen=True)
@@ -71,6 +94,8 @@ class RangeResult:
     marked_in_scope: tuple[int, ...] = ()  # only for a one-bookie run
     errors: tuple[str, ...] = ()
     stats: Mapping[str, int] = field(default_factory=dict)  # keys with "peak" merge by max, others by sum
+    # "bookie:<id>" / "rack:<name>" -> (ledgers below AQ, ledgers without a copy, their topics, ...) if it went down
+    blast: Mapping[str, Blast] = field(default_factory=dict)
 
     @staticmethod
     def merge(results: Iterable[RangeResult]) -> RangeResult:
@@ -81,7 +106,10 @@ class RangeResult:
         deleted: list[int] = []
         marked: list[int] = []
         errors: list[str] = []
+        blast: dict[str, Blast] = {}
         for r in results:
+            for key, b in r.blast.items():
+                blast[key] = b.plus(blast[key]) if key in blast else b
             counts.update(r.counts)
             for k, v in r.stats.items():
                 stats[k] = max(stats[k], v) if "peak" in k else stats[k] + v
@@ -91,7 +119,7 @@ class RangeResult:
             marked += r.marked_in_scope
             errors += r.errors
         return RangeResult(dict(counts), tuple(violations), faulty, tuple(deleted), tuple(marked), tuple(errors),
-                           dict(stats))
+                           dict(stats), blast)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,10 +145,10 @@ def select(ctx: RunContext, reads: Iterable[LedgerRead]) -> Selection:
     marked_in_scope: list[int] = []
     for read in reads:
         md = read.metadata
-        if ctx.only_bookie and md is not None and ctx.only_bookie not in md.bookies:
+        if ctx.only_bookies and md is not None and not ctx.only_bookies & md.bookies:
             continue  # outside the scope of this run
         counts["seen"] += 1
-        if ctx.only_bookie and read.ledger_id in ctx.marked:
+        if ctx.only_bookies and read.ledger_id in ctx.marked:
             marked_in_scope.append(read.ledger_id)
         if read.deleted:
             counts["deleted_during_run"] += 1
@@ -157,14 +185,24 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     violations: list[Violation] = []
     faulty: dict[int, tuple[str, ...]] = {}
     limbo = 0
+    blast: dict[str, Blast] = {}
     for md in ledgers:
         found: list[Violation] = []
-        analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty)
+        per = analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty)
         limbo += bool(mode is Pass.FINAL and md.ledger_id not in faulty and _in_limbo(md, answers))
         owner = owner_from_custom_metadata(md.custom_metadata)
         violations += [dataclasses.replace(v, owner=owner) for v in found] if owner else found
+        if ctx.blast_radius and md.ledger_id not in faulty and all(
+                per.get(b, NO_LEDGER).outcome in (Outcome.ENTRIES, Outcome.NO_LEDGER) for b in md.bookies):
+            topic = frozenset({owner.name}) if owner and owner.kind in ("topic", "cursor", "compacted-topic") \
+                else frozenset()
+            for (scope, name), least in blast_radius(md, per, ctx.locations).items():
+                if least < md.ack_quorum:
+                    hit = Blast(1, int(least == 0), topic, topic if least == 0 else frozenset())
+                    key = f"{scope}:{name}"
+                    blast[key] = hit.plus(blast[key]) if key in blast else hit
     return RangeResult(counts={"checked": len(ledgers)}, violations=tuple(violations), potentially_faulty=faulty,
-                       stats={"ledgers_with_limbo_copies": limbo} if limbo else {})
+                       stats={"ledgers_with_limbo_copies": limbo} if limbo else {}, blast=blast)
 
 
 def _in_limbo(md: LedgerMetadata, answers: Answers) -> bool:
@@ -172,9 +210,10 @@ def _in_limbo(md: LedgerMetadata, answers: Answers) -> bool:
 
 
 def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, policy: PlacementPolicy,
-            grace_ms: int, violations: list[Violation], faulty: dict[int, tuple[str, ...]]) -> None:
-    """One ledger's checks: its findings into `violations`, or the ledger into `faulty` for another look."""
-    if ctx.placement:
+            grace_ms: int, violations: list[Violation], faulty: dict[int, tuple[str, ...]]) -> dict[str, BookieAnswer]:
+    """One ledger's checks: its findings into `violations`, or the ledger into `faulty` for another look;
+    returns what each bookie said (as the checks counted it)."""
+    if ctx.placement and not ctx.without:
         v = check_placement(md, policy, ctx.locations)
         if v is not None:
             violations.append(v)
@@ -195,13 +234,13 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
         if cov.unavailable or cov.limbo or (cov.violation is not None and recent):
             # Copies unknown (or perhaps still in the bookie's write cache): look again after the delay.
             faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
-            return
+            return per
     else:
         before = set(ctx.silent_before.get(md.ledger_id, ()))
         if any(b not in before or b not in ctx.registered for b in cov.unavailable):
             # Newly silent, or gone from the registrations only now: its own delayed look.
             faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
-            return
+            return per
     if cov.unavailable:
         reasons = {b: per[b].reason for b in cov.unavailable if b in per}
         violations.append(Violation(Category.BOOKIE_UNAVAILABLE, md.ledger_id, tuple(sorted(cov.unavailable)),
@@ -210,6 +249,27 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
         lost = sorted(ctx.lost_bookies & md.bookies)
         details = {**cov.violation.details, "lost_bookies": lost} if lost else cov.violation.details
         violations.append(dataclasses.replace(cov.violation, details=details))
+    if ctx.without and not cov.unavailable:
+        violations += what_if(md, per, ctx.without, cov.violation)
+    return per
+
+
+def what_if(md: LedgerMetadata, per: Mapping[str, BookieAnswer], without: frozenset[str],
+            today: Violation | None) -> list[Violation]:
+    """Were the `without` bookies down: the ledger's would-be category. A ledger already unhealthy
+    today keeps today's finding (reported above), marked `unsafe_without` when the what-if takes it
+    below its ack quorum."""
+    gone = without & md.bookies
+    would = coverage_without(md, per, gone)
+    if would.violation is None:
+        return []
+    details = {**would.violation.details, "without": sorted(gone)}
+    if today is not None:
+        if would.least_copies < md.ack_quorum:
+            return [dataclasses.replace(today, details={**today.details, "unsafe_without": sorted(gone),
+                                                        "would_have_least_copies": would.least_copies})]
+        return []
+    return [dataclasses.replace(would.violation, category=WOULD_HAVE[would.violation.category], details=details)]
 
 
 # ---------------------------------------------------------------------------------------------
