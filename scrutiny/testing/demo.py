@@ -18,7 +18,7 @@ import numpy as np
 from kazoo.client import KazooClient
 
 from scrutiny.agent import BookieAgent
-from scrutiny.categories import Category
+from scrutiny.categories import Category, spec
 from scrutiny.checks import expected_share
 from scrutiny.codec import Availability
 from scrutiny.config import ScanSettings
@@ -33,6 +33,7 @@ from scrutiny.metadata import (
     UnderreplicationMark,
     parse_metadata_service_uri,
 )
+from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import make_engine
 from scrutiny.store import MetadataStore
@@ -60,6 +61,12 @@ class DemoCluster:
     store_files: dict[str, Path] = field(default_factory=dict)
     healthy: int = 0
     notes: dict[tuple[str, int], str] = field(default_factory=dict)
+
+
+def pulsar_keys(ledger_id: int) -> tuple[tuple[str, bytes], ...]:
+    """Pulsar's custom metadata: the demo's ledgers belong to a handful of topics."""
+    topic = f"public/demo/persistent/topic-{ledger_id % 5}"
+    return (("application", b"pulsar"), ("component", b"managed-ledger"), ("pulsar/managed-ledger", topic.encode()))
 
 
 def _healthy_ensemble(rng: random.Random, e: int) -> tuple[str, ...]:
@@ -90,7 +97,7 @@ def build_demo_cluster(client: KazooClient, root: str, store_dir: Path, healthy:
     def closed(lid: int, segments: tuple[Segment, ...], last: int, e: int = 3, wq: int = 2, aq: int = 2
                ) -> LedgerMetadata:
         return LedgerMetadata(lid, LedgerState.CLOSED, e, wq, aq, last, (last + 1) * 1024, segments, ctime=now,
-                              custom_metadata=(("application", b"scrutiny-demo"),))
+                              custom_metadata=pulsar_keys(lid))
 
     def healthy_copies(md: LedgerMetadata, skip: str = "") -> None:
         for b in md.bookies - {skip}:
@@ -212,6 +219,19 @@ def demo_agents(demo: DemoCluster, store: MetadataStore) -> Iterator[list[Bookie
             a.stop(grace=0)
 
 
+def print_whatif(report: Report, whatif: Report, candidate: str) -> None:
+    radius = (report.blast_radius or {}).get("bookies", {})
+    print("blast radius: what falls below AQ if one bookie alone goes down (from the full run)")
+    for b, f in list(radius.items())[:4]:
+        print(f"  {b:<18} {f['ledgers_below_aq']:>5} ledgers ({f['topics_below_aq']} topics) below AQ, "
+              f"{f['ledgers_without_a_copy']} without a copy")
+    unsafe = [v for v in whatif.violations if spec(v.category).unsafe or "unsafe_without" in v.details]
+    topics = sorted({v.owner.name for v in unsafe if v.owner and v.owner.kind == "topic"})
+    verdict = {0: "safe", 1: "UNSAFE", 2: "cannot tell"}[whatif.whatif_exit_status()]
+    print(f"what if {candidate} went down now: {verdict}: {len(unsafe)} ledgers would fall below AQ"
+          + (f", topics {', '.join(topics[:5])}" if topics else "") + "\n")
+
+
 def run_demo(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="scrutiny-demo-"))
     zk: LocalZooKeeper | None = None
@@ -242,14 +262,20 @@ def run_demo(args: argparse.Namespace) -> int:
         uri_text = f"zk+hierarchical://{hosts}{root}"
         settings = ScanSettings(metadata_service_uri=uri_text, underreplicated_grace_period=3600,
                                 recheck_delay=2.0, engine=args.engine, bookie_deadline_seconds=10.0)
+        engine = make_engine(settings)
+        engine.open()  # Spark's JVM starts before the agents' gRPC threads exist
         with demo_agents(demo, ZooKeeperStore(client, uri_text)):
             print(f"scanning with {args.engine} ...", file=sys.stderr)
-            engine = make_engine(settings)
             try:
                 report = ScrutinyRun(settings, engine).execute()
+                # Is it safe to take one bookie down for maintenance? The blast radius says it for every
+                # bookie; a what-if run asks for one.
+                candidate = bookie(2)
+                whatif = ScrutinyRun(settings, engine).execute(without=[candidate])
             finally:
                 engine.close()
         print(report.dumps() if args.format == "json" else report.render_text())
+        print_whatif(report, whatif, candidate)
         found = {(str(v.category), v.ledger_id) for v in report.violations}
         print("injected fault                                          found?")
         for key in sorted(demo.expected, key=lambda k: (k[1], k[0])):
