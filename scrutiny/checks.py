@@ -295,18 +295,37 @@ def coverage_without(md: LedgerMetadata, answers: Mapping[str, BookieAnswer], go
     return check_coverage(md, {**answers, **{b: NO_LEDGER for b in gone}})
 
 
-def blast_radius(md: LedgerMetadata, answers: Mapping[str, BookieAnswer],
-                 locations: Mapping[str, str]) -> dict[tuple[str, str], int]:
+def blast_radius(md: LedgerMetadata, answers: Mapping[str, BookieAnswer], locations: Mapping[str, str],
+                 least_today: int) -> dict[tuple[str, str], int]:
     """(scope, name) -> the least copies of any entry if that bookie (scope "bookie") or that rack
-    ("rack") alone went down; only for a ledger whose every bookie answered."""
-    out = {("bookie", b): coverage_without(md, answers, (b,)).least_copies for b in md.bookies}
+    ("rack") alone went down; only for a ledger whose every bookie answered. A healthy ledger (every
+    entry has its WQ copies, `least_today`) needs no set arithmetic: without the bookies G each entry
+    keeps WQ minus the members of G in its write set."""
     racks: dict[str, list[str]] = {}
     for b in md.bookies:
         racks.setdefault(locations.get(b, DEFAULT_RACK), []).append(b)
-    for rack, members in racks.items():
-        out[("rack", rack)] = (out[("bookie", members[0])] if len(members) == 1
-                               else coverage_without(md, answers, members).least_copies)
-    return out
+    groups = [(("bookie", b), (b,)) for b in md.bookies] + [(("rack", r), tuple(m)) for r, m in racks.items()]
+    if least_today < md.write_quorum:
+        return {key: coverage_without(md, answers, gone).least_copies for key, gone in groups}
+    segments = md.segment_ranges()
+    if all(hi - lo + 1 >= md.ensemble_size for _, lo, hi in segments):  # every write set occurs: one bookie costs 1
+        holding = {b for seg, _, _ in segments for b in seg.ensemble}
+        single = {gone[0]: int(gone[0] in holding) for _, gone in groups if len(gone) == 1}
+    else:
+        single = {}
+    return {key: md.write_quorum - (single[gone[0]] if len(gone) == 1 and gone[0] in single
+                                    else _most_in_a_write_set(md, set(gone))) for key, gone in groups}
+
+
+def _most_in_a_write_set(md: LedgerMetadata, gone: set[str]) -> int:
+    """The most bookies of `gone` in the write set of any entry of the closed ledger."""
+    e, wq = md.ensemble_size, md.write_quorum
+    most = 0
+    for seg, lo, hi in md.segment_ranges():
+        starts = range(e) if hi - lo + 1 >= e else sorted({x % e for x in range(lo, hi + 1)})
+        for i in starts:
+            most = max(most, sum(1 for j in range(wq) if seg.ensemble[(i + j) % e] in gone))
+    return most
 
 
 WOULD_HAVE = {Category.NO_REPLICA_OF_AN_ENTRY: Category.WOULD_HAVE_NO_REPLICA_OF_AN_ENTRY,

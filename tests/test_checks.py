@@ -253,3 +253,28 @@ def test_underreplication_age_is_strictly_greater_than_the_grace_period() -> Non
     assert [v.ledger_id for v in got] == [3]
     assert got[0].details["age_seconds"] == 101
     assert check_underreplication_age(marks, 0, now) == []
+
+
+def test_blast_radius_of_a_healthy_ledger_by_arithmetic_equals_the_set_arithmetic() -> None:
+    import random
+
+    from scrutiny.checks import blast_radius, coverage_without
+
+    rng = random.Random(3)
+    racks = {b: f"/r{i % 3}" for i, b in enumerate(B)}
+    for _ in range(300):
+        e = rng.randint(1, 6)
+        wq = rng.randint(1, e)
+        last = rng.choice((0, 1, e - 1, e, 3 * e, 40))
+        segs = [(0, rng.sample(B, e))]
+        if rng.random() < 0.4:
+            segs.append((rng.randint(0, last + 2), rng.sample(B, e)))  # possibly empty or short
+        md = ledger(e, wq, 1, last, segs)
+        answers = {b: BookieAnswer(Outcome.ENTRIES, Availability.of(expected_share(md, b))) for b in md.bookies}
+        least = check_coverage(md, answers).least_copies
+        assert least == wq
+        fast = blast_radius(md, answers, racks, least)
+        slow = {key: coverage_without(md, answers, [b for b in md.bookies if (b if key[0] == "bookie" else
+                                                                              racks[b]) == key[1]]).least_copies
+                for key in fast}
+        assert fast == slow, (md, fast, slow)

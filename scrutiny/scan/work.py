@@ -185,22 +185,31 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     violations: list[Violation] = []
     faulty: dict[int, tuple[str, ...]] = {}
     limbo = 0
-    blast: dict[str, Blast] = {}
+    below: Counter[str] = Counter()  # the blast radius, accumulated per key: bookie:<id> / rack:<name>
+    without_copy: Counter[str] = Counter()
+    topics_below: dict[str, set[str]] = {}
+    topics_without: dict[str, set[str]] = {}
     for md in ledgers:
         found: list[Violation] = []
-        per = analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty)
+        per, least = analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty)
         limbo += bool(mode is Pass.FINAL and md.ledger_id not in faulty and _in_limbo(md, answers))
         owner = owner_from_custom_metadata(md.custom_metadata)
         violations += [dataclasses.replace(v, owner=owner) for v in found] if owner else found
         if ctx.blast_radius and md.ledger_id not in faulty and all(
                 per.get(b, NO_LEDGER).outcome in (Outcome.ENTRIES, Outcome.NO_LEDGER) for b in md.bookies):
-            topic = frozenset({owner.name}) if owner and owner.kind in ("topic", "cursor", "compacted-topic") \
-                else frozenset()
-            for (scope, name), least in blast_radius(md, per, ctx.locations).items():
-                if least < md.ack_quorum:
-                    hit = Blast(1, int(least == 0), topic, topic if least == 0 else frozenset())
+            topic = owner.name if owner and owner.kind in ("topic", "cursor", "compacted-topic") else ""
+            for (scope, name), left in blast_radius(md, per, ctx.locations, least).items():
+                if left < md.ack_quorum:
                     key = f"{scope}:{name}"
-                    blast[key] = hit.plus(blast[key]) if key in blast else hit
+                    below[key] += 1
+                    if topic:
+                        topics_below.setdefault(key, set()).add(topic)
+                    if left == 0:
+                        without_copy[key] += 1
+                        if topic:
+                            topics_without.setdefault(key, set()).add(topic)
+    blast = {k: Blast(n, without_copy[k], frozenset(topics_below.get(k, ())), frozenset(topics_without.get(k, ())))
+             for k, n in below.items()}
     return RangeResult(counts={"checked": len(ledgers)}, violations=tuple(violations), potentially_faulty=faulty,
                        stats={"ledgers_with_limbo_copies": limbo} if limbo else {}, blast=blast)
 
@@ -210,9 +219,10 @@ def _in_limbo(md: LedgerMetadata, answers: Answers) -> bool:
 
 
 def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, policy: PlacementPolicy,
-            grace_ms: int, violations: list[Violation], faulty: dict[int, tuple[str, ...]]) -> dict[str, BookieAnswer]:
+            grace_ms: int, violations: list[Violation], faulty: dict[int, tuple[str, ...]]
+            ) -> tuple[dict[str, BookieAnswer], int]:
     """One ledger's checks: its findings into `violations`, or the ledger into `faulty` for another look;
-    returns what each bookie said (as the checks counted it)."""
+    returns what each bookie said (as the checks counted it) and the least copies of any entry."""
     if ctx.placement and not ctx.without:
         v = check_placement(md, policy, ctx.locations)
         if v is not None:
@@ -234,13 +244,13 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
         if cov.unavailable or cov.limbo or (cov.violation is not None and recent):
             # Copies unknown (or perhaps still in the bookie's write cache): look again after the delay.
             faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
-            return per
+            return per, cov.least_copies
     else:
         before = set(ctx.silent_before.get(md.ledger_id, ()))
         if any(b not in before or b not in ctx.registered for b in cov.unavailable):
             # Newly silent, or gone from the registrations only now: its own delayed look.
             faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
-            return per
+            return per, cov.least_copies
     if cov.unavailable:
         reasons = {b: per[b].reason for b in cov.unavailable if b in per}
         violations.append(Violation(Category.BOOKIE_UNAVAILABLE, md.ledger_id, tuple(sorted(cov.unavailable)),
@@ -251,7 +261,7 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
         violations.append(dataclasses.replace(cov.violation, details=details))
     if ctx.without and not cov.unavailable:
         violations += what_if(md, per, ctx.without, cov.violation)
-    return per
+    return per, cov.least_copies
 
 
 def what_if(md: LedgerMetadata, per: Mapping[str, BookieAnswer], without: frozenset[str],
