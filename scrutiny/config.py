@@ -34,6 +34,7 @@ class ClusterSettings:
 
     metadata_service_uri: str = ""
     zk_max_in_flight: int = 256
+    zk_multi_read: str = "auto"  # ZooKeeper 3.6+ read-only multi: auto (probe once) | on | off
     zk_session_timeout: float = 30.0
     zk_connect_timeout: float = 15.0
     zk_retry_deadline: float = 60.0  # how long a read retries across connection loss before giving up
@@ -101,6 +102,7 @@ class ScanSettings(ClusterSettings):
             (0 < self.bookie_ledgers_per_call <= 100_000, "bookie_ledgers_per_call", "1..100000"),
             (self.bookie_calls_per_bookie >= 1, "bookie_calls_per_bookie", "at least 1"),
             (self.zk_max_in_flight >= 1, "zk_max_in_flight", "at least 1"),
+            (self.zk_multi_read in ("auto", "on", "off"), "zk_multi_read", "auto, on or off"),
             (self.verify_rounds >= 1, "verify_rounds", "at least 1"),
             (all(i >= 0 for i in self.ledgers), "ledgers", "non-negative ledger ids"),
             (all(t.startswith("persistent://") for t in self.topics), "topics", "persistent://tenant/namespace/name"),

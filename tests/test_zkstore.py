@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -131,10 +132,13 @@ def test_pipelining_respects_its_bound(zk_server: LocalZooKeeper, zk_client: Kaz
     w = ClusterWriter(zk_client, root)
     w.init_cluster()
     w.write_ledgers([ledger(i) for i in range(2000)])
-    with store_for(zk_server, root, zk_max_in_flight=32) as store:
+    with store_for(zk_server, root, zk_max_in_flight=32, zk_multi_read="off") as store:
         reads = list(store.read_ledgers(range(2000)))
         assert len(reads) == 2000 and all(r.metadata for r in reads)
         assert store.peak_in_flight == 32
+    with store_for(zk_server, root, zk_max_in_flight=2) as store:  # multiRead: requests bounded the same way
+        assert store.multi_read and len(list(store.read_ledgers(range(2000)))) == 2000
+        assert store.peak_in_flight == 2
 
 
 def _read_all_with_fault(store: ZooKeeperStore, n: int, fault: object) -> list[int]:
@@ -174,3 +178,106 @@ def test_reads_survive_session_expiry_mid_enumeration(zk_server: LocalZooKeeper,
 
         assert _read_all_with_fault(store, 3000, expire) == list(range(3000))
         assert store.client.client_id[0] != sid  # it really got a new session
+
+
+# -- multiRead (ZooKeeper 3.6+), and the fallback for servers without it -----------------------------
+
+def test_multiread_reads_what_single_reads_read(zk_server: LocalZooKeeper, zk_client: KazooClient,
+                                                zk_namespace: str) -> None:
+    root = f"{zk_namespace}/ledgers"
+    w = ClusterWriter(zk_client, root)
+    w.init_cluster()
+    w.write_ledgers([ledger(i) for i in range(3000)])
+    w.write_raw_ledger(7, b"not metadata")
+    ids = [*range(3000), 5000, 5001]  # two never existed: NONODE per op, not for the batch
+    with store_for(zk_server, root, zk_multi_read="off") as single, store_for(zk_server, root) as multi:
+        assert multi.multi_read and not single.multi_read  # "auto" probed the 3.8 server
+        a = list(single.read_ledgers(ids))
+        b = list(multi.read_ledgers(ids))
+        assert a == b and [r.ledger_id for r in b] == ids
+        assert b[-1].deleted and b[7].error and b[8].metadata is not None
+        assert multi.requests <= len(ids) / 100 < single.requests  # a batch per request
+        ranges = multi.ledger_ranges()  # the tree's listing: getChildren ops in a multiRead
+        assert ranges == single.ledger_ranges() and len(ranges) == 1
+        assert [list(kids or []) for _, kids in multi.children_many([f"{root}/00", f"{root}/nothing"])] == \
+            [list(kids or []) for _, kids in single.children_many([f"{root}/00", f"{root}/nothing"])]
+        w.delete_ledger(9)  # deleted between enumeration and read: that op alone says NONODE
+        assert [r.ledger_id for r in multi.read_ledgers([8, 9, 10]) if r.deleted] == [9]
+
+
+class RefusesMultiRead:
+    """A TCP proxy to the real server that behaves like ZooKeeper 3.5 at an unknown opcode: it closes
+    the connection (and so the session) when a client sends multiRead (opcode 22)."""
+
+    def __init__(self, target: int) -> None:
+        import socket
+
+        self.target = target
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.refused = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self._upstream, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client), daemon=True).start()
+
+    def _upstream(self, client: Any, server: Any) -> None:
+        first = True
+        try:
+            while True:
+                head = self._exactly(client, 4)
+                body = self._exactly(client, int.from_bytes(head, "big"))
+                if not first and int.from_bytes(body[4:8], "big", signed=True) == 22:
+                    self.refused += 1
+                    raise OSError("multiRead refused")
+                first = False
+                server.sendall(head + body)
+        except OSError:
+            client.close()
+            server.close()
+
+    @staticmethod
+    def _exactly(sock: Any, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                raise OSError("closed")
+            buf += chunk
+        return buf
+
+    @staticmethod
+    def _pipe(src: Any, dst: Any) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            src.close()
+            dst.close()
+
+
+def test_a_server_without_multiread_is_detected_and_read_singly(zk_server: LocalZooKeeper, zk_client: KazooClient,
+                                                                 zk_namespace: str) -> None:
+    root = f"{zk_namespace}/ledgers"
+    w = ClusterWriter(zk_client, root)
+    w.init_cluster()
+    w.write_ledgers([ledger(i) for i in range(500)])
+    proxy = RefusesMultiRead(zk_server.port)
+    with store_at(f"zk+hierarchical://127.0.0.1:{proxy.port}{root}") as store:
+        assert proxy.refused == 1 and not store.multi_read  # the probe's throwaway session took the hit
+        sid = store.client.client_id[0]
+        assert [r.ledger_id for r in store.read_ledgers(range(500)) if r.metadata] == list(range(500))
+        assert store.client.client_id[0] == sid and proxy.refused == 1  # its own session never risked

@@ -1,9 +1,12 @@
 """The metadata store on ZooKeeper (kazoo): a BookKeeper cluster's tree read into snapshots.
 
-Reads are pipelined with a bounded number in flight: results are collected on the caller's thread,
-never on kazoo's event thread, and never more than `max_in_flight` requests are outstanding (upstream's
-auditor expired its own session by firing every read at once, BookKeeper #2802). Every wait is bounded
-and retried across connection loss and session expiry until the retry deadline.
+Reads are pipelined with a bounded number of requests in flight: results are collected on the caller's
+thread, never on kazoo's event thread, and never more than `max_in_flight` requests are outstanding
+(upstream's auditor expired its own session by firing every read at once, BookKeeper #2802). Where the
+server has it (ZooKeeper 3.6+, probed once on a throwaway session), ledger metadata is read with
+`multiRead`: hundreds of reads per request, batches sized by the bytes of their answers, a few batches
+in flight. Every wait is bounded and retried across connection loss and session expiry until the
+retry deadline.
 """
 
 from __future__ import annotations
@@ -14,16 +17,29 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient, KazooState, _prefix_root
 from kazoo.exceptions import (
+    EXCEPTIONS,
     ConnectionClosedError,
     ConnectionLoss,
     KazooException,
     NodeExistsError,
     NoNodeError,
     SessionExpiredError,
+    UnimplementedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.serialization import (
+    GetChildren,
+    GetData,
+    MultiHeader,
+    ZnodeStat,
+    int_struct,
+    multiheader_struct,
+    read_buffer,
+    read_string,
+    stat_struct,
+)
 
 from scrutiny import retry
 from scrutiny.errors import ConfigError
@@ -66,6 +82,73 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_IN_FLIGHT = 256
 _RETRYABLE = (ConnectionLoss, ConnectionClosedError, SessionExpiredError, KazooTimeoutError)
 OPERATION_TIMEOUT = 10.0  # seconds one request may wait for an answer before it is retried
+# multiRead: answers kept well under the 1 MiB packet cap (jute.maxbuffer); a few batches in flight.
+MULTI_BYTES = 256 * 1024
+MULTI_MAX_OPS = 1000
+MULTI_IN_FLIGHT = 4
+
+
+class MultiRead:
+    """ZooKeeper's read-only multi (opcode 22, 3.6+), a request type beside kazoo's own: many getData or
+    getChildren in one request, one result per op (the answer, or the op's own error, e.g. NONODE)."""
+
+    type = 22
+
+    def __init__(self, ops: list[GetData | GetChildren]) -> None:
+        self.ops = ops
+
+    def serialize(self) -> bytearray:
+        b = bytearray()
+        for op in self.ops:
+            b.extend(MultiHeader(op.type, False, -1).serialize() + op.serialize())
+        return b + multiheader_struct.pack(-1, True, -1)
+
+    @classmethod
+    def deserialize(cls, buf: bytes, offset: int) -> list[Any]:
+        results: list[Any] = []
+        while True:
+            header, offset = MultiHeader.deserialize(buf, offset)
+            if header.done:
+                return results
+            if header.type == -1:
+                err = int_struct.unpack_from(buf, offset)[0]
+                offset += int_struct.size
+                results.append(EXCEPTIONS[err]())
+            elif header.type == GetChildren.type:
+                count = int_struct.unpack_from(buf, offset)[0]
+                offset += int_struct.size
+                children = []
+                for _ in range(max(count, 0)):
+                    child, offset = read_string(buf, offset)
+                    children.append(child)
+                results.append(children)
+            else:
+                data, offset = read_buffer(buf, offset)
+                results.append((data, ZnodeStat._make(stat_struct.unpack_from(buf, offset))))
+                offset += stat_struct.size
+
+
+def _submit(client: KazooClient, request: Any) -> Any:
+    """A request on the client's own connection (kazoo's protocol layer, its xids and its retries)."""
+    result = client.handler.async_result()
+    client._call(request, result)
+    return result
+
+
+def probe_multi_read(settings: ClusterSettings) -> bool:
+    """Does the server answer multiRead? Asked on a throwaway session: a 3.5 server answers an unknown
+    opcode by closing the session."""
+    client = new_client(settings)
+    try:
+        client.start(timeout=settings.zk_connect_timeout)
+        _submit(client, MultiRead([GetData("/", False)])).get(timeout=5)
+        return True
+    except Exception as exc:
+        log.info("ZooKeeper has no multiRead (%s): pipelined single reads", type(exc).__name__)
+        return False
+    finally:
+        client.stop()
+        client.close()
 
 
 def client_args(auth_file: str = "", ca: str = "", cert: str = "", key: str = "") -> dict[str, Any]:
@@ -110,13 +193,15 @@ def open_store(settings: ClusterSettings) -> ZooKeeperStore:
     except (KazooTimeoutError, KazooException) as exc:
         client.close()
         raise MetadataStoreUnavailable(f"cannot reach ZooKeeper at {uri.hosts}: {exc}") from None
+    multi = settings.zk_multi_read == "on" or (settings.zk_multi_read == "auto" and probe_multi_read(settings))
     return ZooKeeperStore(client, uri, max_in_flight=settings.zk_max_in_flight,
-                          retry_deadline=settings.zk_retry_deadline)
+                          retry_deadline=settings.zk_retry_deadline, multi_read=multi)
 
 
 class ZooKeeperStore(MetadataStore):
     def __init__(self, client: KazooClient, uri: MetadataServiceUri | str,
-                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, retry_deadline: float = 60.0) -> None:
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, retry_deadline: float = 60.0,
+                 multi_read: bool = False) -> None:
         if max_in_flight < 1:
             raise ConfigError("zk_max_in_flight must be at least 1")
         self.client = client
@@ -126,6 +211,11 @@ class ZooKeeperStore(MetadataStore):
         self.peak_in_flight = 0
         self.reads = 0
         self.retry_deadline = retry_deadline
+        self.multi_read = multi_read
+        self.requests = 0  # requests sent (a multiRead is one)
+        # What one answer costs, per kind of read, learned from the answers (a full leaf bucket's
+        # listing is ~100 KiB): the first batches are small, later ones sized to MULTI_BYTES.
+        self._answer_bytes: dict[int, float] = {GetData.type: 512.0, GetChildren.type: 64 * 1024.0}
         self._layout: Layout | None = self.uri.layout
         self._auditor_path = f"{self.uri.scrutiny_path}/auditor"
 
@@ -199,14 +289,82 @@ class ZooKeeperStore(MetadataStore):
             pending.append((path, handle))
             self.peak_in_flight = max(self.peak_in_flight, len(pending))
             self.reads += 1
+            self.requests += 1
         while pending:
             yield drain_one()
 
     def get_many(self, paths: Iterable[str]) -> Iterator[tuple[str, tuple[bytes, Any] | None]]:
+        if self.multi_read:
+            return self._multi(paths, GetData)
         return self._pipelined(paths, self.client.get_async)
 
     def children_many(self, paths: Iterable[str]) -> Iterator[tuple[str, list[str] | None]]:
+        if self.multi_read:
+            return self._multi(paths, GetChildren)
         return self._pipelined(paths, self.client.get_children_async)
+
+    def _batches(self, paths: Iterable[str], op: type[GetData | GetChildren]) -> Iterator[list[str]]:
+        """Batches sized by the bytes their answers are expected to take (learned per kind of read)."""
+        batch: list[str] = []
+        for path in paths:
+            batch.append(path)
+            if len(batch) >= max(1, min(MULTI_MAX_OPS, int(MULTI_BYTES / self._answer_bytes[op.type]))):
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def _multi(self, paths: Iterable[str], op: type[GetData | GetChildren]) -> Iterator[tuple[str, Any]]:
+        """Reads in multiRead batches, a few batches in flight, in order; per-op errors per path
+        (NONODE: None, as on the single path)."""
+        pending: deque[tuple[list[str], Any]] = deque()
+        single = self.client.get_async if op is GetData else self.client.get_children_async
+
+        def request(batch: list[str]) -> Any:
+            return _submit(self.client, MultiRead([op(_prefix_root(self.client.chroot, p), False) for p in batch]))
+
+        def drain_one() -> Iterator[tuple[str, Any]]:
+            batch, handle = pending.popleft()
+            try:
+                if handle is None:
+                    raise ConnectionLoss()
+                results = handle.get(timeout=OPERATION_TIMEOUT)
+            except UnimplementedError:
+                # A server without multiRead (a 3.5 member of a mixed ensemble): single reads from now on.
+                log.warning("ZooKeeper answered multiRead with UNIMPLEMENTED: pipelined single reads from now on")
+                self.multi_read = False
+                yield from self._pipelined(batch, single)
+                return
+            except _RETRYABLE:
+                if not self.multi_read:  # the session went down with the server that refused multiRead
+                    yield from self._pipelined(batch, single)
+                    return
+                results = self.call(request, batch)
+            size = 0
+            for path, got in zip(batch, results, strict=True):
+                if isinstance(got, NoNodeError):
+                    yield path, None
+                    continue
+                if isinstance(got, Exception):
+                    raise got
+                size += 80 + (len(got[0] or b"") if op is GetData else sum(len(c) + 4 for c in got))
+                yield path, got
+            learned = self._answer_bytes[op.type]
+            self._answer_bytes[op.type] = max(0.8 * learned + 0.2 * size / len(batch), size / len(batch), 16)
+
+        for batch in self._batches(paths, op):
+            if len(pending) >= min(MULTI_IN_FLIGHT, self.max_in_flight):
+                yield from drain_one()
+            try:
+                handle = request(batch)
+            except _RETRYABLE:
+                handle = None
+            pending.append((batch, handle))
+            self.peak_in_flight = max(self.peak_in_flight, len(pending))  # requests, as on the single path
+            self.reads += len(batch)
+            self.requests += 1
+        while pending:
+            yield from drain_one()
 
     # -- layout and enumeration -------------------------------------------------------------------
 
