@@ -3,10 +3,15 @@
 A cluster of 30 bookies on 5 racks, E=3/WQ=2/AQ=2 (plus E=5/WQ=3 and two-segment ledgers), 1,000
 entries per ledger, one bookie agent process per bookie on the synthetic store. For each size:
 
-- floor: a Spark job that only reads every ledger znode (pipelined, no decoding), plus a Spark job
-  that only streams every (bookie, ledger) answer from the agents (no decoding);
+- floor: a Spark job that only reads every ledger znode with raw multiRead batches (no decoding), plus
+  a Spark job that only streams every (bookie, ledger) answer from the agents (no decoding);
 - the full scan (`ScrutinyRun` on the same SparkSession) and its ratio to the floor;
-- the same scan with the unary bookie call (upstream's access pattern), up to --unary-max ledgers;
+- the ZooKeeper requests per ledger of that scan, from the server's own packet counter (`srvr`
+  Received, pings of every session included);
+- scrutiny's CPU seconds per million ledgers in the scan: the driver and Spark's Python workers, and
+  Spark's JVM apart (the agents and the ZooKeeper server excluded);
+- the same scan with single pipelined ZooKeeper reads (before multiRead) and the floor it had, and the
+  scan with the unary bookie call (upstream's access pattern), up to --old-max ledgers;
 - ledgers per second, peak RSS of the driver and of the executors (Python workers and the JVM),
   peak ZooKeeper requests in flight.
 
@@ -41,12 +46,13 @@ from scrutiny.metadata import (
 )
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import SparkEngine, spark_session
-from scrutiny.scan.work import EXECUTOR, RunContext
+from scrutiny.scan import work as range_work
+from scrutiny.scan.work import RunContext
 from scrutiny.store import LedgerRange
 from scrutiny.store.zookeeper import ZooKeeperStore
 from scrutiny.testing import store_at
 from scrutiny.testing.clusterwriter import ClusterWriter
-from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.localzk import LocalZooKeeper, packets_received
 from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 BOOKIES = 30
@@ -136,8 +142,44 @@ class PeakRss:
         self._t.join()
 
 
-def _read_range(uri: str, rng: LedgerRange) -> int:
-    store, _ = EXECUTOR.get(RunContext(ScanSettings(metadata_service_uri=uri), {}, frozenset(), {}, 0))
+class ScrutinyCpu:
+    """CPU seconds of this process and its descendants (Spark's JVM, its Python daemon and workers),
+    leaving out the given processes and theirs (the agents, the ZooKeeper server). A process that
+    exits in between is counted by the parent that reaps it."""
+
+    def __init__(self, exclude: list[int]) -> None:
+        self.exclude = set(exclude)
+        self.before = self._sample()
+
+    def _sample(self) -> dict[str, float]:
+        me = psutil.Process()
+        skip: set[int] = set()
+        for pid in self.exclude:
+            try:
+                skip |= {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
+            except psutil.Error:
+                pass
+        out = {"python": 0.0, "jvm": 0.0}
+        for p in [me, *me.children(recursive=True)]:
+            if p.pid in skip:
+                continue
+            try:
+                t = p.cpu_times()
+                kind = "jvm" if "java" in p.name() else "python"
+            except psutil.Error:
+                continue
+            out[kind] += t.user + t.system + t.children_user + t.children_system
+        return out
+
+    def spent(self) -> dict[str, float]:
+        after = self._sample()
+        return {k: after[k] - self.before[k] for k in after}
+
+
+def _read_range(uri: str, rng: LedgerRange, multi_read: str = "on") -> int:
+    settings = ScanSettings(metadata_service_uri=uri, zk_multi_read=multi_read)
+    store, _ = range_work.EXECUTOR.get(  # through the module: cloudpickle would copy the object (it has a lock)
+        RunContext(settings, {}, frozenset(), {}, 0))
     assert isinstance(store, ZooKeeperStore)
     ids = store.ledger_ids(rng)
     paths = (ledger_path(store.layout, store.root, i) for i in ids)
@@ -159,7 +201,7 @@ def _stream(address: str, ids: list[int]) -> int:
     return n
 
 
-def run_size(count: int, entries: int, unary_max: int, master: str) -> dict[str, Any]:
+def run_size(count: int, entries: int, old_max: int, master: str) -> dict[str, Any]:
     row: dict[str, Any] = {"ledgers": count}
     heap = "3g" if count > 300_000 else "1g"
     with tempfile.TemporaryDirectory() as tmp, LocalZooKeeper(heap=heap) as zk:
@@ -187,29 +229,45 @@ def run_size(count: int, entries: int, unary_max: int, master: str) -> dict[str,
             # -- the floor: only I/O, same parallelism as the scan
             t0 = time.perf_counter()
             read = sc.parallelize(ranges, len(ranges)).map(lambda r: _read_range(uri, r)).sum()
-            row["floor: metadata s"] = time.perf_counter() - t0
+            row["floor: multiRead s"] = time.perf_counter() - t0
             work = [(addresses[b], ids[i:i + 20_000]) for b, ids in held.items() for i in range(0, len(ids), 20_000)]
             t0 = time.perf_counter()
             answered = sc.parallelize(work, len(work)).map(lambda w: _stream(*w)).sum()
             row["floor: agents s"] = time.perf_counter() - t0
             assert read == count and answered == sum(len(v) for v in held.values())
-            floor = row["floor: metadata s"] + row["floor: agents s"]
+            floor = row["floor: multiRead s"] + row["floor: agents s"]
             row["floor s"] = floor
             # -- the scan
             settings = ScanSettings(metadata_service_uri=uri, recheck_delay=1.0, spark_master=master)
             peak = PeakRss()  # from here: what the scan itself costs
+            received = packets_received(zk.port)
+            cpu = ScrutinyCpu([zk._proc.pid, *(a.pid for a in agents)])  # type: ignore[union-attr]
             t0 = time.perf_counter()
             report = ScrutinyRun(settings, SparkEngine(session=session)).execute()
             scan = time.perf_counter() - t0
+            spent = cpu.spent()
+            row["zk requests / ledger"] = (packets_received(zk.port) - received) / count
             assert report.complete and not report.violations, (report.errors[:3], report.counts)
             assert report.ledgers["checked"] == count
             row["scan s"] = scan
             row["scan / floor"] = scan / floor
             row["ledgers/s"] = count / scan
+            row["CPU s/M ledgers: python"] = spent["python"] * 1e6 / count
+            row["CPU s/M ledgers: JVM"] = spent["jvm"] * 1e6 / count
             row["zk peak in flight"] = report.stats.get("zk_peak_in_flight", 0)
             row["driver RSS MB"] = peak.driver_base // (1 << 20)
             row["driver growth in scan MB"] = (peak.driver - peak.driver_base) // (1 << 20)
-            if count <= unary_max:
+            if count <= old_max:  # before multiRead, measured in the same run
+                t0 = time.perf_counter()
+                sc.parallelize(ranges, len(ranges)).map(lambda r: _read_range(uri, r, "off")).sum()
+                row["old floor: single reads s"] = time.perf_counter() - t0
+                single = ScanSettings(metadata_service_uri=uri, recheck_delay=1.0, zk_multi_read="off")
+                received = packets_received(zk.port)
+                t0 = time.perf_counter()
+                ScrutinyRun(single, SparkEngine(session=session)).execute()
+                row["single-read scan s"] = time.perf_counter() - t0
+                row["single-read zk requests / ledger"] = (packets_received(zk.port) - received) / count
+                row["single-read / multiRead scan"] = row["single-read scan s"] / scan
                 unary = ScanSettings(metadata_service_uri=uri, recheck_delay=1.0, bookie_streaming=False)
                 t0 = time.perf_counter()
                 ScrutinyRun(unary, SparkEngine(session=session)).execute()
@@ -220,7 +278,7 @@ def run_size(count: int, entries: int, unary_max: int, master: str) -> dict[str,
             row["JVM peak MB"] = peak.jvm // (1 << 20)
             session.stop()
         finally:
-            EXECUTOR.close()
+            range_work.EXECUTOR.close()
             for a in agents:
                 a.terminate()
             for a in agents:
@@ -234,12 +292,13 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="10000,100000,1000000")
     p.add_argument("--entries", type=int, default=1000)
-    p.add_argument("--unary-max", type=int, default=100_000, help="largest size also scanned with unary calls")
+    p.add_argument("--old-max", type=int, default=100_000,
+                   help="largest size also scanned with single ZooKeeper reads and with unary bookie calls")
     p.add_argument("--spark-master", default="local[2]")
     a = p.parse_args()
     rows = []
     for size in (int(s) for s in a.sizes.split(",")):
-        rows.append(run_size(size, a.entries, a.unary_max, a.spark_master))
+        rows.append(run_size(size, a.entries, a.old_max, a.spark_master))
         print(table(rows), flush=True)
         print(flush=True)
 

@@ -174,16 +174,26 @@ class LocalZooKeeper:
         self.close()
 
 
-def mode(port: int) -> str:
-    """`leader`, `follower`, `standalone`, or "" when the server does not answer."""
+def _srvr(port: int) -> dict[str, str]:
+    """The server's `srvr` four-letter answer as fields ({} when it does not answer)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
             s.settimeout(1.0)
             s.sendall(b"srvr")
             text = s.recv(4096).decode("ascii", "replace")
     except OSError:
-        return ""
-    return next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Mode:")), "")
+        return {}
+    return {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in text.splitlines()) if v}
+
+
+def mode(port: int) -> str:
+    """`leader`, `follower`, `standalone`, or "" when the server does not answer."""
+    return _srvr(port).get("Mode", "")
+
+
+def packets_received(port: int) -> int:
+    """The server's own count of the packets (requests and pings) it has received."""
+    return int(_srvr(port)["Received"])
 
 
 class LocalEnsemble:
