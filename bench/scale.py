@@ -21,6 +21,7 @@ entries per ledger, one bookie agent process per bookie on the synthetic store. 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import subprocess
 import sys
@@ -44,9 +45,9 @@ from scrutiny.metadata import (
     Segment,
     ledger_path,
 )
+from scrutiny.scan import work as range_work
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import SparkEngine, spark_session
-from scrutiny.scan import work as range_work
 from scrutiny.scan.work import RunContext
 from scrutiny.store import LedgerRange
 from scrutiny.store.zookeeper import ZooKeeperStore
@@ -155,10 +156,8 @@ class ScrutinyCpu:
         me = psutil.Process()
         skip: set[int] = set()
         for pid in self.exclude:
-            try:
+            with contextlib.suppress(psutil.Error):
                 skip |= {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
-            except psutil.Error:
-                pass
         out = {"python": 0.0, "jvm": 0.0}
         for p in [me, *me.children(recursive=True)]:
             if p.pid in skip:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
@@ -12,6 +13,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from scrutiny import codec
 from scrutiny.config import DEFAULT_AGENT_PORT
 from scrutiny.entrysources import EntrySource, SourceError
 from scrutiny.prometheus import PREFIX, MetricsEndpoint
@@ -26,6 +28,26 @@ ANSWERS_PER_MESSAGE = 100
 SERVICE_NAME = "scrutiny.v1.Bookie"
 
 Answer = bookie_pb2.GetListOfEntriesOfALedgerResponse
+VERIFY_MESSAGE_BYTES = 1 << 20  # deep-scrub answers per stream message: about this many bytes
+
+
+class ByteRate:
+    """A shared byte-rate limit (HDFS's block scanner and Ceph's scrub sleep do the same): a reader
+    that got ahead of the rate sleeps until the rate has caught up with it."""
+
+    def __init__(self, bytes_per_second: float, clock: Any = time.monotonic, sleep: Any = time.sleep) -> None:
+        self.rate = bytes_per_second
+        self.clock, self.sleep = clock, sleep
+        self._lock = threading.Lock()
+        self._free_at = clock()  # when the bytes read so far will have been paid for
+
+    def take(self, n: int) -> None:
+        with self._lock:
+            now = self.clock()
+            self._free_at = max(self._free_at, now - 0.1) + n / self.rate  # at most 0.1 s of credit
+            wait = self._free_at - now
+        if wait > 0:
+            self.sleep(wait)
 
 
 class AgentMetrics:
@@ -36,17 +58,24 @@ class AgentMetrics:
         self.requests = Counter(f"{PREFIX}agent_requests", "calls served", ["method"], registry=self.registry)
         self.answers = Counter(f"{PREFIX}agent_answers", "ledger answers by status", ["status"],
                                registry=self.registry)
+        self.verified_bytes = Counter(f"{PREFIX}agent_deep_read_bytes", "entry-log bytes read by deep scrubs",
+                                      registry=self.registry)
+        self.corrupt = Counter(f"{PREFIX}agent_deep_corrupt_entries", "entries whose stored bytes failed, by reason",
+                               ["reason"], registry=self.registry)
         self.catch_up = Histogram(f"{PREFIX}agent_catch_up_seconds", "catching up with the bookie, per request",
                                   registry=self.registry, buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .5))
 
 
 class BookieServicer(bookie_pb2_grpc.BookieServicer):
     def __init__(self, source: EntrySource, max_ledgers_per_call: int = MAX_LEDGERS_PER_CALL,
-                 answers_per_message: int = ANSWERS_PER_MESSAGE, metrics: AgentMetrics | None = None) -> None:
+                 answers_per_message: int = ANSWERS_PER_MESSAGE, metrics: AgentMetrics | None = None,
+                 deep_rate: ByteRate | None = None, accepts_passwords: bool = False) -> None:
         self.source = source
         self.max_ledgers_per_call = max_ledgers_per_call
         self.answers_per_message = answers_per_message
         self.metrics = metrics or AgentMetrics()
+        self.deep_rate = deep_rate or ByteRate(32 * 1024 * 1024)
+        self.accepts_passwords = accepts_passwords  # HMAC keys travel only over TLS
 
     def refresh(self, method: str) -> str:
         """Catch up with the bookie once per request; the reason when that failed (every answer EIO)."""
@@ -104,6 +133,61 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         if batch:
             yield bookie_pb2.GetListOfEntriesOfLedgersResponse(ledgers=batch)
 
+    def VerifyEntriesOfLedgers(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        verify = getattr(self.source, "verify", None)
+        if verify is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                          f"a {type(self.source).__name__} has no entry logs to read: deep scrub needs DbLedgerStorage")
+        asks = list({a.ledger_id: a for a in request.ledgers}.values())
+        if len(asks) > self.max_ledgers_per_call:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"{len(asks)} ledgers in one call; at most {self.max_ledgers_per_call}")
+        for a in asks:
+            if a.ledger_id < 0:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger_id {a.ledger_id} is negative")
+            if a.digest_type not in bookie_pb2.DigestType.values():
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger {a.ledger_id}: unknown digest type "
+                              f"{a.digest_type}")
+            if a.password and not self.accepts_passwords:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                              "ledger passwords (HMAC) are accepted only by an agent served over TLS")
+        failed = self.refresh("VerifyEntriesOfLedgers")
+        batch, size = [], 0
+        for a in asks:
+            if not context.is_active():
+                return
+            msg = self._verification(verify, a, failed)
+            self.metrics.answers.labels(bookie_pb2.StatusCode.Name(msg.status)).inc()
+            batch.append(msg)
+            size += msg.ByteSize()
+            if size >= VERIFY_MESSAGE_BYTES or len(batch) >= self.answers_per_message:
+                yield bookie_pb2.VerifyEntriesOfLedgersResponse(ledgers=batch)
+                batch, size = [], 0
+        if batch:
+            yield bookie_pb2.VerifyEntriesOfLedgersResponse(ledgers=batch)
+
+    def _verification(self, verify: Any, ask: Any, failed: str) -> Any:
+        reply = bookie_pb2.LedgerVerification
+        if failed:
+            return reply(status=bookie_pb2.EIO, ledger_id=ask.ledger_id, message=failed)
+        digest_type = bookie_pb2.DigestType.Name(ask.digest_type)
+        try:
+            got = verify(ask.ledger_id, digest_type, ask.password or None, self.deep_rate.take)
+        except SourceError as exc:
+            return reply(status=bookie_pb2.EIO, ledger_id=ask.ledger_id, message=str(exc))
+        except Exception as exc:  # a source bug must not kill the stream for every other ledger
+            log.exception("deep scrub failed on ledger %d", ask.ledger_id)
+            return reply(status=bookie_pb2.EIO, ledger_id=ask.ledger_id, message=f"{type(exc).__name__}: {exc}")
+        if got is None:
+            return reply(status=bookie_pb2.ENOLEDGER, ledger_id=ask.ledger_id)
+        self.metrics.verified_bytes.inc(got.bytes_read)
+        for _, reason, _ in got.corrupt:
+            self.metrics.corrupt.labels(reason).inc()
+        return reply(status=bookie_pb2.EOK, ledger_id=ask.ledger_id, verified_entries=codec.encode(got.verified),
+                     payload_hashes=got.payload_hashes, bytes_read=got.bytes_read,
+                     digest_unchecked=not got.digest_checked,
+                     corrupt=[bookie_pb2.CorruptEntry(entry_id=e, reason=r, detail=d) for e, r, d in got.corrupt])
+
 
 class BookieAgent:
     """A running agent: gRPC server, health service, optional ZooKeeper registration."""
@@ -111,7 +195,8 @@ class BookieAgent:
     def __init__(self, source: EntrySource, bind: str = f"0.0.0.0:{DEFAULT_AGENT_PORT}", workers: int = 8,
                  max_concurrent_calls: int = 64, max_message_bytes: int = 64 * 1024 * 1024,
                  answers_per_message: int = ANSWERS_PER_MESSAGE,
-                 credentials: grpc.ServerCredentials | None = None) -> None:
+                 credentials: grpc.ServerCredentials | None = None,
+                 deep_bytes_per_second: float = 32 * 1024 * 1024) -> None:
         self.source = source
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent"),
@@ -119,7 +204,9 @@ class BookieAgent:
             options=[("grpc.max_send_message_length", max_message_bytes),
                      ("grpc.max_receive_message_length", 4 * 1024 * 1024)],
         )
-        self.servicer = BookieServicer(source, answers_per_message=answers_per_message)
+        self.servicer = BookieServicer(source, answers_per_message=answers_per_message,
+                                       deep_rate=ByteRate(deep_bytes_per_second),
+                                       accepts_passwords=credentials is not None)
         bookie_pb2_grpc.add_BookieServicer_to_server(self.servicer, self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

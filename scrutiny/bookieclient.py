@@ -11,16 +11,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent import futures
 from typing import Any
 
 import grpc
+import numpy as np
 
 from scrutiny import retry
-from scrutiny.checks import NO_LEDGER, BookieAnswer, Outcome
+from scrutiny.checks import NO_LEDGER, BookieAnswer, DeepAnswer, Outcome
 from scrutiny.codec import CodecError, decode, encode_groups
 from scrutiny.config import DEFAULT_AGENT_PORT, ScanSettings
+from scrutiny.entrylog import PAYLOAD_HASH_BYTES
+from scrutiny.metadata import LedgerMetadata
 from scrutiny.tls import channel_credentials
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
@@ -48,6 +51,24 @@ def interpret(bookie_id: str, msg: Any) -> BookieAnswer:
     return BookieAnswer(Outcome.UNAVAILABLE, reason=f"{name}: {msg.message}".rstrip(": "))
 
 
+def interpret_verification(bookie_id: str, msg: Any) -> DeepAnswer:
+    """One LedgerVerification as a deep answer (not verified when it cannot be read)."""
+    if msg.status == bookie_pb2.ENOLEDGER:
+        return DeepAnswer(np.empty(0, np.int64))
+    if msg.status != bookie_pb2.EOK:
+        return DeepAnswer(reason=f"{bookie_pb2.StatusCode.Name(msg.status)}: {msg.message}".rstrip(": "))
+    try:
+        verified = decode(msg.verified_entries or EMPTY_ANSWER).entry_ids(limit=1 << 40)
+    except CodecError as exc:
+        return DeepAnswer(reason=f"bookie {bookie_id}, ledger {msg.ledger_id}: {exc}")
+    if len(msg.payload_hashes) != PAYLOAD_HASH_BYTES * verified.size:
+        return DeepAnswer(reason=f"bookie {bookie_id}, ledger {msg.ledger_id}: {len(msg.payload_hashes)} bytes of "
+                                 f"payload hashes for {verified.size} verified entries")
+    return DeepAnswer(verified, np.frombuffer(msg.payload_hashes, dtype=">u8").astype(np.uint64),
+                      tuple((c.entry_id, c.reason, c.detail) for c in msg.corrupt), msg.bytes_read,
+                      not msg.digest_unchecked)
+
+
 class EndpointResolver:
     """Where a bookie's agent listens: an explicit address, else the agent's own registration,
     else the configured default port on the bookie's host."""
@@ -72,7 +93,8 @@ class BookieClient:
                  max_calls_per_bookie: int = 2, retries: int = 2, backoff: retry.Backoff = retry.BOOKIE_CALL,
                  streaming: bool = True,
                  unary_in_flight: int = 16, max_message_bytes: int = 64 * 1024 * 1024,
-                 credentials: grpc.ChannelCredentials | None = None, parallelism: int = 8) -> None:
+                 credentials: grpc.ChannelCredentials | None = None, parallelism: int = 8,
+                 deep_ledgers_per_call: int = 20, deep_deadline: float = 900.0) -> None:
         self.resolver = resolver
         self.deadline = deadline
         self.ledgers_per_call = ledgers_per_call
@@ -83,6 +105,8 @@ class BookieClient:
         self.unary_in_flight = unary_in_flight
         self.max_message_bytes = max_message_bytes
         self.credentials = credentials
+        self.deep_ledgers_per_call = deep_ledgers_per_call
+        self.deep_deadline = deep_deadline
         self.failed_calls = 0  # calls that ended in an error, for the run's statistics
         self._channels: dict[str, grpc.Channel] = {}
         self._no_streaming: set[str] = set()
@@ -97,7 +121,8 @@ class BookieClient:
                    deadline=s.bookie_deadline_seconds, ledgers_per_call=s.bookie_ledgers_per_call,
                    max_calls_per_bookie=s.bookie_calls_per_bookie, streaming=s.bookie_streaming,
                    max_message_bytes=s.bookie_max_message_bytes,
-                   credentials=channel_credentials(s.bookie_tls_ca, s.bookie_tls_cert, s.bookie_tls_key))
+                   credentials=channel_credentials(s.bookie_tls_ca, s.bookie_tls_cert, s.bookie_tls_key),
+                   deep_ledgers_per_call=s.deep_ledgers_per_call, deep_deadline=s.deep_deadline_seconds)
 
     # -- channels --------------------------------------------------------------------------------
 
@@ -234,3 +259,47 @@ class BookieClient:
                         f"bookie {bookie_id}, ledger {lid}: answer larger than {self.max_message_bytes} bytes"))
                 else:
                     got[lid] = BookieAnswer(Outcome.UNAVAILABLE, reason=f"{exc.code().name}: {exc.details()}")
+
+    # -- deep scrub -------------------------------------------------------------------------------
+
+    def verify_many(self, wanted: Mapping[str, Sequence[LedgerMetadata]],
+                    send_passwords: bool = False) -> dict[str, dict[int, DeepAnswer]]:
+        """Ask every bookie to verify its copies of its ledgers; every (bookie, ledger) gets one answer."""
+        tasks = []
+        for bookie_id, ledgers in wanted.items():
+            asks = [bookie_pb2.LedgerToVerify(
+                ledger_id=md.ledger_id, digest_type=md.digest_type,
+                password=md.password if send_passwords and md.digest_type == "HMAC" else b"")
+                for md in sorted(ledgers, key=lambda m: m.ledger_id)]
+            for i in range(0, len(asks), self.deep_ledgers_per_call):
+                tasks.append((bookie_id, self._pool.submit(self._verify_chunk, bookie_id,
+                                                           asks[i:i + self.deep_ledgers_per_call])))
+        out: dict[str, dict[int, DeepAnswer]] = {b: {} for b in wanted}
+        for bookie_id, fut in tasks:
+            out[bookie_id].update(fut.result())
+        return out
+
+    def _verify_chunk(self, bookie_id: str, asks: list[Any]) -> dict[int, DeepAnswer]:
+        got: dict[int, DeepAnswer] = {}
+        reason = "the agent's stream ended without it"
+        with self._slot(bookie_id):
+            delays = self.backoff.delays()
+            for attempt in range(self.retries + 1):
+                remaining = [a for a in asks if a.ledger_id not in got]
+                if not remaining:
+                    break
+                if attempt:
+                    time.sleep(next(delays))
+                try:
+                    req = bookie_pb2.VerifyEntriesOfLedgersRequest(ledgers=remaining)
+                    for msg in self._stub(bookie_id).VerifyEntriesOfLedgers(req, timeout=self.deep_deadline):
+                        for v in msg.ledgers:
+                            got.setdefault(v.ledger_id, interpret_verification(bookie_id, v))
+                    break
+                except grpc.RpcError as exc:
+                    self.failed_calls += 1
+                    reason = f"{exc.code().name}: {exc.details()}"
+                    if exc.code() not in _TRANSIENT:
+                        break
+        return {a.ledger_id: got.get(a.ledger_id) or DeepAnswer(reason=f"bookie {bookie_id}: {reason}")
+                for a in asks}

@@ -23,6 +23,8 @@ class Category(enum.StrEnum):
     WOULD_HAVE_NO_REPLICA_OF_AN_ENTRY = "WOULD_HAVE_NO_REPLICA_OF_AN_ENTRY"
     WOULD_HAVE_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY = "WOULD_HAVE_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"
     WOULD_HAVE_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY = "WOULD_HAVE_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"
+    CORRUPT_ENTRY = "CORRUPT_ENTRY"
+    DIVERGENT_COPIES = "DIVERGENT_COPIES"
 
 
 class Severity(enum.StrEnum):
@@ -36,6 +38,7 @@ class Phase(enum.StrEnum):
     LEDGERS = "ledgers"  # the per-range analysis of every ledger (the full run)
     MARKS = "marks"  # the under-replication marks (also the cheap periodic job)
     WHATIF = "whatif"  # only a what-if run: were these bookies (racks) down, what would be at risk?
+    DEEP = "deep"  # only a deep run: the stored bytes of the copies, read and verified by the agents
 
 
 class Fact(enum.StrEnum):
@@ -94,6 +97,24 @@ def _answers(d: Mapping[str, Any]) -> list[str]:
     return [str(r) for r in d.get("answers", {}).values()]
 
 
+def _corrupt(d: Mapping[str, Any]) -> list[str]:
+    out = []
+    for b, c in list(d.get("copies", {}).items())[:5]:
+        reasons = ", ".join(f"{r} {n}" for r, n in c["reasons"].items())
+        out.append(f"{b}: {c['count']} entries {_ranges(c['entries'])} ({reasons}); {c['example']}")
+    return out
+
+
+def _divergent(d: Mapping[str, Any]) -> list[str]:
+    groups = "; ".join(f"{', '.join(bs)}" for bs in d.get("first_entry_copies", {}).values())
+    return [f"{d.get('count', 0)} entries {_ranges(d.get('entries', []))} differ; first entry's copies: {groups}"]
+
+
+def _ranges(ranges: list[list[int]]) -> str:
+    shown = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:5])
+    return shown + (", ..." if len(ranges) > 5 else "")
+
+
 def _error(d: Mapping[str, Any]) -> list[str]:
     return [str(d["error"])] if "error" in d else []
 
@@ -133,6 +154,11 @@ REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
                  rank=3.5),
     CategorySpec(Category.INVALID_BOOKIE_RESPONSE, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
                  "a bookie's answer for the ledger cannot be decoded", _answers, rank=5),
+    CategorySpec(Category.CORRUPT_ENTRY, Phase.DEEP, Severity.ERROR, _ANSWERED,
+                 "deep: a copy the bookie's index lists is missing, truncated, another entry's or fails its "
+                 "digest, after a re-read", _corrupt, rank=0.8),
+    CategorySpec(Category.DIVERGENT_COPIES, Phase.DEEP, Severity.ERROR, _ANSWERED,
+                 "deep: verified copies of one entry whose payloads differ", _divergent, rank=0.9),
 )}
 assert set(REGISTRY) == set(Category), "every category needs its registry entry"
 

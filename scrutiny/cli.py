@@ -59,6 +59,8 @@ def _agent_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tls-key", help="... and its key")
     p.add_argument("--tls-client-ca", help="mutual TLS: callers need a certificate signed by this CA")
     p.add_argument("--workers", type=int)
+    p.add_argument("--deep-bytes-per-second", type=float,
+                   help="deep scrub: entry-log bytes read per second, all calls together (default 32 MiB)")
     p.add_argument("--metrics-listen", help="serve Prometheus' /metrics here, e.g. 0.0.0.0:9191 (not :8000)")
     p.add_argument("--log-level", default="INFO")
 
@@ -86,7 +88,8 @@ def run_bookie_agent(args: argparse.Namespace) -> int:
     else:
         source = SyntheticStore(s.synthetic_file)
     creds = server_credentials(s.tls_cert, s.tls_key, s.tls_client_ca)
-    agent = BookieAgent(source, bind=s.bind, workers=s.workers, credentials=creds).start()
+    agent = BookieAgent(source, bind=s.bind, workers=s.workers, credentials=creds,
+                        deep_bytes_per_second=s.deep_bytes_per_second).start()
     if metrics.listen:
         agent.serve_metrics(metrics.listen)
     bind_host, _ = parse_host_port(s.bind, "--bind", ConfigError)
@@ -118,6 +121,13 @@ def _pairs(flag: str) -> Callable[[str], tuple[str, str]]:
     return parse
 
 
+def _slice(text: str) -> tuple[int, int]:
+    k, sep, n = text.partition("/")
+    if not sep or not k.isdigit() or not n.isdigit() or not 0 <= int(k) < int(n):
+        raise argparse.ArgumentTypeError(f"--deep-slice wants K/N with 0 <= K < N, got {text!r}")
+    return int(k), int(n)
+
+
 def _scan_flags(p: argparse.ArgumentParser) -> None:
     """The flags of `scan` (and of `rescan`'s output); defaults live in ScanSettings, not here."""
     p.add_argument("--config", help="settings file (YAML, or TOML by extension); flags win")
@@ -139,6 +149,10 @@ def _scan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ledger", action="append", type=int, metavar="ID", help="scan only these (repeatable)")
     p.add_argument("--topic", action="append", metavar="persistent://TENANT/NS/NAME",
                    help="scan only this Pulsar topic's ledgers: data, cursors, compacted (repeatable)")
+    p.add_argument("--deep", action="store_true", default=None,
+                   help="deep scrub: the agents read every listed entry's bytes and verify size, ids and digest")
+    p.add_argument("--deep-slice", type=_slice, metavar="K/N",
+                   help="deep: verify only slice K of N of the ledgers (0 <= K < N)")
     p.add_argument("--format", choices=["text", "json"])
     p.add_argument("--output", metavar="FILE")
     p.add_argument("--engine", choices=["spark", "local"])
@@ -158,6 +172,8 @@ def scan_settings(args: argparse.Namespace) -> ScanSettings:
     flags["ledgers"] = tuple(args.ledger) if args.ledger else None
     flags["topics"] = tuple(args.topic) if getattr(args, "topic", None) else None
     flags["spark_conf"] = dict(args.spark_conf) if args.spark_conf else None
+    if getattr(args, "deep_slice", None):
+        flags["deep_slice"], flags["deep_slices"] = args.deep_slice
     return build(ScanSettings, file_values, flags, where=args.config or "config").validate()
 
 

@@ -72,6 +72,13 @@ class ScanSettings(ClusterSettings):
     write_cache_grace_seconds: float = 0.0
     verify_rounds: int = 3
     blast_radius: bool = True  # full runs: per bookie and rack, what would fall below AQ were it down
+    # deep scrub: the stored bytes read and verified by the agents (DbLedgerStorage)
+    deep: bool = False
+    deep_slices: int = 1  # a deep pass in this many slices of the ledgers; a run verifies one
+    deep_slice: int = 0  # which slice this run verifies (0 .. deep_slices - 1)
+    deep_ledgers_per_call: int = 20
+    deep_deadline_seconds: float = 900.0  # one deep call reads at the agent's byte-rate limit
+    deep_send_passwords: bool = False  # HMAC ledgers: send their passwords (agents over TLS only)
     # scope and output
     ledgers: tuple[int, ...] = ()
     topics: tuple[str, ...] = ()  # Pulsar topics (persistent://tenant/ns/name): their data, cursor, compacted ledgers
@@ -103,6 +110,12 @@ class ScanSettings(ClusterSettings):
             (self.bookie_calls_per_bookie >= 1, "bookie_calls_per_bookie", "at least 1"),
             (self.zk_max_in_flight >= 1, "zk_max_in_flight", "at least 1"),
             (self.zk_multi_read in ("auto", "on", "off"), "zk_multi_read", "auto, on or off"),
+            (self.deep_slices >= 1, "deep_slices", "at least 1"),
+            (0 <= self.deep_slice < self.deep_slices, "deep_slice", f"0 .. {self.deep_slices - 1} (deep_slices - 1)"),
+            (0 < self.deep_ledgers_per_call <= 10_000, "deep_ledgers_per_call", "1..10000"),
+            (self.deep_deadline_seconds > 0, "deep_deadline_seconds", "positive seconds"),
+            (not self.deep_send_passwords or bool(self.bookie_tls_ca), "deep_send_passwords",
+             "only with TLS to the agents (bookie_tls_ca)"),
             (self.verify_rounds >= 1, "verify_rounds", "at least 1"),
             (all(i >= 0 for i in self.ledgers), "ledgers", "non-negative ledger ids"),
             (all(t.startswith("persistent://") for t in self.topics), "topics", "persistent://tenant/namespace/name"),
@@ -277,6 +290,7 @@ class AgentSettings:
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""
+    deep_bytes_per_second: float = 32 * 1024 * 1024  # deep scrub: entry-log bytes read per second, all calls
 
     SOURCES = ("dbledgerstorage", "bridge", "synthetic")
 
@@ -294,6 +308,8 @@ class AgentSettings:
             raise ConfigError("agent.source synthetic needs a store file (--synthetic-file)")
         if self.workers < 1:
             raise ConfigError("agent.workers: must be at least 1")
+        if self.deep_bytes_per_second <= 0:
+            raise ConfigError("agent.deep_bytes_per_second: must be positive (bytes per second)")
         return self
 
 

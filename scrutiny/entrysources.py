@@ -12,7 +12,8 @@
 
 Every source answers `availability(ledger_id)` what the bookie itself would serve: a `Holding` (the
 BP-34 encoding, and whether the ledger is in limbo), None for "no such ledger" (ENOLEDGER), or
-SourceError when it cannot tell (the agent answers EIO).
+SourceError when it cannot tell (the agent answers EIO). DbLedgerStorageSource also answers
+`verify(...)` (the deep scrub): the entries the index lists, read from the entry logs and verified.
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ import socket
 import struct
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from scrutiny import codec
+from scrutiny import codec, entrylog
 from scrutiny.bookkeeper import bookie_protocol_pb2 as bkp
 from scrutiny.bookkeeper import dbledgerstorage_pb2
 from scrutiny.errors import StoreError
@@ -45,6 +46,19 @@ class Holding(NamedTuple):
 
 class SourceError(StoreError):
     """The source could not tell which entries it holds (mapped to EIO)."""
+
+
+class Verification(NamedTuple):
+    """A deep scrub of one ledger's copies on one bookie."""
+
+    verified: np.ndarray  # entry ids whose stored bytes verified, ascending
+    payload_hashes: bytes  # PAYLOAD_HASH_BYTES per verified entry, same order
+    corrupt: list[tuple[int, str, str]]  # (entry id, reason, detail), ascending entry id
+    bytes_read: int
+    digest_checked: bool
+
+
+MAX_ENTRY_BYTES = 64 * 1024 * 1024  # larger than any entry a bookie accepts (nettyMaxFrameSizeBytes)
 
 
 class EntrySource(Protocol):
@@ -129,6 +143,7 @@ class DbLedgerStorageSource:
     deleted is refused (ENOLEDGER) even while its `locations` keys await the next cleanup."""
 
     def __init__(self, ledger_dirs: Sequence[str | Path], scratch_dir: str | Path | None = None) -> None:
+        self.ledger_dirs = [Path(d) for d in ledger_dirs]
         dirs = [Path(d) / "current" for d in ledger_dirs]
         missing = [str(d / name) for d in dirs for name in ("ledgers", "locations")
                    if not (d / name / "CURRENT").exists()]
@@ -180,6 +195,116 @@ class DbLedgerStorageSource:
     def availability(self, ledger_id: int) -> Holding | None:
         got = self.entry_ids(ledger_id)
         return None if got is None else Holding(codec.encode(got[0]), got[1])
+
+    # -- deep scrub --------------------------------------------------------------------------------
+
+    def _locations(self, ledger_id: int) -> list[tuple[int, int, int]] | None:
+        """(directory index, entry id, location) of every entry the indexes list; None: no ledger."""
+        out: list[tuple[int, int, int]] = []
+        known = False
+        with self._lock:
+            for d, (ledgers, locations) in enumerate(self.indexes):
+                if ledgers._handle is None:
+                    ledgers.catch_up()
+                    locations.catch_up()
+                if ledgers.get(_LEDGER_KEY.pack(ledger_id)) is None:
+                    continue
+                known = True
+                it = locations.iterator()
+                it.seek(_KEY.pack(ledger_id, 0))
+                while it.valid():
+                    lid, eid = _KEY.unpack(it.key())
+                    if lid != ledger_id:
+                        break
+                    if eid >= 0:
+                        out.append((d, eid, struct.unpack(">q", it.value())[0]))
+                    it.next()
+        return sorted(out, key=lambda t: t[1]) if known else None
+
+    def _location_now(self, d: int, ledger_id: int, entry_id: int) -> int | None:
+        """The entry's location after catching up with the bookie (compaction may have moved it)."""
+        with self._lock:
+            ledgers, locations = self.indexes[d]
+            ledgers.catch_up()
+            locations.catch_up()
+            if ledgers.get(_LEDGER_KEY.pack(ledger_id)) is None:
+                return None
+            value = locations.get(_KEY.pack(ledger_id, entry_id))
+        return None if value is None else int(struct.unpack(">q", value)[0])
+
+    def _read(self, d: int, location: int, logs: dict[tuple[int, int], int | None]) -> tuple[bytes, str, str]:
+        """The stored bytes at a location, or why they cannot be read (read-only; nothing changes)."""
+        log_id, pos = entrylog.split_location(location)
+        key = (d, log_id)
+        if key not in logs:
+            path = entrylog.log_path(self.ledger_dirs[d], log_id)
+            try:
+                logs[key] = os.open(path, os.O_RDONLY | getattr(os, "O_NOATIME", 0))
+            except PermissionError:  # O_NOATIME needs the file's owner
+                logs[key] = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                logs[key] = None
+        fd = logs[key]
+        if fd is None:
+            return b"", entrylog.MISSING_LOG, f"no entry log {log_id:x}.log"
+        if pos < entrylog.LOG_HEADER_BYTES + entrylog.ENTRY_SIZE.size:
+            return b"", entrylog.BAD_SIZE, f"location {pos} inside the log header"
+        head = os.pread(fd, entrylog.ENTRY_SIZE.size, pos - entrylog.ENTRY_SIZE.size)
+        if len(head) < entrylog.ENTRY_SIZE.size:
+            return b"", entrylog.TRUNCATED, f"log {log_id:x}.log ends before offset {pos}"
+        (size,) = entrylog.ENTRY_SIZE.unpack(head)
+        if not 0 <= size <= MAX_ENTRY_BYTES:
+            return b"", entrylog.BAD_SIZE, f"size field {size} at offset {pos} of log {log_id:x}.log"
+        stored = os.pread(fd, size, pos)
+        if len(stored) < size:
+            return stored, entrylog.TRUNCATED, f"log {log_id:x}.log has {len(stored)} of {size} bytes at {pos}"
+        return stored, "", ""
+
+    def verify(self, ledger_id: int, digest_type: str, password: bytes | None,
+               throttle: Callable[[int], None] = lambda n: None) -> Verification | None:
+        """Read and verify every entry the index lists (None: no such ledger). A copy that fails is
+        read again at its current location before it is believed: compaction moves entries (and
+        removes the old log), and an entry gone from the index meanwhile is not held any more."""
+        where = self._locations(ledger_id)
+        if where is None:
+            return None
+        verified: list[int] = []
+        hashes: list[bytes] = []
+        corrupt: list[tuple[int, str, str]] = []
+        read = 0
+        logs: dict[tuple[int, int], int | None] = {}
+        try:
+            for d, eid, location in where:
+                for attempt in (1, 2):
+                    stored, reason, detail = self._read(d, location, logs)
+                    read += len(stored)
+                    throttle(len(stored) + entrylog.ENTRY_SIZE.size)
+                    if not reason:
+                        verdict = entrylog.verify_entry(stored, ledger_id, eid, digest_type, password)
+                        reason, detail = verdict.reason, verdict.detail
+                    if not reason:
+                        verified.append(eid)
+                        hashes.append(verdict.payload_hash)
+                        break
+                    if attempt == 2:
+                        corrupt.append((eid, reason, detail))
+                        break
+                    now = self._location_now(d, ledger_id, eid)
+                    if now is None:
+                        break  # deleted meanwhile: not held, not corrupt
+                    for fd in logs.values():  # the log may have been replaced: open it again
+                        if fd is not None:
+                            os.close(fd)
+                    logs.clear()
+                    location = now
+        except OSError as exc:  # the disk failing under the read: the agent cannot tell (EIO)
+            raise SourceError(f"ledger {ledger_id}: reading the entry logs: {exc}") from None
+        finally:
+            for fd in logs.values():
+                if fd is not None:
+                    os.close(fd)
+        return Verification(np.array(verified, dtype=np.int64), b"".join(hashes), corrupt, read,
+                            digest_type != "DUMMY" and (digest_type != "HMAC" or password is not None))
 
     def close(self) -> None:
         with self._lock:

@@ -100,6 +100,12 @@ class Report:
                 lines.append(f"  {o['kind']:<15} {what}: " + ", ".join(f"{c} {n}" for c, n in o["counts"].items()))
         lines.append("")
         lines.append("ledgers: " + ", ".join(f"{k} {v}" for k, v in self.ledgers.items()))
+        if "deep_ledgers_verified" in self.stats:
+            st = self.stats
+            lines.append(f"deep scrub: {st['deep_ledgers_verified']} ledgers, {st.get('deep_entries_verified', 0)} "
+                         f"entries ({st.get('deep_bytes_read', 0):,} bytes) verified, "
+                         f"{st.get('deep_entries_corrupt', 0)} corrupt copies, "
+                         f"{st.get('deep_copies_unverified', 0)} copies not verifiable")
         lines.append("")
         lines.append(f"{'category':<40} {'ledgers':>8}")
         for cat, n in self.counts.items():

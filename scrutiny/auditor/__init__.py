@@ -48,7 +48,7 @@ FULL, UNDERREPLICATION, RESCAN, WHATIF = "full", "underreplication", "rescan", "
 PERIODIC = (FULL, UNDERREPLICATION)
 SERVICE_NAME = "scrutiny.v1.Auditor"
 # What each kind of run looks at, for the sinks (a kind that did not look reports nothing stale).
-_CHECKS = tuple(c for c in REGISTRY if c not in in_phase(Phase.WHATIF))
+_CHECKS = tuple(c for c in REGISTRY if c not in in_phase(Phase.WHATIF) + in_phase(Phase.DEEP))
 KIND_CATEGORIES: dict[str, tuple[Category, ...]] = {
     FULL: _CHECKS, RESCAN: _CHECKS, UNDERREPLICATION: in_phase(Phase.MARKS), WHATIF: tuple(REGISTRY)}
 

@@ -21,13 +21,17 @@ from scrutiny.checks import (
     NO_LEDGER,
     WOULD_HAVE,
     BookieAnswer,
+    DeepAnswer,
     Outcome,
     PlacementPolicy,
     Violation,
     blast_radius,
     check_coverage,
+    check_deep,
     check_placement,
     coverage_without,
+    in_deep_slice,
+    without_corrupt,
 )
 from scrutiny.config import ScanSettings
 from scrutiny.errors import DataError, StoreError
@@ -39,6 +43,7 @@ LEDGER_COUNTERS = ("seen", "checked", "skipped_open", "skipped_empty", "skipped_
                    "deleted_during_run")
 
 Answers = Mapping[str, Mapping[int, BookieAnswer]]  # bookie -> ledger -> what it said
+DeepAnswers = Mapping[str, Mapping[int, DeepAnswer]]  # bookie -> ledger -> its deep scrub
 
 
 class Pass(enum.Enum):
@@ -167,16 +172,21 @@ def select(ctx: RunContext, reads: Iterable[LedgerRead]) -> Selection:
     return Selection(tuple(candidates), dict(counts), tuple(violations), tuple(deleted), tuple(marked_in_scope))
 
 
-def wanted(ledgers: Iterable[LedgerMetadata]) -> dict[str, list[int]]:
-    """Which ledgers to ask each bookie about: those whose (non-empty) segments name it."""
-    out: dict[str, list[int]] = {}
+def by_bookie(ledgers: Iterable[LedgerMetadata]) -> dict[str, list[LedgerMetadata]]:
+    """The ledgers each bookie is asked about: those whose (non-empty) segments name it."""
+    out: dict[str, list[LedgerMetadata]] = {}
     for md in ledgers:
         for b in {b for seg, _, _ in md.segment_ranges() for b in seg.ensemble}:
-            out.setdefault(b, []).append(md.ledger_id)
+            out.setdefault(b, []).append(md)
     return out
 
 
-def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], answers: Answers) -> RangeResult:
+def wanted(ledgers: Iterable[LedgerMetadata]) -> dict[str, list[int]]:
+    return {b: [md.ledger_id for md in mds] for b, mds in by_bookie(ledgers).items()}
+
+
+def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], answers: Answers,
+             deep: DeepAnswers | None = None) -> RangeResult:
     """The checks of every candidate ledger, from the bookies' answers. A bookie is reported only
     when it was silent at two looks a delay apart and is registered; its copies count as gone only
     when it was unregistered at every look; anything else gets another delayed look."""
@@ -191,7 +201,7 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     topics_without: dict[str, set[str]] = {}
     for md in ledgers:
         found: list[Violation] = []
-        per, least = analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty)
+        per, least = analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty, deep or {})
         limbo += bool(mode is Pass.FINAL and md.ledger_id not in faulty and _in_limbo(md, answers))
         owner = owner_from_custom_metadata(md.custom_metadata)
         violations += [dataclasses.replace(v, owner=owner) for v in found] if owner else found
@@ -210,8 +220,27 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
                             topics_without.setdefault(key, set()).add(topic)
     blast = {k: Blast(n, without_copy[k], frozenset(topics_below.get(k, ())), frozenset(topics_without.get(k, ())))
              for k, n in below.items()}
+    stats = {"ledgers_with_limbo_copies": limbo} if limbo else {}
     return RangeResult(counts={"checked": len(ledgers)}, violations=tuple(violations), potentially_faulty=faulty,
-                       stats={"ledgers_with_limbo_copies": limbo} if limbo else {}, blast=blast)
+                       stats={**stats, **deep_stats(deep)} if deep else stats, blast=blast)
+
+
+def deep_stats(deep: DeepAnswers) -> dict[str, int]:
+    """What a deep run verified: ledgers with a copy verified, copies not verifiable, entries, bytes."""
+    out: Counter[str] = Counter()
+    verified: set[int] = set()
+    for per in deep.values():
+        for lid, a in per.items():
+            if a.verified is None:
+                out["deep_copies_unverified"] += 1
+                continue
+            verified.add(lid)
+            out["deep_entries_verified"] += int(a.verified.size)
+            out["deep_entries_corrupt"] += len(a.corrupt)
+            out["deep_bytes_read"] += a.bytes_read
+            out["deep_copies_digest_unchecked"] += not a.digest_checked
+    out["deep_ledgers_verified"] = len(verified)
+    return dict(out)
 
 
 def _in_limbo(md: LedgerMetadata, answers: Answers) -> bool:
@@ -219,10 +248,11 @@ def _in_limbo(md: LedgerMetadata, answers: Answers) -> bool:
 
 
 def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, policy: PlacementPolicy,
-            grace_ms: int, violations: list[Violation], faulty: dict[int, tuple[str, ...]]
-            ) -> tuple[dict[str, BookieAnswer], int]:
+            grace_ms: int, violations: list[Violation], faulty: dict[int, tuple[str, ...]],
+            deep: DeepAnswers | None = None) -> tuple[dict[str, BookieAnswer], int]:
     """One ledger's checks: its findings into `violations`, or the ledger into `faulty` for another look;
-    returns what each bookie said (as the checks counted it) and the least copies of any entry."""
+    returns what each bookie said (as the checks counted it) and the least copies of any entry. In a
+    deep run a corrupt copy is no copy."""
     if ctx.placement and not ctx.without:
         v = check_placement(md, policy, ctx.locations)
         if v is not None:
@@ -234,7 +264,10 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
             continue
         if mode is Pass.FINAL and ans.outcome is Outcome.UNAVAILABLE and b in ctx.lost_bookies:
             ans = NO_LEDGER  # BP-34: a bookie gone from the cluster has lost its copies
-        per[b] = ans
+        per[b] = without_corrupt(ans, deep.get(b, {}).get(md.ledger_id)) if deep else ans
+    if deep:
+        violations += check_deep(md, {b: deep[b][md.ledger_id] for b in md.bookies
+                                      if md.ledger_id in deep.get(b, {})})
     cov = check_coverage(md, per)
     if cov.invalid:
         violations.append(Violation(Category.INVALID_BOOKIE_RESPONSE, md.ledger_id, tuple(sorted(cov.invalid)),
@@ -330,7 +363,11 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
         reads_before, failed_before = store.reads, client.failed_calls
         selection = select(ctx, store.read_ledgers(store.ledger_ids(rng)))
         answers = client.fetch_many(wanted(selection.candidates)) if selection.candidates else {}
-        checked = classify(ctx, mode, selection.candidates, answers)
+        s = ctx.settings
+        deep = client.verify_many(by_bookie([md for md in selection.candidates
+                                               if in_deep_slice(md.ledger_id, s.deep_slices, s.deep_slice)]),
+                                  s.deep_send_passwords) if s.deep else None
+        checked = classify(ctx, mode, selection.candidates, answers, deep)
         io_stats = {"bookie_calls_failed": client.failed_calls - failed_before, "zk_reads": store.reads - reads_before,
                     "zk_peak_in_flight": store.peak_in_flight}
     except (StoreError, DataError) as exc:

@@ -3,7 +3,8 @@
 `<dir>/current/locations` (key: ledger id, entry id, big-endian int64 each; value: the entry's
 location, `(logId << 32) | offset`). `LiveBookie` keeps both open and writes while agents read, as a
 running bookie does; it deletes a ledger the bookie's way (from `ledgers` at once, its `locations`
-keys only at a later cleanup)."""
+keys only at a later cleanup). `EntryLog` writes entry logs as DefaultEntryLogger does, and
+`LiveBookie.compact` moves entries to a new log the way compaction does."""
 
 from __future__ import annotations
 
@@ -14,9 +15,46 @@ from pathlib import Path
 from typing import Any
 
 from scrutiny.bookkeeper import dbledgerstorage_pb2
+from scrutiny.entrylog import ENTRY_SIZE, LOG_HEADER, LOG_HEADER_BYTES, LOG_MAGIC, log_path, split_location
 from scrutiny.entrysources import _KEY, _LEDGER_KEY
 
 _LOCATION = struct.Struct(">q")
+_MAP_RECORD = struct.Struct(">qqi")  # ledgerId = -1, entryId = -2, count
+_MAP_PAIR = struct.Struct(">qq")
+
+
+class EntryLog:
+    """One entry log being appended: the 1024-byte header, then each entry as an int32 size and its
+    bytes; `finish` appends the ledgers map (records of at most 10,000 ledgers) and points the header
+    at it, as a rolled-over log has."""
+
+    def __init__(self, ledger_dir: str | Path, log_id: int) -> None:
+        self.log_id = log_id
+        self.path = log_path(ledger_dir, log_id)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.path, "wb")  # noqa: SIM115 - appended to until finish()
+        self.file.write(LOG_HEADER.pack(LOG_MAGIC, 1, 0, 0).ljust(LOG_HEADER_BYTES, b"\0"))
+        self.sizes: dict[int, int] = {}
+
+    def append(self, ledger_id: int, stored: bytes) -> int:
+        """Write one entry's bytes; its location."""
+        self.file.write(ENTRY_SIZE.pack(len(stored)))
+        pos = self.file.tell()
+        self.file.write(stored)
+        self.file.flush()
+        self.sizes[ledger_id] = self.sizes.get(ledger_id, 0) + len(stored)
+        return (self.log_id << 32) | pos
+
+    def finish(self) -> None:
+        offset = self.file.tell()
+        pairs = list(self.sizes.items())
+        for i in range(0, len(pairs), 10_000):
+            chunk = pairs[i:i + 10_000]
+            record = _MAP_RECORD.pack(-1, -2, len(chunk)) + b"".join(_MAP_PAIR.pack(*p) for p in chunk)
+            self.file.write(ENTRY_SIZE.pack(len(record)) + record)
+        self.file.seek(0)
+        self.file.write(LOG_HEADER.pack(LOG_MAGIC, 1, offset, len(pairs)))
+        self.file.close()
 
 
 def ledger_data(limbo: bool = False, fenced: bool = False) -> bytes:
@@ -39,6 +77,33 @@ class LiveBookie:
         self.ledgers[_LEDGER_KEY.pack(ledger_id)] = ledger_data(limbo)
         for eid in entry_ids:
             self.locations[_KEY.pack(ledger_id, int(eid))] = _LOCATION.pack((log_id << 32) | (int(eid) & 0xFFFFFFFF))
+
+    def write(self, ledger_id: int, entries: Mapping[int, bytes], log: EntryLog) -> None:
+        """Store these entries (as packaged by the client) in `log` and index them."""
+        self.ledgers[_LEDGER_KEY.pack(ledger_id)] = ledger_data()
+        for eid, stored in sorted(entries.items()):
+            self.locations[_KEY.pack(ledger_id, eid)] = _LOCATION.pack(log.append(ledger_id, stored))
+
+    def location(self, ledger_id: int, entry_id: int) -> int:
+        value: Any = self.locations[_KEY.pack(ledger_id, entry_id)]
+        return int(_LOCATION.unpack(value)[0])
+
+    def compact(self, ledger_dir: str | Path, old_log_id: int, new_log: EntryLog) -> None:
+        """Garbage-collector compaction: the live entries of an old log copied to a new one, their
+        locations updated, then the old log removed."""
+        old = log_path(ledger_dir, old_log_id).read_bytes()
+        moved: list[tuple[bytes, int]] = []
+        items: Any = self.locations.items()  # raw mode: bytes keys and values
+        for key, value in items:
+            log_id, pos = split_location(_LOCATION.unpack(value)[0])
+            if log_id == old_log_id:
+                (size,) = ENTRY_SIZE.unpack_from(old, pos - ENTRY_SIZE.size)
+                moved.append((key, new_log.append(_KEY.unpack(key)[0], old[pos:pos + size])))
+        new_log.finish()
+        for key, location in moved:
+            self.locations[key] = _LOCATION.pack(location)
+        self.locations.flush()
+        log_path(ledger_dir, old_log_id).unlink()
 
     def set_limbo(self, ledger_id: int, limbo: bool) -> None:
         self.ledgers[_LEDGER_KEY.pack(ledger_id)] = ledger_data(limbo)
