@@ -9,7 +9,7 @@ import argparse
 import platform
 import time
 
-from bench import agentcalls, checks, codec, zkreads
+from bench import agentcalls, checks, codec, deepscrub, zkreads
 from bench.common import table
 
 
@@ -28,6 +28,8 @@ def main() -> None:
     print(table(zkreads.run(1000 if quick else 20_000)) + "\n")
     print("## bookie agent calls (python -m bench.agentcalls)\n")
     print(table(agentcalls.run(500 if quick else 20_000)) + "\n")
+    print("## deep scrub: bytes verified per agent (python -m bench.deepscrub)\n")
+    print(table(deepscrub.run(10 if quick else 200, 50 if quick else 500, repeats=1 if quick else 3)) + "\n")
 
 
 if __name__ == "__main__":

@@ -213,6 +213,8 @@ class AuditorSettings:
     advertise_address: str = ""  # how other instances and clients reach this one (default: listen)
     full_interval_seconds: float = 86400.0  # 0 = no periodic full run
     underreplication_interval_seconds: float = 900.0  # 0 = no periodic age check
+    deep_interval_seconds: float = 0.0  # 0 = no deep scrub; else a deep run (one slice of a pass) this often
+    deep_pass_days: float = 7.0  # every ledger's stored bytes verified once in this many days
     run_when_replication_disabled: bool = False
     reports_dir: str = "/var/lib/scrutiny/reports"
     reports_keep: int = 50  # per kind
@@ -231,12 +233,15 @@ class AuditorSettings:
 
     def validate(self) -> AuditorSettings:
         parse_host_port(self.listen, "auditor.listen", ConfigError)
-        for key in ("full_interval_seconds", "underreplication_interval_seconds", "shutdown_grace_seconds"):
+        for key in ("full_interval_seconds", "underreplication_interval_seconds", "deep_interval_seconds",
+                    "shutdown_grace_seconds"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"auditor.{key}: must not be negative")
         for key in ("reports_keep", "max_rescan_ledgers", "max_queued_runs"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"auditor.{key}: must be at least 1")
+        if self.deep_interval_seconds and not 0 < self.deep_interval_seconds <= self.deep_pass_days * 86400:
+            raise ConfigError("auditor.deep_pass_days: must be positive and at least one deep_interval_seconds")
         if self.token_file and not Path(self.token_file).is_file():
             raise ConfigError(f"auditor.token_file: {self.token_file} is not a readable file")
         if not (self.token_file or self.tls_client_ca or self.insecure_open_rescan):

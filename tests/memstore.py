@@ -31,6 +31,7 @@ class MemoryCluster:
     racks: dict[str, str] = field(default_factory=dict)
     agents: dict[str, str] = field(default_factory=dict)
     cadence: dict[str, int] = field(default_factory=dict)
+    deep_pass: bytes | None = None
     replication_disabled: bool = False
     up: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -141,6 +142,12 @@ class MemoryStore(MetadataStore):
 
     def set_cadence(self, kind: str, started_ms: int) -> None:
         self._check().cadence[kind] = started_ms
+
+    def deep_pass(self) -> bytes | None:
+        return self._check().deep_pass
+
+    def set_deep_pass(self, data: bytes) -> None:
+        self._check().deep_pass = data
 
     def on_session_lost(self, callback: Callable[[], None]) -> None:
         pass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import agentcalls, checks, codec, zkreads
+from bench import agentcalls, checks, codec, deepscrub, zkreads
 
 
 def test_codec_bench_agrees_with_its_baseline() -> None:
@@ -21,3 +21,8 @@ def test_checks_bench_runs_and_agrees_with_its_baseline() -> None:
     rows = checks.run([1_000, 20_000], baseline_max=1_000)
     assert [r["entries"] for r in rows] == [1_000, 20_000, 1_000, 20_000]
     assert "entry-by-entry s" in rows[0]
+
+
+def test_deep_scrub_bench_runs() -> None:
+    rows = deepscrub.run(4, 20, repeats=1)
+    assert [r["what"].split(":")[0] for r in rows][:2] == ["floor", "floor"] and len(rows) == 5

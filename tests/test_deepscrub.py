@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import struct
 import time
+import urllib.request
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,16 +21,22 @@ from kazoo.client import KazooClient
 
 from scrutiny import entrylog
 from scrutiny.agent import BookieAgent, ByteRate
-from scrutiny.config import ScanSettings
+from scrutiny.auditor import DEEP, Auditor
+from scrutiny.auditor.runqueue import Ticket
+from scrutiny.auditor.sinks import PrometheusSink
+from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
+from scrutiny.deeppass import DeepPass, slices_for
 from scrutiny.entrysources import DbLedgerStorageSource
+from scrutiny.errors import DataError
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
-from scrutiny.testing import store_on
+from scrutiny.testing import store_at, store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
+from tests.helpers import wait_for
 
 BOOKIES = [f"127.0.4.{n}:3181" for n in range(1, 4)]
 
@@ -332,3 +339,66 @@ def test_deep_slices_verify_every_ledger_once_per_pass(deep_cluster: tuple[ScanS
         verified.append(report.stats.get("deep_ledgers_verified", 0))
         assert report.ledgers["checked"] == 4  # the shallow checks still cover every ledger
     assert sum(verified) == 4
+
+
+# -- the deep pass: a cursor over many runs, resumed by the next leader ----------------------------------
+
+def test_a_deep_pass_moves_slice_by_slice_and_wraps() -> None:
+    cursor = DeepPass.fresh(3, now_ms=1000)
+    assert (cursor.next_slice, cursor.progress, cursor.oldest_verified_ms) == (0, 0.0, 1000)
+    for k, started in enumerate((2000, 3000, 4000)):
+        cursor = cursor.after_run(k, started)
+    assert (cursor.next_slice, cursor.passes_completed, cursor.oldest_verified_ms) == (0, 1, 2000)
+    cursor = cursor.after_run(0, 5000)
+    assert cursor.oldest_verified_ms == 3000 and cursor.progress == pytest.approx(1 / 3)
+    assert DeepPass.parse(cursor.to_bytes()) == cursor
+    assert cursor.resized(3) is cursor
+    assert cursor.resized(4) == DeepPass(4, 0, (0, 0, 0, 0), 3000, 1)  # debt kept from the oldest known
+    for bad in (b"{", b'{"slices": 0, "next_slice": 0, "verified_ms": [], "created_ms": 0}',
+                b'{"slices": 2, "next_slice": 5, "verified_ms": [0, 0], "created_ms": 0}'):
+        with pytest.raises(DataError, match="deep-pass cursor"):
+            DeepPass.parse(bad)
+    assert slices_for(7 * 86400, 3600) == 168 and slices_for(100, 0) == 1
+
+
+def _deep_ticket(auditor: Auditor) -> Ticket:
+    ticket, _ = auditor.queue.submit(Ticket(DEEP))
+    assert ticket.done.wait(60)
+    return ticket
+
+
+def test_the_auditors_deep_job_resumes_its_pass_after_a_leader_change(
+        deep_cluster: tuple[ScanSettings, dict[str, Bookie]], tmp_path: Path) -> None:
+    settings, _ = deep_cluster
+    auditor_settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"),
+                                       full_interval_seconds=0, underreplication_interval_seconds=0,
+                                       deep_interval_seconds=3600, deep_pass_days=3 / 24, insecure_open_rescan=True)
+    first = Auditor(settings, auditor_settings, metrics=MetricsSettings(listen="127.0.0.1:0"),
+                    engine=LocalEngine()).start()
+    try:
+        wait_for(lambda: first.leading.is_set())
+        wait_for(lambda: DEEP in first.last)  # the first deep run is due at once
+        runs = [first.last[DEEP], _deep_ticket(first)]
+        sink = next(s for s in first.sinks if isinstance(s, PrometheusSink))
+        text = urllib.request.urlopen(f"http://127.0.0.1:{sink.endpoint.port}/metrics", timeout=5).read().decode()
+        assert "scrutiny_deep_pass_progress_ratio 0.666" in text
+        assert "scrutiny_deep_unverified_age_seconds" in text
+    finally:
+        first.stop()
+    cursor = DeepPass.parse(store_at(settings.metadata_service_uri).deep_pass() or b"")
+    assert cursor.next_slice == 2 and cursor.verified_ms[:2] == tuple(r.started_ms for r in runs)
+    second = Auditor(settings, auditor_settings, engine=LocalEngine()).start()
+    try:
+        wait_for(lambda: second.leading.is_set())  # the deep cadence is kept: the next run is an hour away
+        assert DEEP not in second.last
+        runs.append(_deep_ticket(second))  # as if the hour had passed: the pass resumes at slice 2
+    finally:
+        second.stop()
+    assert [r.deep_slice for r in runs] == [0, 1, 2]
+    reports = [r.report for r in runs]
+    assert all(rep is not None and rep.complete for rep in reports)
+    assert sum(rep.stats["deep_ledgers_verified"] for rep in reports if rep) == 4  # every ledger once a pass
+    found = {(str(v.category), v.ledger_id) for rep in reports if rep for v in rep.violations}
+    assert {("CORRUPT_ENTRY", 1), ("DIVERGENT_COPIES", 2)} <= found
+    final = DeepPass.parse(store_at(settings.metadata_service_uri).deep_pass() or b"")
+    assert (final.next_slice, final.passes_completed) == (0, 1)

@@ -22,6 +22,7 @@ from scrutiny.auditor.sinks import FinishedRun, PrometheusSink
 from scrutiny.categories import REGISTRY, Category
 from scrutiny.checks import Violation
 from scrutiny.config import ConfigError, MetricsSettings, ScanSettings
+from scrutiny.deeppass import DeepPass
 from scrutiny.prometheus import family_names
 from scrutiny.report import Report
 from scrutiny.scan.engines import LocalEngine
@@ -107,6 +108,9 @@ def exported() -> set[str]:
     try:
         sink.leadership(True)
         sink.published(a_run())
+        deep = a_run("deep")
+        deep.report.stats.update(DeepPass.fresh(4, 0).after_run(0, 1000).stats(), deep_bytes_read=10)
+        sink.published(deep)
         sink.skipped("full", "still_running")
         names = family_names(sink.registry)
     finally:
@@ -115,6 +119,8 @@ def exported() -> set[str]:
     agent.metrics.requests.labels("x").inc()
     agent.metrics.answers.labels("EOK").inc()
     agent.metrics.catch_up.observe(0.001)
+    agent.metrics.verified_bytes.inc(10)
+    agent.metrics.corrupt.labels("bad-digest").inc()
     return names | family_names(agent.metrics.registry)
 
 
@@ -126,7 +132,7 @@ def test_every_dashboard_and_rule_query_names_an_exported_metric() -> None:
     used = {m for e in exprs for m in METRIC.findall(e)}
     assert used and used <= names, used - names
     titles = " ".join(p["title"].lower() for p in dashboard["panels"])
-    assert all(w in titles for w in ("violations", "runs", "duration", "unavailable", "blast radius"))
+    assert all(w in titles for w in ("violations", "runs", "duration", "unavailable", "blast radius", "deep scrub"))
 
 
 # -- a real Prometheus -----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ This module is the composition root; each part lives in its own module and is te
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -31,7 +32,8 @@ from scrutiny.auditor.service import AuditorServicer, Authenticator, Status
 from scrutiny.auditor.sinks import FinishedRun, PrometheusSink, ReportFiles, ReportSink, StatsdSink
 from scrutiny.categories import REGISTRY, Category, Phase, in_phase
 from scrutiny.config import DEFAULT_AUDITOR_PORT, AuditorSettings, MetricsSettings, ScanSettings, StatsdSettings
-from scrutiny.errors import NotLeader, RequestError, one_line
+from scrutiny.deeppass import DeepPass, slices_for
+from scrutiny.errors import DataError, NotLeader, RequestError, one_line
 from scrutiny.metadata import parse_host_port
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun, check_marks
@@ -44,13 +46,14 @@ __all__ = ["DEFAULT_AUDITOR_PORT", "Auditor", "AuditorConfig", "AuditorSettings"
 
 log = logging.getLogger(__name__)
 
-FULL, UNDERREPLICATION, RESCAN, WHATIF = "full", "underreplication", "rescan", "whatif"
-PERIODIC = (FULL, UNDERREPLICATION)
+FULL, UNDERREPLICATION, RESCAN, WHATIF, DEEP = "full", "underreplication", "rescan", "whatif", "deep"
+PERIODIC = (FULL, UNDERREPLICATION, DEEP)
 SERVICE_NAME = "scrutiny.v1.Auditor"
 # What each kind of run looks at, for the sinks (a kind that did not look reports nothing stale).
 _CHECKS = tuple(c for c in REGISTRY if c not in in_phase(Phase.WHATIF) + in_phase(Phase.DEEP))
 KIND_CATEGORIES: dict[str, tuple[Category, ...]] = {
-    FULL: _CHECKS, RESCAN: _CHECKS, UNDERREPLICATION: in_phase(Phase.MARKS), WHATIF: tuple(REGISTRY)}
+    FULL: _CHECKS, RESCAN: _CHECKS, UNDERREPLICATION: in_phase(Phase.MARKS), WHATIF: tuple(REGISTRY),
+    DEEP: _CHECKS + in_phase(Phase.DEEP)}
 
 
 class AuditorConfig(NamedTuple):
@@ -190,7 +193,8 @@ class Auditor:
 
     def _intervals(self) -> dict[str, float]:
         s = self.config.auditor
-        return {FULL: s.full_interval_seconds, UNDERREPLICATION: s.underreplication_interval_seconds}
+        return {FULL: s.full_interval_seconds, UNDERREPLICATION: s.underreplication_interval_seconds,
+                DEEP: s.deep_interval_seconds}
 
     def _elected(self) -> None:
         assert self.periodic is not None
@@ -248,12 +252,29 @@ class Auditor:
         def progress(done: int, total: int, ledgers: int) -> None:
             ticket.ranges_done, ticket.ranges_total = done, total
 
-        run = ScrutinyRun(self.config.scan, self._current_engine(), progress=progress, run_id=ticket.run_id,
+        settings = self.config.scan
+        if ticket.kind == DEEP:  # the next slice of the deep pass, wherever the last leader left it
+            cursor = self._deep_pass()
+            ticket.deep_slice = cursor.next_slice
+            settings = dataclasses.replace(settings, deep=True, deep_slices=cursor.slices,
+                                           deep_slice=cursor.next_slice)
+        run = ScrutinyRun(settings, self._current_engine(), progress=progress, run_id=ticket.run_id,
                           sleep=self._pause)
         pending = run.start(ticket.ledger_ids, ticket.bookie_id, ticket.without, ticket.without_racks)
         if not pending.faulty:
             return run.finish(pending)
         return Later(self.config.scan.recheck_delay, lambda: run.finish(pending))
+
+    def _deep_pass(self) -> DeepPass:
+        """The stored deep-pass cursor, fitted to the configured pass (a fresh one when none or unreadable)."""
+        s = self.config.auditor
+        slices = slices_for(s.deep_pass_days * 86400, s.deep_interval_seconds)
+        data = self.leadership.connected_store().deep_pass()  # type: ignore[union-attr]
+        try:
+            return DeepPass.parse(data).resized(slices) if data else DeepPass.fresh(slices, int(time.time() * 1000))
+        except DataError as exc:
+            log.error("%s: starting a new deep pass", exc)
+            return DeepPass.fresh(slices, int(time.time() * 1000))
 
     def _pause(self, seconds: float) -> None:
         self.stopping.wait(seconds)  # ends early at shutdown
@@ -268,8 +289,10 @@ class Auditor:
 
     def _publish(self, ticket: Ticket, report: Report) -> None:
         ticket.finished_ms = int(time.time() * 1000)
+        if ticket.kind == DEEP and report.complete and self.leading.is_set():
+            self._record_deep_run(ticket, report)
         run = FinishedRun(ticket.kind, report, ticket.finished_ms - ticket.started_ms, KIND_CATEGORIES[ticket.kind],
-                          whole_cluster=ticket.kind in (FULL, RESCAN) and ticket.ledger_ids is None
+                          whole_cluster=ticket.kind in (FULL, RESCAN, DEEP) and ticket.ledger_ids is None
                           and not ticket.bookie_id)
         for sink in self.sinks:
             try:
@@ -278,6 +301,17 @@ class Auditor:
                 log.exception("report sink %s failed", type(sink).__name__)
         if ticket.kind in PERIODIC and report.complete and self.leading.is_set() and self.periodic is not None:
             self.periodic.record(ticket.kind, ticket.started_ms)
+
+    def _record_deep_run(self, ticket: Ticket, report: Report) -> None:
+        """The slice is verified: the cursor moves on, in the store, and the report says where the pass is."""
+        try:
+            cursor = self._deep_pass()
+            if cursor.next_slice == ticket.deep_slice:  # else the pass was resized meanwhile: nothing to record
+                cursor = cursor.after_run(ticket.deep_slice, ticket.started_ms)
+                self.leadership.connected_store().set_deep_pass(cursor.to_bytes())  # type: ignore[union-attr]
+            report.stats.update(cursor.stats())
+        except Exception as exc:  # the next run verifies this slice again: late, never lost
+            log.warning("could not record the deep pass: %s", one_line(exc))
 
     # -- what the RPC asks ----------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ class Ticket:
     bookie_id: str = ""
     without: tuple[str, ...] = ()  # a what-if: these bookies down ...
     without_racks: tuple[str, ...] = ()  # ... and these racks
+    deep_slice: int = -1  # a deep run: the slice of the deep pass it verifies
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     started_ms: int = 0
     finished_ms: int = 0

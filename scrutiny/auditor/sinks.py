@@ -128,6 +128,8 @@ class PrometheusSink(ReportSink):
         self._skipped: Counter[tuple[str, str]] = Counter()
         self._checked = 0
         self._calls_failed = 0
+        self._deep_bytes = 0
+        self._deep_pass: dict[str, int] = {}  # where the deep pass stands (the last deep run's cursor)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self.endpoint = MetricsEndpoint(listen, self.registry)
@@ -138,6 +140,10 @@ class PrometheusSink(ReportSink):
             self._runs[(run.kind, "complete" if report.complete else "incomplete")] += 1
             self._checked += report.ledgers.get("checked", 0)
             self._calls_failed += report.stats.get("bookie_calls_failed", 0)
+            self._deep_bytes += report.stats.get("deep_bytes_read", 0)
+            if "deep_pass_slices" in report.stats:
+                self._deep_pass = {k: v for k, v in report.stats.items() if k.startswith("deep_pass")
+                                   or k in ("deep_passes_completed", "deep_oldest_verified_ms")}
             for v in report.violations:
                 self._reported[str(v.category)] += 1
             if not (report.complete and run.whole_cluster):
@@ -169,6 +175,7 @@ class PrometheusSink(ReportSink):
                 self._finished_at.clear()
                 self._unavailable.clear()
                 self._blast = {}
+                self._deep_pass = {}
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -223,6 +230,18 @@ class PrometheusSink(ReportSink):
             yield CounterMetricFamily(f"{PREFIX}ledgers_checked", "ledgers checked", value=self._checked)
             yield CounterMetricFamily(f"{PREFIX}bookie_calls_failed", "calls to bookie agents that failed",
                                       value=self._calls_failed)
+            yield CounterMetricFamily(f"{PREFIX}deep_read_bytes", "entry-log bytes the agents read for deep scrubs",
+                                      value=self._deep_bytes)
+            if self._deep_pass:
+                d = self._deep_pass
+                yield GaugeMetricFamily(f"{PREFIX}deep_pass_progress_ratio", "share of the current deep pass done",
+                                        value=d["deep_pass_progress_permille"] / 1000)
+                yield GaugeMetricFamily(f"{PREFIX}deep_passes_completed", "deep passes completed",
+                                        value=d["deep_passes_completed"])
+                yield GaugeMetricFamily(f"{PREFIX}deep_unverified_age_seconds",
+                                        "debt: since the oldest deep verification of any ledger (or since the pass "
+                                        "began, for ledgers never verified)",
+                                        value=time.time() - d["deep_oldest_verified_ms"] / 1000)
             duration = GaugeMetricFamily(f"{PREFIX}last_run_duration_seconds", "last complete run", labels=["kind"])
             phases = GaugeMetricFamily(f"{PREFIX}last_run_phase_seconds", "phases of the last complete run",
                                        labels=["kind", "phase"])

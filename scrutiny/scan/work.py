@@ -222,7 +222,7 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
              for k, n in below.items()}
     stats = {"ledgers_with_limbo_copies": limbo} if limbo else {}
     return RangeResult(counts={"checked": len(ledgers)}, violations=tuple(violations), potentially_faulty=faulty,
-                       stats={**stats, **deep_stats(deep)} if deep else stats, blast=blast)
+                       stats={**stats, **deep_stats(deep)} if deep is not None else stats, blast=blast)
 
 
 def deep_stats(deep: DeepAnswers) -> dict[str, int]:

@@ -2,7 +2,8 @@
 
 Everything scrutiny reads or writes in the cluster's coordination store goes through `MetadataStore`:
 enumeration of ledgers as opaque range tokens, ledger reads, under-replication marks, bookie
-registrations, racks, the bookie agents' registry, and for the auditor its election and cadence.
+registrations, racks, the bookie agents' registry, and for the auditor its election, cadence and
+deep-scrub cursor.
 ZooKeeper (`scrutiny.store.zookeeper`) is the one implementation; another store (etcd, Oxia: Pulsar's
 PIP-45) is one new module implementing this class plus its URI scheme in `BACKENDS`.
 """
@@ -156,6 +157,13 @@ class MetadataStore(ABC):
 
     @abstractmethod
     def set_cadence(self, kind: str, started_ms: int) -> None: ...
+
+    @abstractmethod
+    def deep_pass(self) -> bytes | None:
+        """The auditor's deep-scrub cursor (`scrutiny.deeppass.DeepPass`), as the leaders record it."""
+
+    @abstractmethod
+    def set_deep_pass(self, data: bytes) -> None: ...
 
     @abstractmethod
     def on_session_lost(self, callback: Callable[[], None]) -> None:

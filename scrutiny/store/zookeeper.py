@@ -572,11 +572,20 @@ class ZooKeeperStore(MetadataStore):
             return None
 
     def set_cadence(self, kind: str, started_ms: int) -> None:
-        path = f"{self._auditor_path}/cadence/{kind}"
+        self._put(f"{self._auditor_path}/cadence/{kind}", str(started_ms).encode())
+
+    def deep_pass(self) -> bytes | None:
+        got = self.get(f"{self._auditor_path}/deep-pass")
+        return None if got is None else got[0]
+
+    def set_deep_pass(self, data: bytes) -> None:
+        self._put(f"{self._auditor_path}/deep-pass", data)
+
+    def _put(self, path: str, data: bytes) -> None:
         if self.exists(path):
-            self.client.set(path, str(started_ms).encode())
+            self.client.set(path, data)
         else:
-            self.client.create(path, str(started_ms).encode(), makepath=True)
+            self.client.create(path, data, makepath=True)
 
     def on_session_lost(self, callback: Callable[[], None]) -> None:
         def listener(state: str) -> None:  # on kazoo's event thread: only flag, never block
