@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter as Tally
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
@@ -15,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from scrutiny import codec
 from scrutiny.config import DEFAULT_AGENT_PORT
-from scrutiny.entrysources import EntrySource, SourceError
+from scrutiny.entrysources import EntrySource, Holding, SourceError
 from scrutiny.prometheus import PREFIX, MetricsEndpoint
 from scrutiny.store import MetadataStore, Registration
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
@@ -29,6 +30,14 @@ SERVICE_NAME = "scrutiny.v1.Bookie"
 
 Answer = bookie_pb2.GetListOfEntriesOfALedgerResponse
 VERIFY_MESSAGE_BYTES = 1 << 20  # deep-scrub answers per stream message: about this many bytes
+
+
+def answer_of(ledger_id: int, held: Holding | None) -> Any:
+    if held is None:
+        return Answer(status=bookie_pb2.ENOLEDGER, ledger_id=ledger_id)
+    # A limbo ledger: the entries listed are held; the bookie itself cannot tell about the others.
+    return Answer(status=bookie_pb2.EUNKNOWNLEDGERSTATE if held.limbo else bookie_pb2.EOK, ledger_id=ledger_id,
+                  availability_of_entries_of_ledger=held.availability)
 
 
 class ByteRate:
@@ -102,11 +111,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         except Exception as exc:  # a source bug must not kill the stream for every other ledger
             log.exception("source failed on ledger %d", ledger_id)
             return Answer(status=bookie_pb2.EIO, ledger_id=ledger_id, message=f"{type(exc).__name__}: {exc}")
-        if held is None:
-            return Answer(status=bookie_pb2.ENOLEDGER, ledger_id=ledger_id)
-        # A limbo ledger: the entries listed are held; the bookie itself cannot tell about the others.
-        return Answer(status=bookie_pb2.EUNKNOWNLEDGERSTATE if held.limbo else bookie_pb2.EOK, ledger_id=ledger_id,
-                      availability_of_entries_of_ledger=held.availability)
+        return answer_of(ledger_id, held)
 
     def GetListOfEntriesOfALedger(self, request: Any, context: grpc.ServicerContext) -> Any:
         if request.ledger_id < 0:
@@ -122,16 +127,25 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         if negative is not None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger_id {negative} is negative")
         failed = self.refresh("GetListOfEntriesOfLedgers")
-        batch = []
-        for lid in ids:
+        for i in range(0, len(ids), self.answers_per_message):
             if not context.is_active():
                 return
-            batch.append(self.answer(lid, failed))
-            if len(batch) >= self.answers_per_message:
-                yield bookie_pb2.GetListOfEntriesOfLedgersResponse(ledgers=batch)
-                batch = []
-        if batch:
-            yield bookie_pb2.GetListOfEntriesOfLedgersResponse(ledgers=batch)
+            yield bookie_pb2.GetListOfEntriesOfLedgersResponse(
+                ledgers=self.answers(ids[i:i + self.answers_per_message], failed))
+
+    def answers(self, ids: list[int], failed: str) -> list[Any]:
+        """One stream message's answers; a source that answers many ledgers at once is asked so."""
+        many = getattr(self.source, "availability_many", None)
+        if failed or many is None:
+            return [self.answer(lid, failed) for lid in ids]
+        try:
+            held = many(ids)
+        except Exception:  # one ledger at a time, each with its own reason
+            return [self.answer(lid, failed) for lid in ids]
+        out = [answer_of(lid, h) for lid, h in zip(ids, held, strict=True)]
+        for status, n in Tally(a.status for a in out).items():
+            self.metrics.answers.labels(bookie_pb2.StatusCode.Name(status)).inc(n)
+        return out
 
     def VerifyEntriesOfLedgers(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         verify = getattr(self.source, "verify", None)

@@ -243,10 +243,23 @@ def _sweep(per_position: Sequence[Intervals]) -> list[tuple[int, int, frozenset[
     return out
 
 
+def _each_holds_its_share(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> bool:
+    """Did every bookie answer with exactly its expected share, as the same groups (an agent encodes a
+    healthy single-segment share so)? Then every entry has its WQ copies."""
+    for b in md.bookies:
+        ans = answers.get(b)
+        if ans is None or ans.outcome is not Outcome.ENTRIES or ans.availability is None \
+                or not ans.availability.same_groups(expected_share(md, b)):
+            return False
+    return True
+
+
 def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> CoverageResult:
     """The replicas check of a closed ledger. A bookie without an entry in `answers`, or whose answer
     is unavailable, invalid or in limbo, is unknown: its copies are neither counted missing nor present."""
     e, wq, aq = md.ensemble_size, md.write_quorum, md.ack_quorum
+    if _each_holds_its_share(md, answers):  # the common case, without the residue arithmetic
+        return CoverageResult(wq, None, frozenset(), {})
     least = wq
     unavailable: set[str] = set()
     limbo: set[str] = set()

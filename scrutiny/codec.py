@@ -277,6 +277,14 @@ class Availability:
         # uint64: one group may hold up to 2^63 ids; the sum is taken in Python ints.
         return sum((seqs.astype(np.uint64) * self._size.astype(np.uint64)).tolist())
 
+    def same_groups(self, groups: Sequence[SequenceGroup]) -> bool:
+        """Held as exactly these groups? Cheap; the same set in another grouping is not seen here."""
+        if len(groups) != self._first.size:
+            return False
+        return all((g.first, g.last, g.size, g.period) == (f, la, s, p) for g, f, la, s, p in zip(
+            groups, self._first.tolist(), self._last.tolist(), self._size.tolist(), self._period.tolist(),
+            strict=True))
+
     def __contains__(self, entry_id: object) -> bool:
         if not isinstance(entry_id, int | np.integer) or self._first.size == 0:
             return False

@@ -318,3 +318,11 @@ def test_store_file_validation(tmp_path: Path) -> None:
     p.write_bytes(p.read_bytes()[:-3])
     with pytest.raises(SourceError, match="truncated"):
         SyntheticStore(p)
+
+
+def test_synthetic_answers_many_at_once_as_one_at_a_time(synthetic: Path) -> None:
+    store = SyntheticStore(synthetic)
+    ids = [5, 2100, 1, 3, 4, 2, 100, 2099, -1]
+    assert store.availability_many(ids) == [store.availability_many([i])[0] for i in ids]
+    assert store.availability_many([1])[0] == store.availability(1) is not None
+    assert store.availability_many([]) == []

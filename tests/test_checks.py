@@ -243,6 +243,29 @@ def test_coverage_matches_a_brute_force_count(data: st.DataObject) -> None:
         assert named
 
 
+def test_the_exact_share_fast_path_agrees_with_the_full_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    import scrutiny.checks as checks
+
+    rng = random.Random(5)
+    for _ in range(200):
+        e = rng.randint(1, 6)
+        wq = rng.randint(1, e)
+        last = rng.choice((-1, 0, 1, e, 3 * e, 40))
+        segs = [(0, rng.sample(B, e))] + ([(rng.randint(0, last + 2), rng.sample(B, e))] if rng.random() < 0.4 else [])
+        md = ledger(e, wq, 1, last, segs)
+        answers = healthy_answers(md)
+        victim = rng.choice(sorted(md.bookies))
+        lossy = dict(answers, **{victim: holding(share_ids(md, victim)[1:])})
+        for case in (answers, lossy):
+            fast = check_coverage(md, case)
+            with monkeypatch.context() as m:
+                m.setattr(checks, "_each_holds_its_share", lambda md, answers: False)
+                slow = check_coverage(md, case)
+            assert fast == slow, (md, case)
+
+
 # -- under-replication age ----------------------------------------------------------------------------
 
 def test_underreplication_age_is_strictly_greater_than_the_grace_period() -> None:
