@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -205,35 +206,57 @@ def decode(data: bytes | bytearray | memoryview) -> Availability:
     last = arr["last"].astype(np.int64)
     size = arr["size"].astype(np.int64)
     period = arr["period"].astype(np.int64)
-    _validate(first, last, size, period)
+    if count <= _SMALL_ANSWER:
+        _validate_rows(arr.tolist())
+    else:
+        _validate(first, last, size, period)
     return Availability(first, last, size, period)
 
 
-def _fail(what: str, mask: np.ndarray, first: np.ndarray) -> None:
-    bad = np.flatnonzero(mask)
-    if bad.size:
-        i = int(bad[0])
-        raise CodecError(f"group {i} (firstSequenceStart {int(first[i])}): {what}")
+# Each group's rules, checked in this order; written so that they read the same over Python ints (a
+# small answer, checked group by group: numpy costs more than the work there) and numpy arrays (a large one).
+_GROUP_RULES: tuple[tuple[str, Callable[[Any, Any, Any, Any], Any]], ...] = (
+    ("negative entry id", lambda f, la, s, p: f < 0),
+    ("sequenceSize is not positive", lambda f, la, s, p: s <= 0),
+    ("negative sequencePeriod", lambda f, la, s, p: p < 0),
+    ("lastSequenceStart is before firstSequenceStart", lambda f, la, s, p: la < f),
+    ("sequencePeriod is 0 but lastSequenceStart differs from firstSequenceStart",
+     lambda f, la, s, p: (p == 0) & (la != f)),
+    # p + (p <= 0): a period of 0 divides by 1 (such groups are single sequences, checked above)
+    ("lastSequenceStart - firstSequenceStart is not a multiple of sequencePeriod",
+     lambda f, la, s, p: (p > 0) & ((la - f) % (p + (p <= 0)) != 0)),
+    ("sequences of the group overlap (sequenceSize > sequencePeriod)",
+     lambda f, la, s, p: (p > 0) & (la != f) & (s > p)),
+    ("the group's last entry id overflows a signed 64-bit integer", lambda f, la, s, p: la > INT64_MAX - (s - 1)),
+)
+_ORDER = "groups out of order or overlapping (starts at or before the previous group's end)"
+_SMALL_ANSWER = 16  # groups; up to this many are checked with Python ints
+
+
+def _invalid(i: int, first: int, what: str) -> CodecError:
+    return CodecError(f"group {i} (firstSequenceStart {first}): {what}")
+
+
+def _validate_rows(rows: Sequence[tuple[int, int, int, int]]) -> None:
+    for what, rule in _GROUP_RULES:
+        for i, row in enumerate(rows):
+            if rule(*row):
+                raise _invalid(i, row[0], what)
+    for i in range(1, len(rows)):
+        if rows[i][0] <= rows[i - 1][1] + rows[i - 1][2] - 1:
+            raise _invalid(i, rows[i][0], _ORDER)
 
 
 def _validate(first: np.ndarray, last: np.ndarray, size: np.ndarray, period: np.ndarray) -> None:
-    _fail("negative entry id", first < 0, first)
-    _fail("sequenceSize is not positive", size <= 0, first)
-    _fail("negative sequencePeriod", period < 0, first)
-    _fail("lastSequenceStart is before firstSequenceStart", last < first, first)
-    _fail("sequencePeriod is 0 but lastSequenceStart differs from firstSequenceStart",
-          (period == 0) & (last != first), first)
-    periodic = period > 0
-    safe_period = np.where(periodic, period, 1)
-    _fail("lastSequenceStart - firstSequenceStart is not a multiple of sequencePeriod",
-          periodic & ((last - first) % safe_period != 0), first)
-    _fail("sequences of the group overlap (sequenceSize > sequencePeriod)",
-          periodic & (last != first) & (size > period), first)
-    _fail("the group's last entry id overflows a signed 64-bit integer", last > INT64_MAX - (size - 1), first)
+    def fail(what: str, mask: np.ndarray) -> None:
+        bad = np.flatnonzero(mask)
+        if bad.size:
+            raise _invalid(int(bad[0]), int(first[bad[0]]), what)
+
+    for what, rule in _GROUP_RULES:
+        fail(what, rule(first, last, size, period))
     if first.size > 1:
-        end = last + size - 1
-        _fail("groups out of order or overlapping (starts at or before the previous group's end)",
-              np.concatenate(([False], first[1:] <= end[:-1])), first)
+        fail(_ORDER, np.concatenate(([False], first[1:] <= (last + size - 1)[:-1])))
 
 
 class Availability:
@@ -251,7 +274,10 @@ class Availability:
         last = np.array([g.last for g in groups], dtype=np.int64)
         size = np.array([g.size for g in groups], dtype=np.int64)
         period = np.array([g.period for g in groups], dtype=np.int64)
-        _validate(first, last, size, period)
+        if len(groups) <= _SMALL_ANSWER:
+            _validate_rows([(g.first, g.last, g.size, g.period) for g in groups])
+        else:
+            _validate(first, last, size, period)
         return cls(first, last, size, period)
 
     @classmethod

@@ -76,25 +76,28 @@ class LedgerMetadata:
     format_version: int = 3
     znode_version: int = -1
     modified_ms: int = -1  # the znode's mtime: for a closed ledger, about when it was closed
+    # Derived once: every check asks for them, several times per ledger.
+    bookies: frozenset[str] = field(init=False, repr=False, compare=False)
+    _ranges: tuple[tuple[Segment, int, int], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bookies", frozenset(b for s in self.segments for b in s.ensemble))
+        ranges = []
+        for i, seg in enumerate(self.segments):
+            end = self.segments[i + 1].first_entry_id - 1 if i + 1 < len(self.segments) else self.last_entry_id
+            end = min(end, self.last_entry_id)
+            if seg.first_entry_id <= end:
+                ranges.append((seg, seg.first_entry_id, end))
+        object.__setattr__(self, "_ranges", tuple(ranges))
 
     @property
     def closed(self) -> bool:
         return self.state is LedgerState.CLOSED
 
-    @property
-    def bookies(self) -> frozenset[str]:
-        return frozenset(b for s in self.segments for b in s.ensemble)
-
-    def segment_ranges(self) -> list[tuple[Segment, int, int]]:
+    def segment_ranges(self) -> tuple[tuple[Segment, int, int], ...]:
         """(segment, first, last) for every non-empty segment of a closed ledger, per the spec:
         segment i covers [first_i, first_{i+1} - 1], the last one [first_last, lastEntryId]."""
-        out = []
-        for i, seg in enumerate(self.segments):
-            end = self.segments[i + 1].first_entry_id - 1 if i + 1 < len(self.segments) else self.last_entry_id
-            end = min(end, self.last_entry_id)
-            if seg.first_entry_id <= end:
-                out.append((seg, seg.first_entry_id, end))
-        return out
+        return self._ranges
 
 
 def inconsistencies(md: LedgerMetadata) -> list[str]:

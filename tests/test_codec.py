@@ -4,7 +4,7 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from scrutiny.codec import (
@@ -175,6 +175,25 @@ def test_random_groups_are_validated_or_refused(groups: list[tuple[int, int, int
     assert a.count >= 0
     for g in a.groups:
         assert g.first in a and g.end in a
+
+
+@settings(max_examples=400)
+@given(st.lists(st.tuples(st.integers(-2, 40), st.integers(-2, 40), st.integers(-1, 6), st.integers(-1, 8)),
+                max_size=5))
+@example([(0, 0, 2, 0), (2, 2, 1, 0)])  # adjacent: valid
+@example([(0, 3, 2, 3), (4, 4, 1, 0)])  # overlapping: refused
+def test_small_and_large_answers_are_refused_for_the_same_reason(groups: list[tuple[int, int, int, int]]) -> None:
+    from scrutiny.codec import _validate, _validate_rows
+
+    def reason(check: object, *args: object) -> str:
+        try:
+            check(*args)  # type: ignore[operator]
+        except CodecError as exc:
+            return str(exc)
+        return ""
+
+    columns = [np.array([g[k] for g in groups], dtype=np.int64) for k in range(4)]
+    assert reason(_validate_rows, groups) == reason(_validate, *columns)
 
 
 def test_encode_groups_roundtrip() -> None:
