@@ -26,7 +26,7 @@ import socket
 import struct
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -137,6 +137,19 @@ class _SecondaryIndex:
             shutil.rmtree(old, ignore_errors=True)
 
 
+def _index_entries(locations: Any, ledger_id: int) -> Iterator[tuple[int, bytes]]:
+    """(entry id, location value) of every entry a `locations` index lists for the ledger, in order."""
+    it = locations.iterator()
+    it.seek(_KEY.pack(ledger_id, 0))
+    while it.valid():
+        lid, eid = _KEY.unpack(it.key())
+        if lid != ledger_id:
+            return
+        if eid >= 0:  # bytewise order puts negative (special) ids after the real ones
+            yield eid, it.value()
+        it.next()
+
+
 class DbLedgerStorageSource:
     """Every ledger (or index) directory's `ledgers` and `locations` indexes. A ledger's entries count
     in a directory only while that directory's `ledgers` index has the ledger: a ledger the bookie
@@ -181,15 +194,7 @@ class DbLedgerStorageSource:
                 except DecodeError as exc:
                     raise SourceError(f"ledger {ledger_id}: unreadable LedgerData in {ledgers.db}: {exc}") from None
                 known, limbo = True, limbo or data.limbo
-                it = locations.iterator()
-                it.seek(_KEY.pack(ledger_id, 0))
-                while it.valid():
-                    lid, eid = _KEY.unpack(it.key())
-                    if lid != ledger_id:
-                        break
-                    if eid >= 0:  # bytewise order puts negative (special) ids after the real ones
-                        found.append(eid)
-                    it.next()
+                found += (eid for eid, _ in _index_entries(locations, ledger_id))
         return (np.array(found, dtype=np.int64), limbo) if known else None
 
     def availability(self, ledger_id: int) -> Holding | None:
@@ -210,15 +215,7 @@ class DbLedgerStorageSource:
                 if ledgers.get(_LEDGER_KEY.pack(ledger_id)) is None:
                     continue
                 known = True
-                it = locations.iterator()
-                it.seek(_KEY.pack(ledger_id, 0))
-                while it.valid():
-                    lid, eid = _KEY.unpack(it.key())
-                    if lid != ledger_id:
-                        break
-                    if eid >= 0:
-                        out.append((d, eid, struct.unpack(">q", it.value())[0]))
-                    it.next()
+                out += ((d, eid, struct.unpack(">q", value)[0]) for eid, value in _index_entries(locations, ledger_id))
         return sorted(out, key=lambda t: t[1]) if known else None
 
     def _location_now(self, d: int, ledger_id: int, entry_id: int) -> int | None:
