@@ -206,10 +206,7 @@ def decode(data: bytes | bytearray | memoryview) -> Availability:
     last = arr["last"].astype(np.int64)
     size = arr["size"].astype(np.int64)
     period = arr["period"].astype(np.int64)
-    if count <= _SMALL_ANSWER:
-        _validate_rows(arr.tolist())
-    else:
-        _validate(first, last, size, period)
+    _validate(first, last, size, period)
     return Availability(first, last, size, period)
 
 
@@ -248,6 +245,13 @@ def _validate_rows(rows: Sequence[tuple[int, int, int, int]]) -> None:
 
 
 def _validate(first: np.ndarray, last: np.ndarray, size: np.ndarray, period: np.ndarray) -> None:
+    if first.size <= _SMALL_ANSWER:
+        _validate_rows(list(zip(first.tolist(), last.tolist(), size.tolist(), period.tolist(), strict=True)))
+    else:
+        _validate_arrays(first, last, size, period)
+
+
+def _validate_arrays(first: np.ndarray, last: np.ndarray, size: np.ndarray, period: np.ndarray) -> None:
     def fail(what: str, mask: np.ndarray) -> None:
         bad = np.flatnonzero(mask)
         if bad.size:
@@ -274,10 +278,7 @@ class Availability:
         last = np.array([g.last for g in groups], dtype=np.int64)
         size = np.array([g.size for g in groups], dtype=np.int64)
         period = np.array([g.period for g in groups], dtype=np.int64)
-        if len(groups) <= _SMALL_ANSWER:
-            _validate_rows([(g.first, g.last, g.size, g.period) for g in groups])
-        else:
-            _validate(first, last, size, period)
+        _validate(first, last, size, period)
         return cls(first, last, size, period)
 
     @classmethod

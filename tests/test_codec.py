@@ -183,7 +183,7 @@ def test_random_groups_are_validated_or_refused(groups: list[tuple[int, int, int
 @example([(0, 0, 2, 0), (2, 2, 1, 0)])  # adjacent: valid
 @example([(0, 3, 2, 3), (4, 4, 1, 0)])  # overlapping: refused
 def test_small_and_large_answers_are_refused_for_the_same_reason(groups: list[tuple[int, int, int, int]]) -> None:
-    from scrutiny.codec import _validate, _validate_rows
+    from scrutiny.codec import _validate_arrays, _validate_rows
 
     def reason(check: object, *args: object) -> str:
         try:
@@ -193,7 +193,7 @@ def test_small_and_large_answers_are_refused_for_the_same_reason(groups: list[tu
         return ""
 
     columns = [np.array([g[k] for g in groups], dtype=np.int64) for k in range(4)]
-    assert reason(_validate_rows, groups) == reason(_validate, *columns)
+    assert reason(_validate_rows, groups) == reason(_validate_arrays, *columns)
 
 
 def test_encode_groups_roundtrip() -> None:
