@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from scrutiny.agent import BookieAgent
+from scrutiny.entrysources import SyntheticStore
+from scrutiny.scan.engines import LocalEngine, Progress
+from scrutiny.scan.work import Pass, RangeResult, RunContext
+from scrutiny.store import LedgerRange, MetadataStore
+from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 SLOW_AGENT = Path(__file__).resolve().parent / "slow_agent.py"
 
@@ -33,3 +41,31 @@ def slow_agent(store: Path, delay: float) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen([sys.executable, str(SLOW_AGENT), str(store), str(delay)], stdout=subprocess.PIPE,
                             text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     return proc, int(proc.stdout.readline())  # type: ignore[union-attr]
+
+
+class HookEngine(LocalEngine):
+    """The local engine, with something happening to the cluster after the first pass."""
+
+    def __init__(self, after_first_pass: Callable[[], None]) -> None:
+        self.hook: Callable[[], None] | None = after_first_pass
+
+    def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
+                   progress: Progress | None = None) -> Iterator[RangeResult]:
+        yield from super().map_ranges(ctx, ranges, mode, progress)
+        if self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+
+
+@contextlib.contextmanager
+def synthetic_agents(store: SyntheticStoreWriter, tmp_path: Path, registry: MetadataStore) -> Iterator[None]:
+    """An agent on loopback for every bookie of `store`, registered in the metadata store."""
+    agents = []
+    try:
+        for b, path in store.write_all(tmp_path).items():
+            agents.append(BookieAgent(SyntheticStore(path), bind="127.0.0.1:0").start())
+            agents[-1].register(registry, b, f"127.0.0.1:{agents[-1].port}")
+        yield
+    finally:
+        for a in agents:
+            a.stop(grace=0)

@@ -13,10 +13,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from scrutiny.agent import BookieAgent
 from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
-from scrutiny.entrysources import SyntheticStore
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
 from scrutiny.owners import encode_cursor, encode_managed_ledger, owner_from_custom_metadata, topic_of
 from scrutiny.scan.driver import ScrutinyRun
@@ -25,6 +23,7 @@ from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.synthetic import SyntheticStoreWriter
+from tests.helpers import synthetic_agents
 
 ENS = ("127.0.6.1:3181", "127.0.6.2:3181", "127.0.6.3:3181")
 ORDERS, PRICES, LEGACY = ("persistent://public/default/orders", "persistent://public/default/prices",
@@ -73,14 +72,8 @@ def pulsar_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespa
     w.write_managed_ledger("public/default/persistent/legacy%20topic",
                            encode_managed_ledger([105, 106], offloaded=[106], compression="ZLIB"))
     uri = f"zk+hierarchical://{zk_server.hosts}{root}"
-    agents = []
-    registry = store_on(zk_client, uri)
-    for b, path in store.write_all(tmp_path).items():
-        agents.append(BookieAgent(SyntheticStore(path), bind="127.0.0.1:0").start())
-        agents[-1].register(registry, b, f"127.0.0.1:{agents[-1].port}")
-    yield uri
-    for a in agents:
-        a.stop(grace=0)
+    with synthetic_agents(store, tmp_path, store_on(zk_client, uri)):
+        yield uri
 
 
 def test_names_and_topic_of_custom_metadata() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,14 +22,13 @@ from scrutiny.metadata import (
     UnderreplicationMark,
 )
 from scrutiny.scan.driver import ScrutinyRun
-from scrutiny.scan.engines import LocalEngine, Progress
-from scrutiny.scan.work import Pass, RangeResult, RunContext
-from scrutiny.store import LedgerRange
+from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import DECOMMISSIONED, DemoCluster, bookie, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.synthetic import SyntheticStoreWriter
+from tests.helpers import HookEngine
 
 
 def settings_for(zk_server: LocalZooKeeper, root: str, **kw: object) -> ScanSettings:
@@ -80,20 +79,6 @@ def test_scope_of_chosen_ledgers_and_of_one_bookie(demo: DemoCluster, zk_server:
     # its ledger, and the one whose metadata nobody can read (it may be one of its ledgers)
     assert found(gone.violations) == {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 9008), ("INVALID_METADATA", 9010)}
     assert gone.ledgers["seen"] == 2
-
-
-class HookEngine(LocalEngine):
-    """The local engine, with something happening to the cluster after the first pass."""
-
-    def __init__(self, after_first_pass: Callable[[], None]) -> None:
-        self.hook: Callable[[], None] | None = after_first_pass
-
-    def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
-                   progress: Progress | None = None) -> Iterator[RangeResult]:
-        yield from super().map_ranges(ctx, ranges, mode, progress)
-        if self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook()
 
 
 def _small_cluster(zk_client: KazooClient, root: str, tmp_path: Path) -> tuple[ClusterWriter, dict[str, Path],

@@ -27,6 +27,7 @@ from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.synthetic import SyntheticStoreWriter
+from tests.helpers import HookEngine
 
 BOOKIES = [f"127.0.3.{n}:3181" for n in range(1, 5)]
 
@@ -87,18 +88,6 @@ def found(report: Report) -> set[tuple[str, int]]:
     return {(str(v.category), v.ledger_id) for v in report.violations}
 
 
-class AfterFirstPass(LocalEngine):
-    def __init__(self, hook: Callable[[], None]) -> None:
-        self.hook: Callable[[], None] | None = hook
-
-    def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
-                   progress: Progress | None = None) -> Iterator[RangeResult]:
-        yield from super().map_ranges(ctx, ranges, mode, progress)
-        if self.hook is not None:
-            hook, self.hook = self.hook, None
-            hook()
-
-
 class OnPass(LocalEngine):
     """Something happens to the cluster once, right after the first pass of the given kind."""
 
@@ -131,13 +120,13 @@ def test_a_mark_repaired_during_the_run_is_not_aged(cluster: Cluster) -> None:
     old = int(time.time() * 1000) - 3_600_000
     cluster.writer.mark_underreplicated(UnderreplicationMark(1, (BOOKIES[2],), old))
     # a replication worker repairs ledger 1 and removes the mark while the run is still going
-    report = ScrutinyRun(cluster.settings(), AfterFirstPass(lambda: cluster.writer.unmark_underreplicated(1))).execute()
+    report = ScrutinyRun(cluster.settings(), HookEngine(lambda: cluster.writer.unmark_underreplicated(1))).execute()
     assert found(report) == set() and report.stats["marks_gone_before_reporting"] == 1
     # a mark removed and re-created meanwhile is aged from its new ctime
     cluster.writer.mark_underreplicated(UnderreplicationMark(2, (BOOKIES[2],), old))
     fresh = UnderreplicationMark(2, (BOOKIES[3],), int(time.time() * 1000))
     report = ScrutinyRun(cluster.settings(underreplicated_grace_period=600),
-                         AfterFirstPass(lambda: cluster.writer.mark_underreplicated(fresh))).execute()
+                         HookEngine(lambda: cluster.writer.mark_underreplicated(fresh))).execute()
     assert found(report) == set()
     # and one that stays is reported
     cluster.writer.mark_underreplicated(UnderreplicationMark(3, (BOOKIES[2],), old))
@@ -207,7 +196,7 @@ def test_a_rack_map_fixed_during_the_run_is_no_placement_finding(cluster: Cluste
     good = {b: f"/rack-{i}" for i, b in enumerate(BOOKIES)}
     cluster.writer.write_racks(bad, "/" + racks)
     report = ScrutinyRun(cluster.settings(placement_policy="rackaware"),
-                         AfterFirstPass(lambda: cluster.writer.write_racks(good, "/" + racks))).execute()
+                         HookEngine(lambda: cluster.writer.write_racks(good, "/" + racks))).execute()
     assert found(report) == set() and report.stats["reanalyzed_after_rack_change"] == 6
     # racks that stay wrong are reported (a map that breaks only mid-run is the next run's finding)
     cluster.writer.write_racks(bad, "/" + racks)

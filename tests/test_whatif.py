@@ -25,6 +25,7 @@ from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.synthetic import SyntheticStoreWriter
+from tests.helpers import synthetic_agents
 
 B = [f"127.0.7.{n}:3181" for n in range(1, 7)]
 RACKS = {B[0]: "/r1", B[1]: "/r2", B[2]: "/r3", B[3]: "/r1", B[4]: "/r2", B[5]: "/r3"}
@@ -67,14 +68,8 @@ def cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str
     for b in B:
         w.register_bookie(BookieRegistration(b, False))
     uri = f"zk+hierarchical://{zk_server.hosts}{root}"
-    agents = []
-    registry = store_on(zk_client, uri)
-    for b, path in store.write_all(tmp_path).items():
-        agents.append(BookieAgent(SyntheticStore(path), bind="127.0.0.1:0").start())
-        agents[-1].register(registry, b, f"127.0.0.1:{agents[-1].port}")
-    yield uri, mds, held
-    for a in agents:
-        a.stop(grace=0)
+    with synthetic_agents(store, tmp_path, store_on(zk_client, uri)):
+        yield uri, mds, held
 
 
 def least_without(md: LedgerMetadata, held: dict[str, dict[int, np.ndarray]], gone: set[str]) -> int:
