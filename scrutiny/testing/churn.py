@@ -131,6 +131,7 @@ class ChurnCluster:
     def _later(self, seconds: float, fn: Callable[[], None]) -> None:
         t = threading.Timer(seconds, fn)
         t.daemon = True
+        self._timers = [old for old in self._timers if old.is_alive()]  # a long soak keeps only the pending
         self._timers.append(t)
         t.start()
 
