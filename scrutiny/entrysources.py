@@ -438,12 +438,13 @@ class SyntheticStore:
 
     def availability_many(self, ledger_ids: Sequence[int]) -> list[Holding | None]:
         """Many answers at once: the groups of every ledger asked encoded in one numpy pass, then cut."""
+        if not self._ids.size:
+            return [None] * len(ledger_ids)
         ids = np.asarray(ledger_ids, dtype=np.int64)
-        n = self._ids.size
-        at = np.minimum(np.searchsorted(self._ids, ids), max(n - 1, 0))
-        found = (self._ids[at] == ids) if n else np.zeros(ids.size, bool)
-        starts = np.where(found, self._index[at, 1] if n else 0, 0)
-        counts = np.where(found, self._index[at, 2] if n else 0, 0)
+        at = np.minimum(np.searchsorted(self._ids, ids), self._ids.size - 1)
+        found = self._ids[at] == ids
+        starts = np.where(found, self._index[at, 1], 0)
+        counts = np.where(found, self._index[at, 2], 0)
         sizes = np.maximum(counts, 0)
         total = int(sizes.sum())
         rows = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(total)
