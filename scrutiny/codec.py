@@ -13,8 +13,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -38,9 +37,9 @@ class CodecError(DataError):
     """An availability answer that does not follow the BP-34 encoding."""
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class SequenceGroup:
-    """Entries first + k*period + j, k = 0..(last-first)/period, j = 0..size-1."""
+class SequenceGroup(NamedTuple):
+    """Entries first + k*period + j, k = 0..(last-first)/period, j = 0..size-1. A tuple: a decoded
+    answer's rows compare equal to the groups they hold without building any."""
 
     first: int
     last: int
@@ -52,7 +51,7 @@ class SequenceGroup:
         return 1 if self.last == self.first else (self.last - self.first) // self.period + 1
 
     @property
-    def count(self) -> int:
+    def count(self) -> int:  # type: ignore[override]  # tuple.count: a group's tuple is never searched
         return self.sequences * self.size
 
     @property
@@ -201,13 +200,15 @@ def decode(data: bytes | bytearray | memoryview) -> Availability:
         raise CodecError(
             f"group count {count} needs {expected_len} bytes but the answer has {len(buf)}"
         )
+    if count <= _SMALL_ANSWER:
+        # Most answers (a healthy share is up to three groups per segment): Python ints, no numpy.
+        rows = tuple(zip(*[iter(_SMALL_ROWS[count].unpack_from(buf, HEADER_SIZE))] * 4, strict=True))
+        _validate_rows(rows)
+        return Availability(rows=rows)
     arr = np.frombuffer(buf, dtype=_GROUP_DTYPE, offset=HEADER_SIZE, count=count)
-    first = arr["first"].astype(np.int64)
-    last = arr["last"].astype(np.int64)
-    size = arr["size"].astype(np.int64)
-    period = arr["period"].astype(np.int64)
-    _validate(first, last, size, period)
-    return Availability(first, last, size, period)
+    first, last, size, period = (arr[name].astype(np.int64) for name in ("first", "last", "size", "period"))
+    _validate_arrays(first, last, size, period)
+    return Availability(columns=(first, last, size, period))
 
 
 # Each group's rules, checked in this order; written so that they read the same over Python ints (a
@@ -227,14 +228,25 @@ _GROUP_RULES: tuple[tuple[str, Callable[[Any, Any, Any, Any], Any]], ...] = (
     ("the group's last entry id overflows a signed 64-bit integer", lambda f, la, s, p: la > INT64_MAX - (s - 1)),
 )
 _ORDER = "groups out of order or overlapping (starts at or before the previous group's end)"
-_SMALL_ANSWER = 16  # groups; up to this many are checked with Python ints
+_SMALL_ANSWER = 16  # groups; up to this many are held and checked as Python ints
+_SMALL_ROWS = [struct.Struct(">" + "qqii" * n) for n in range(_SMALL_ANSWER + 1)]
+Row = tuple[int, int, int, int]  # (first, last, size, period): a SequenceGroup's fields
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # the same, one array per field
 
 
 def _invalid(i: int, first: int, what: str) -> CodecError:
     return CodecError(f"group {i} (firstSequenceStart {first}): {what}")
 
 
-def _validate_rows(rows: Sequence[tuple[int, int, int, int]]) -> None:
+def _validate_rows(rows: Sequence[Row]) -> None:
+    end = -1
+    for f, la, s, p in rows:  # the common case, every rule at once; the table below names a failure
+        if not (end < f and s > 0 and la >= f and la <= INT64_MAX - (s - 1)
+                and (la == f if p == 0 else p > 0 and (la - f) % p == 0 and (la == f or s <= p))):
+            break
+        end = la + s - 1
+    else:
+        return
     for what, rule in _GROUP_RULES:
         for i, row in enumerate(rows):
             if rule(*row):
@@ -242,13 +254,6 @@ def _validate_rows(rows: Sequence[tuple[int, int, int, int]]) -> None:
     for i in range(1, len(rows)):
         if rows[i][0] <= rows[i - 1][1] + rows[i - 1][2] - 1:
             raise _invalid(i, rows[i][0], _ORDER)
-
-
-def _validate(first: np.ndarray, last: np.ndarray, size: np.ndarray, period: np.ndarray) -> None:
-    if first.size <= _SMALL_ANSWER:
-        _validate_rows(list(zip(first.tolist(), last.tolist(), size.tolist(), period.tolist(), strict=True)))
-    else:
-        _validate_arrays(first, last, size, period)
 
 
 def _validate_arrays(first: np.ndarray, last: np.ndarray, size: np.ndarray, period: np.ndarray) -> None:
@@ -264,34 +269,47 @@ def _validate_arrays(first: np.ndarray, last: np.ndarray, size: np.ndarray, peri
 
 
 class Availability:
-    """A decoded, validated answer: the entries one bookie holds of one ledger."""
+    """A decoded, validated answer: the entries one bookie holds of one ledger. A small answer is
+    kept as Python int rows (comparing it with an expected share is then a tuple comparison), a
+    large one as numpy columns; either is derived from the other when first needed."""
 
-    __slots__ = ("_first", "_last", "_period", "_size")
+    __slots__ = ("_columns", "_rows")
 
-    def __init__(self, first: np.ndarray, last: np.ndarray, size: np.ndarray, period: np.ndarray) -> None:
-        self._first, self._last, self._size, self._period = first, last, size, period
+    def __init__(self, *, rows: tuple[Row, ...] | None = None, columns: Columns | None = None) -> None:
+        self._rows, self._columns = rows, columns
 
     @classmethod
     def of(cls, groups: Sequence[SequenceGroup]) -> Availability:
         """From groups (checked like a decoded answer)."""
-        first = np.array([g.first for g in groups], dtype=np.int64)
-        last = np.array([g.last for g in groups], dtype=np.int64)
-        size = np.array([g.size for g in groups], dtype=np.int64)
-        period = np.array([g.period for g in groups], dtype=np.int64)
-        _validate(first, last, size, period)
-        return cls(first, last, size, period)
+        if len(groups) <= _SMALL_ANSWER:
+            rows = tuple((int(g.first), int(g.last), int(g.size), int(g.period)) for g in groups)
+            _validate_rows(rows)
+            return cls(rows=rows)
+        first, last, size, period = (np.array([g[i] for g in groups], dtype=np.int64) for i in range(4))
+        _validate_arrays(first, last, size, period)
+        return cls(columns=(first, last, size, period))
 
     @classmethod
     def empty(cls) -> Availability:
-        return cls.of(())
+        return cls(rows=())
+
+    @property
+    def _cols(self) -> Columns:
+        if self._columns is None:
+            rows = self._rows or ()
+            first, last, size, period = (np.array([r[i] for r in rows], dtype=np.int64) for i in range(4))
+            self._columns = (first, last, size, period)
+        return self._columns
+
+    @property
+    def rows(self) -> tuple[Row, ...]:
+        if self._rows is None:
+            self._rows = tuple(zip(*(c.tolist() for c in self._cols), strict=True))
+        return self._rows
 
     @property
     def groups(self) -> tuple[SequenceGroup, ...]:
-        return tuple(
-            SequenceGroup(f, la, s, p)
-            for f, la, s, p in zip(self._first.tolist(), self._last.tolist(), self._size.tolist(),
-                                   self._period.tolist(), strict=True)
-        )
+        return tuple(map(SequenceGroup._make, self.rows))
 
     def __len__(self) -> int:
         return self.count
@@ -299,43 +317,42 @@ class Availability:
     @property
     def count(self) -> int:
         """How many entries the answer holds."""
-        single = self._last == self._first
-        seqs = np.where(single, 1, (self._last - self._first) // np.where(single, 1, self._period) + 1)
+        if self._rows is not None:
+            return sum(SequenceGroup._make(r).count for r in self._rows)
+        first, last, size, period = self._cols
+        single = last == first
+        seqs = np.where(single, 1, (last - first) // np.where(single, 1, period) + 1)
         # uint64: one group may hold up to 2^63 ids; the sum is taken in Python ints.
-        return sum((seqs.astype(np.uint64) * self._size.astype(np.uint64)).tolist())
+        return sum((seqs.astype(np.uint64) * size.astype(np.uint64)).tolist())
 
     def same_groups(self, groups: Sequence[SequenceGroup]) -> bool:
         """Held as exactly these groups? Cheap; the same set in another grouping is not seen here."""
-        if len(groups) != self._first.size:
+        if self._rows is None and len(groups) != self._cols[0].size:
             return False
-        return all((g.first, g.last, g.size, g.period) == (f, la, s, p) for g, f, la, s, p in zip(
-            groups, self._first.tolist(), self._last.tolist(), self._size.tolist(), self._period.tolist(),
-            strict=True))
+        return self.rows == tuple(groups)
 
     def __contains__(self, entry_id: object) -> bool:
-        if not isinstance(entry_id, int | np.integer) or self._first.size == 0:
+        if not isinstance(entry_id, int | np.integer):
             return False
-        e = int(entry_id)
-        i = int(np.searchsorted(self._first, e, side="right")) - 1
-        if i < 0:
-            return False
-        g = SequenceGroup(int(self._first[i]), int(self._last[i]), int(self._size[i]), int(self._period[i]))
-        return e in g
+        first = self._cols[0]
+        i = int(np.searchsorted(first, int(entry_id), side="right")) - 1
+        return i >= 0 and int(entry_id) in SequenceGroup._make(self.rows[i])
 
     def entry_ids(self, limit: int = DEFAULT_EXPAND_LIMIT) -> np.ndarray:
         """Every entry id held, ascending; refuses (CodecError) to expand more than `limit` ids."""
         total = self.count
         if total > limit:
             raise CodecError(f"refusing to expand {total} entry ids (limit {limit})")
-        single = self._last == self._first
-        seqs = np.where(single, 1, (self._last - self._first) // np.where(single, 1, self._period) + 1)
-        per_group = seqs * self._size
+        first, last, size, period = self._cols
+        single = last == first
+        seqs = np.where(single, 1, (last - first) // np.where(single, 1, period) + 1)
+        per_group = seqs * size
         starts = np.cumsum(per_group) - per_group
         # Position t of group g holds first + (t // size) * period + t % size.
         g = np.repeat(np.arange(per_group.size), per_group)
         t = np.arange(total, dtype=np.int64) - starts[g]
-        size = self._size[g]
-        return self._first[g] + (t // size) * self._period[g] + t % size
+        sizes = size[g]
+        return first[g] + (t // sizes) * period[g] + t % sizes
 
     def missing(self, expected: SequenceGroup | Sequence[SequenceGroup]) -> list[SequenceGroup]:
         """The entries of `expected` that this answer does not hold, as disjoint groups sorted by
@@ -344,7 +361,7 @@ class Availability:
         if not wanted:
             return []
         Availability.of(wanted)  # the expected set must itself be well formed
-        periods = [g.period for g in wanted if g.period] or [p for p in self._period.tolist() if p][:1]
+        periods = [g.period for g in wanted if g.period] or [r[3] for r in self.rows if r[3]][:1]
         modulus = 1
         for p in periods:
             modulus = math.lcm(modulus, p)
@@ -362,18 +379,16 @@ class Availability:
     def residue_intervals(self, modulus: int, lo: int, hi: int) -> list[list[tuple[int, int]]]:
         """Held entries within [lo, hi] as, per residue r mod `modulus`, sorted disjoint
         inclusive intervals [k0, k1] of k where entry k * modulus + r is held."""
-        if self._first.size == 0 or hi < lo:
+        if hi < lo:
             return [[] for _ in range(modulus)]
+        if self._rows is not None:
+            return residue_intervals(map(SequenceGroup._make, self._rows), modulus, lo, hi)
         # Only the groups whose span meets [lo, hi].
-        end = self._last + self._size - 1
-        a = int(np.searchsorted(end, lo, side="left"))
-        b = int(np.searchsorted(self._first, hi, side="right"))
-        sub = [
-            SequenceGroup(f, la, s, p)
-            for f, la, s, p in zip(self._first[a:b].tolist(), self._last[a:b].tolist(),
-                                   self._size[a:b].tolist(), self._period[a:b].tolist(), strict=True)
-        ]
-        return residue_intervals(sub, modulus, lo, hi)
+        first, last, size, period = self._cols
+        a = int(np.searchsorted(last + size - 1, lo, side="left"))
+        b = int(np.searchsorted(first, hi, side="right"))
+        sub = zip(first[a:b].tolist(), last[a:b].tolist(), size[a:b].tolist(), period[a:b].tolist(), strict=True)
+        return residue_intervals(map(SequenceGroup._make, sub), modulus, lo, hi)
 
 
 # ---------------------------------------------------------------------------------------------

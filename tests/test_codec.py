@@ -196,6 +196,27 @@ def test_small_and_large_answers_are_refused_for_the_same_reason(groups: list[tu
     assert reason(_validate_rows, groups) == reason(_validate_arrays, *columns)
 
 
+small_id_sets = st.lists(st.integers(min_value=0, max_value=400), max_size=120)
+
+
+@settings(max_examples=100, deadline=None)
+@given(small_id_sets, small_id_sets, st.integers(1, 7), st.integers(0, 60), st.integers(0, 400))
+def test_an_answer_held_as_rows_or_as_columns_is_the_same_answer(ids: list[int], other: list[int], modulus: int,
+                                                                 lo: int, span: int) -> None:
+    groups = decode(encode(ids)).groups
+    rows = Availability(rows=tuple(tuple(g) for g in groups))  # type: ignore[misc]
+    columns = Availability(columns=tuple(np.array([g[k] for g in groups], dtype=np.int64)  # type: ignore[arg-type]
+                                         for k in range(4)))
+    wanted = decode(encode(other)).groups
+    for a in (rows, columns):
+        assert a.groups == groups and a.count == len(set(ids)) and a.same_groups(groups)
+        assert a.entry_ids().tolist() == sorted(set(ids))
+        assert [e in a for e in range(0, 401, 7)] == [e in set(ids) for e in range(0, 401, 7)]
+        assert a.residue_intervals(modulus, lo, lo + span) == rows.residue_intervals(modulus, lo, lo + span)
+        assert a.missing(wanted) == rows.missing(wanted)
+        assert a.same_groups(wanted) == (wanted == groups)
+
+
 def test_encode_groups_roundtrip() -> None:
     gs = [G(1, 6, 3, 5), G(11, 13, 1, 2)]
     assert list(decode(encode_groups(gs)).groups) == gs
