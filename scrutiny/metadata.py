@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf import text_format
 from google.protobuf.internal import decoder as pb_decoder
@@ -52,8 +52,9 @@ class Layout(enum.StrEnum):
     LONG_HIERARCHICAL = "longhierarchical"
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
+class Segment(NamedTuple):
+    """From this entry on, the ledger's entries are written to this ensemble."""
+
     first_entry_id: int
     ensemble: tuple[str, ...]
 
@@ -186,16 +187,22 @@ def decode_ledger_metadata(
     return md
 
 
+_STATES = {int(s): s for s in LedgerState}
+_DIGEST_TYPES = {number: name for name, number in _LMF.DigestType.items()}
+
+
 def _from_proto(ledger_id: int, msg: Any, version: int, znode_ctime: int, znode_version: int,
                 znode_mtime: int) -> LedgerMetadata:
+    # Every ledger of a scan comes through here: fields read once, no per-field HasField where a
+    # proto2 default is the right answer anyway.
     for name in ("quorumSize", "ensembleSize"):
         if not msg.HasField(name):
             raise MetadataError(f"ledger {ledger_id}: v{version} metadata lacks {name}")
-    try:
-        state = LedgerState(msg.state)
-    except ValueError:
-        raise MetadataError(f"ledger {ledger_id}: unknown ledger state {msg.state}") from None
+    state = _STATES.get(msg.state)
+    if state is None:
+        raise MetadataError(f"ledger {ledger_id}: unknown ledger state {msg.state}")
     wq = msg.quorumSize
+    custom = msg.customMetadata
     return LedgerMetadata(
         ledger_id=ledger_id,
         state=state,
@@ -204,11 +211,11 @@ def _from_proto(ledger_id: int, msg: Any, version: int, znode_ctime: int, znode_
         ack_quorum=msg.ackQuorumSize if msg.HasField("ackQuorumSize") else wq,
         last_entry_id=msg.lastEntryId if msg.HasField("lastEntryId") else -1,
         length=msg.length,
-        segments=tuple(Segment(s.firstEntryId, tuple(s.ensembleMember)) for s in msg.segment),
+        segments=tuple([Segment(s.firstEntryId, tuple(s.ensembleMember)) for s in msg.segment]),
         ctime=msg.ctime if msg.HasField("ctime") else znode_ctime,
-        custom_metadata=tuple((c.key, bytes(c.value)) for c in msg.customMetadata),
-        digest_type=_LMF.DigestType.Name(msg.digestType) if msg.HasField("digestType") else "CRC32",
-        password=bytes(msg.password),
+        custom_metadata=tuple([(c.key, bytes(c.value)) for c in custom]) if custom else (),
+        digest_type=_DIGEST_TYPES.get(msg.digestType, "CRC32") if msg.HasField("digestType") else "CRC32",
+        password=msg.password,
         ctoken=msg.cToken,
         format_version=version,
         znode_version=znode_version,

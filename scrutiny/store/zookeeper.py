@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from kazoo.client import KazooClient, KazooState, _prefix_root
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     EXCEPTIONS,
     ConnectionClosedError,
@@ -32,11 +32,9 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import (
     GetChildren,
     GetData,
-    MultiHeader,
     ZnodeStat,
     int_struct,
     multiheader_struct,
-    read_buffer,
     read_string,
     stat_struct,
 )
@@ -88,44 +86,58 @@ MULTI_MAX_OPS = 1000
 MULTI_IN_FLIGHT = 4
 
 
+ReadOp = type[GetData | GetChildren]
+
+
 class MultiRead:
     """ZooKeeper's read-only multi (opcode 22, 3.6+), a request type beside kazoo's own: many getData or
-    getChildren in one request, one result per op (the answer, or the op's own error, e.g. NONODE)."""
+    getChildren (one kind per request) in one request, one result per op (the answer, or the op's own
+    error, e.g. NONODE). Written and read with kazoo's structs, by hand: it carries a scan's every read."""
 
     type = 22
 
-    def __init__(self, ops: list[GetData | GetChildren]) -> None:
-        self.ops = ops
+    def __init__(self, op: ReadOp, paths: list[str]) -> None:
+        self.op, self.paths = op, paths
 
     def serialize(self) -> bytearray:
         b = bytearray()
-        for op in self.ops:
-            b.extend(MultiHeader(op.type, False, -1).serialize() + op.serialize())
+        header = multiheader_struct.pack(self.op.type, False, -1)
+        for path in self.paths:
+            encoded = path.encode("utf-8")
+            b += header
+            b += int_struct.pack(len(encoded))
+            b += encoded
+            b += b"\0"  # no watch
         return b + multiheader_struct.pack(-1, True, -1)
 
     @classmethod
     def deserialize(cls, buf: bytes, offset: int) -> list[Any]:
         results: list[Any] = []
+        header_size, int_size, stat_size = multiheader_struct.size, int_struct.size, stat_struct.size
         while True:
-            header, offset = MultiHeader.deserialize(buf, offset)
-            if header.done:
+            kind, done, err = multiheader_struct.unpack_from(buf, offset)
+            offset += header_size
+            if done:
                 return results
-            if header.type == -1:
+            if kind == -1:
                 err = int_struct.unpack_from(buf, offset)[0]
-                offset += int_struct.size
+                offset += int_size
                 results.append(EXCEPTIONS[err]())
-            elif header.type == GetChildren.type:
+            elif kind == GetChildren.type:
                 count = int_struct.unpack_from(buf, offset)[0]
-                offset += int_struct.size
+                offset += int_size
                 children = []
                 for _ in range(max(count, 0)):
                     child, offset = read_string(buf, offset)
                     children.append(child)
                 results.append(children)
             else:
-                data, offset = read_buffer(buf, offset)
+                length = int_struct.unpack_from(buf, offset)[0]
+                offset += int_size
+                data = buf[offset:offset + length] if length >= 0 else None
+                offset += max(length, 0)
                 results.append((data, ZnodeStat._make(stat_struct.unpack_from(buf, offset))))
-                offset += stat_struct.size
+                offset += stat_size
 
 
 def _submit(client: KazooClient, request: Any) -> Any:
@@ -141,7 +153,7 @@ def probe_multi_read(settings: ClusterSettings) -> bool:
     client = new_client(settings)
     try:
         client.start(timeout=settings.zk_connect_timeout)
-        _submit(client, MultiRead([GetData("/", False)])).get(timeout=5)
+        _submit(client, MultiRead(GetData, ["/"])).get(timeout=5)
         return True
     except Exception as exc:
         log.info("ZooKeeper has no multiRead (%s): pipelined single reads", type(exc).__name__)
@@ -303,7 +315,7 @@ class ZooKeeperStore(MetadataStore):
             return self._multi(paths, GetChildren)
         return self._pipelined(paths, self.client.get_children_async)
 
-    def _batches(self, paths: Iterable[str], op: type[GetData | GetChildren]) -> Iterator[list[str]]:
+    def _batches(self, paths: Iterable[str], op: ReadOp) -> Iterator[list[str]]:
         """Batches sized by the bytes their answers are expected to take (learned per kind of read)."""
         batch: list[str] = []
         for path in paths:
@@ -314,14 +326,16 @@ class ZooKeeperStore(MetadataStore):
         if batch:
             yield batch
 
-    def _multi(self, paths: Iterable[str], op: type[GetData | GetChildren]) -> Iterator[tuple[str, Any]]:
+    def _multi(self, paths: Iterable[str], op: ReadOp) -> Iterator[tuple[str, Any]]:
         """Reads in multiRead batches, a few batches in flight, in order; per-op errors per path
         (NONODE: None, as on the single path)."""
         pending: deque[tuple[list[str], Any]] = deque()
         single = self.client.get_async if op is GetData else self.client.get_children_async
 
         def request(batch: list[str]) -> Any:
-            return _submit(self.client, MultiRead([op(_prefix_root(self.client.chroot, p), False) for p in batch]))
+            # Our paths are already normal: the chroot is only prepended (kazoo normalises every path).
+            return _submit(self.client, MultiRead(op, [self.client.chroot + p for p in batch] if self.client.chroot
+                                                  else batch))
 
         def drain_one() -> Iterator[tuple[str, Any]]:
             batch, handle = pending.popleft()
