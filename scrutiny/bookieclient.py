@@ -33,11 +33,14 @@ _TRANSIENT = (grpc.StatusCode.UNAVAILABLE,)
 EMPTY_ANSWER = encode_groups([])
 
 
+# EUNKNOWNLEDGERSTATE: a limbo ledger (BP-46); what it lists is held, the rest is unknown.
+_LISTS_ENTRIES = {bookie_pb2.EOK: Outcome.ENTRIES, bookie_pb2.EUNKNOWNLEDGERSTATE: Outcome.LIMBO}
+
+
 def interpret(bookie_id: str, msg: Any) -> BookieAnswer:
     """One GetListOfEntriesOfALedgerResponse as an outcome."""
-    if msg.status in (bookie_pb2.EOK, bookie_pb2.EUNKNOWNLEDGERSTATE):
-        # EUNKNOWNLEDGERSTATE: a limbo ledger (BP-46); what it lists is held, the rest is unknown.
-        outcome = Outcome.ENTRIES if msg.status == bookie_pb2.EOK else Outcome.LIMBO
+    outcome = _LISTS_ENTRIES.get(msg.status)
+    if outcome is not None:
         try:
             return BookieAnswer(outcome, decode(msg.availability_of_entries_of_ledger or EMPTY_ANSWER))
         except CodecError as exc:
@@ -216,8 +219,9 @@ class BookieClient:
         req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ids)
         for msg in stub.GetListOfEntriesOfLedgers(req, timeout=self.deadline):
             for ans in msg.ledgers:
-                if ans.ledger_id in asked and ans.ledger_id not in got:
-                    got[ans.ledger_id] = interpret(bookie_id, ans)
+                lid = ans.ledger_id
+                if lid in asked and lid not in got:
+                    got[lid] = interpret(bookie_id, ans)
 
     def _unary(self, bookie_id: str, ids: list[int], got: dict[int, BookieAnswer]) -> None:
         """One call per ledger, as upstream's auditor does, a bounded number in flight."""

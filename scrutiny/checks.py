@@ -12,13 +12,12 @@ ten million entries costs what checking one of ten does.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import itertools
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -71,8 +70,7 @@ class Outcome(enum.StrEnum):
     LIMBO = "limbo"  # BP-46: the bookie holds what it lists and cannot tell about the rest (unknown)
 
 
-@dataclass(frozen=True, slots=True)
-class BookieAnswer:
+class BookieAnswer(NamedTuple):  # one per (bookie, ledger) of a scan: a tuple is the cheapest immutable record
     outcome: Outcome
     availability: Availability | None = None
     reason: str = ""
@@ -112,8 +110,10 @@ def write_sets(ensemble: Sequence[str], wq: int) -> list[tuple[str, ...]]:
 def _rackaware(policy: PlacementPolicy, ensemble: Sequence[str], wq: int,
                locate: Callable[[str], str]) -> tuple[PlacementResult, str]:
     need = min(wq, policy.min_racks_per_write_quorum)
-    for i, ws in enumerate(write_sets(ensemble, wq)):
-        racks = {locate(b) for b in ws}
+    where = [locate(b) for b in ensemble]
+    e = len(where)
+    for i in range(e):
+        racks = {where[(i + j) % e] for j in range(wq)}
         if len(racks) < need:
             return PlacementResult.FAIL, f"write set at position {i} spans {len(racks)} rack(s) {sorted(racks)}, " \
                                          f"needs {need}"
@@ -488,4 +488,4 @@ def without_corrupt(answer: BookieAnswer, deep: DeepAnswer | None) -> BookieAnsw
         return answer
     held = answer.availability.entry_ids(limit=max(answer.availability.count, 1))
     left = np.setdiff1d(held, np.array([e for e, _, _ in deep.corrupt], dtype=np.int64))
-    return dataclasses.replace(answer, availability=Availability.of(groups_of(left)))
+    return answer._replace(availability=Availability.of(groups_of(left)))

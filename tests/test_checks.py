@@ -301,3 +301,4 @@ def test_blast_radius_of_a_healthy_ledger_by_arithmetic_equals_the_set_arithmeti
                                                                               racks[b]) == key[1]]).least_copies
                 for key in fast}
         assert fast == slow, (md, fast, slow)
+        assert set(fast) == {("bookie", b) for b in md.bookies} | {("rack", racks[b]) for b in md.bookies}
