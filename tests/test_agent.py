@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kazoo.client import KazooClient
 
 from scrutiny import codec
-from scrutiny.agent import BookieAgent
+from scrutiny.agent import MESSAGE_BYTES, BookieAgent, in_messages
 from scrutiny.bookieclient import BookieClient, EndpointResolver, Outcome
 from scrutiny.bookkeeper import bookie_protocol_pb2 as bkp
 from scrutiny.entrysources import (
@@ -326,3 +326,13 @@ def test_synthetic_answers_many_at_once_as_one_at_a_time(synthetic: Path) -> Non
     assert store.availability_many(ids) == [store.availability_many([i])[0] for i in ids]
     assert store.availability_many([1])[0] == store.availability(1) is not None
     assert store.availability_many([]) == []
+
+
+def test_stream_messages_are_bounded_by_answers_and_by_bytes() -> None:
+    sizes = [10] * 25 + [MESSAGE_BYTES * 2] + [MESSAGE_BYTES // 3] * 7 + [10] * 3
+    messages = list(in_messages(range(len(sizes)), lambda i: sizes[i], most=10))
+    assert [i for m in messages for i in m] == list(range(len(sizes)))  # every answer once, in order
+    assert all(len(m) <= 10 for m in messages)
+    # a message closes at the answer that takes it to the byte bound: only that answer can go past it
+    assert all(sum(sizes[i] for i in m[:-1]) < MESSAGE_BYTES for m in messages)
+    assert [len(m) for m in messages] == [10, 10, 6, 4, 4, 2]  # 3 thirds of MESSAGE_BYTES fall 1 byte short

@@ -177,7 +177,8 @@ def by_bookie(ledgers: Iterable[LedgerMetadata]) -> dict[str, list[LedgerMetadat
     """The ledgers each bookie is asked about: those whose (non-empty) segments name it."""
     out: dict[str, list[LedgerMetadata]] = {}
     for md in ledgers:
-        for b in {b for seg, _, _ in md.segment_ranges() for b in seg.ensemble}:
+        ranges = md.segment_ranges()
+        for b in md.bookies if len(ranges) == len(md.segments) else {b for seg, _, _ in ranges for b in seg.ensemble}:
             out.setdefault(b, []).append(md)
     return out
 
