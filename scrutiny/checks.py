@@ -13,10 +13,12 @@ ten million entries costs what checking one of ten does.
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -254,12 +256,18 @@ def _each_holds_its_share(md: LedgerMetadata, answers: Mapping[str, BookieAnswer
     return True
 
 
+@functools.cache
+def _healthy(wq: int) -> CoverageResult:
+    """A healthy ledger's result: one immutable value shared by all of them."""
+    return CoverageResult(wq, None, frozenset(), MappingProxyType({}))
+
+
 def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> CoverageResult:
     """The replicas check of a closed ledger. A bookie without an entry in `answers`, or whose answer
     is unavailable, invalid or in limbo, is unknown: its copies are neither counted missing nor present."""
     e, wq, aq = md.ensemble_size, md.write_quorum, md.ack_quorum
     if _each_holds_its_share(md, answers):  # the common case, without the residue arithmetic
-        return CoverageResult(wq, None, frozenset(), {})
+        return _healthy(wq)
     least = wq
     unavailable: set[str] = set()
     limbo: set[str] = set()
@@ -326,20 +334,25 @@ def blast_radius(md: LedgerMetadata, answers: Mapping[str, BookieAnswer], locati
     ("rack") alone went down; only for a ledger whose every bookie answered. A healthy ledger (every
     entry has its WQ copies, `least_today`) needs no set arithmetic: without the bookies G each entry
     keeps WQ minus the members of G in its write set."""
-    racks: dict[str, list[str]] = {}
+    wq = md.write_quorum
+    members: dict[str, list[str]] = {}
     for b in md.bookies:
-        racks.setdefault(locations.get(b, DEFAULT_RACK), []).append(b)
-    groups = [(("bookie", b), (b,)) for b in md.bookies] + [(("rack", r), tuple(m)) for r, m in racks.items()]
-    if least_today < md.write_quorum:
-        return {key: coverage_without(md, answers, gone).least_copies for key, gone in groups}
-    segments = md.segment_ranges()
-    if all(hi - lo + 1 >= md.ensemble_size for _, lo, hi in segments):  # every write set occurs: one bookie costs 1
-        holding = {b for seg, _, _ in segments for b in seg.ensemble}
-        single = {gone[0]: int(gone[0] in holding) for _, gone in groups if len(gone) == 1}
+        members.setdefault(locations.get(b, DEFAULT_RACK), []).append(b)
+    if least_today < wq:
+        def left(gone: Collection[str]) -> int:
+            return coverage_without(md, answers, gone).least_copies
     else:
-        single = {}
-    return {key: md.write_quorum - (single[gone[0]] if len(gone) == 1 and gone[0] in single
-                                    else _most_in_a_write_set(md, set(gone))) for key, gone in groups}
+        segments = md.segment_ranges()
+        # Every segment holds entries, each at least a full turn of its ensemble: every write set
+        # occurs, so a bookie alone (or a rack of one) takes exactly one copy of some entry.
+        full = len(segments) == len(md.segments) and all(hi - lo + 1 >= md.ensemble_size for _, lo, hi in segments)
+
+        def left(gone: Collection[str]) -> int:
+            return wq - (1 if full and len(gone) == 1 else _most_in_a_write_set(md, set(gone)))
+    out = {("bookie", b): left((b,)) for b in md.bookies}
+    for rack, bookies in members.items():
+        out["rack", rack] = left(bookies)
+    return out
 
 
 def _most_in_a_write_set(md: LedgerMetadata, gone: set[str]) -> int:

@@ -318,11 +318,13 @@ class ZooKeeperStore(MetadataStore):
     def _batches(self, paths: Iterable[str], op: ReadOp) -> Iterator[list[str]]:
         """Batches sized by the bytes their answers are expected to take (learned per kind of read)."""
         batch: list[str] = []
+        most = max(1, min(MULTI_MAX_OPS, int(MULTI_BYTES / self._answer_bytes[op.type])))
         for path in paths:
             batch.append(path)
-            if len(batch) >= max(1, min(MULTI_MAX_OPS, int(MULTI_BYTES / self._answer_bytes[op.type]))):
+            if len(batch) >= most:
                 yield batch
                 batch = []
+                most = max(1, min(MULTI_MAX_OPS, int(MULTI_BYTES / self._answer_bytes[op.type])))
         if batch:
             yield batch
 
