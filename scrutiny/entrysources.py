@@ -413,8 +413,11 @@ CORRUPT = -1  # a ledger whose answer the agent garbles (fault injection)
 class SyntheticStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        with open(self.path, "rb") as f:
-            head = f.read(_HEAD.size)
+        try:
+            with open(self.path, "rb") as f:
+                head = f.read(_HEAD.size)
+        except OSError as exc:
+            raise SourceError(f"synthetic store {self.path}: {exc.strerror}") from None
         if len(head) < _HEAD.size or head[:8] != _MAGIC:
             raise SourceError(f"{self.path} is not a synthetic store file")
         _, n_ledgers, n_groups = _HEAD.unpack(head)

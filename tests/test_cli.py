@@ -98,6 +98,14 @@ def test_unusable_arguments_exit_2() -> None:
     assert res.returncode == 2 and "--bookie-endpoint" in res.stderr
 
 
+def test_an_agent_whose_store_file_is_missing_says_so_in_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.synth"
+    res = scrutiny("bookie-agent", "--bookie-id", "127.0.0.1:3181", "--source", "synthetic",
+                   "--synthetic-file", str(missing), "--bind", "127.0.0.1:0")
+    assert res.returncode != 0 and str(missing) in res.stderr and "No such file" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
 def test_unreachable_zookeeper_exits_2_with_one_line(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"metadata_service_uri: zk+hierarchical://127.0.0.1:{free_port()}/ledgers\n"
