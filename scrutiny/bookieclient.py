@@ -209,8 +209,10 @@ class BookieClient:
                         break
                     if code not in _TRANSIENT:
                         break
-            for i in ids:
-                got.setdefault(i, BookieAnswer(Outcome.UNAVAILABLE, reason=f"bookie {bookie_id}: {reason}"))
+            unanswered = [i for i in ids if i not in got]
+            if unanswered:
+                silent = BookieAnswer(Outcome.UNAVAILABLE, reason=f"bookie {bookie_id}: {reason}")
+                got.update(dict.fromkeys(unanswered, silent))
             return got
 
     def _stream(self, bookie_id: str, ids: list[int], got: dict[int, BookieAnswer]) -> None:
