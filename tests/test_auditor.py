@@ -189,8 +189,9 @@ def test_failover_keeps_the_cadence(cluster: tuple[DemoCluster, str], tmp_path: 
         wait_for(lambda: any(r.kind == "full" and r.finished_at for r in _status(a).last_runs), 60)
         ran_at = datetime.fromisoformat(next(r.started_at for r in _status(a).last_runs if r.kind == "full"))
         second = auditor_process(configs[1])
-        wait_for(lambda: _status(b) is not None and _status(b).role == auditor_pb2.STANDBY)
-        assert _status(b).leader_address == a
+        # A standby names the leader once its own session can read the election (until then: "").
+        wait_for(lambda: _status(b) is not None and _status(b).role == auditor_pb2.STANDBY
+                 and _status(b).leader_address == a)
         with pytest.raises(grpc.RpcError) as err:
             stub(b).Rescan(auditor_pb2.RescanRequest(all_ledgers=True))
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and a in (err.value.details() or "")
