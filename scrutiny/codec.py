@@ -334,9 +334,9 @@ class Availability:
     def __contains__(self, entry_id: object) -> bool:
         if not isinstance(entry_id, int | np.integer):
             return False
-        first = self._cols[0]
-        i = int(np.searchsorted(first, int(entry_id), side="right")) - 1
-        return i >= 0 and int(entry_id) in SequenceGroup._make(self.rows[i])
+        columns = self._cols
+        i = int(np.searchsorted(columns[0], int(entry_id), side="right")) - 1
+        return i >= 0 and int(entry_id) in SequenceGroup._make(int(c[i]) for c in columns)
 
     def entry_ids(self, limit: int = DEFAULT_EXPAND_LIMIT) -> np.ndarray:
         """Every entry id held, ascending; refuses (CodecError) to expand more than `limit` ids."""
@@ -361,7 +361,8 @@ class Availability:
         if not wanted:
             return []
         Availability.of(wanted)  # the expected set must itself be well formed
-        periods = [g.period for g in wanted if g.period] or [r[3] for r in self.rows if r[3]][:1]
+        held_periods = self._cols[3]
+        periods = [g.period for g in wanted if g.period] or held_periods[held_periods > 0][:1].tolist()
         modulus = 1
         for p in periods:
             modulus = math.lcm(modulus, p)

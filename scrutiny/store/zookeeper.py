@@ -317,14 +317,16 @@ class ZooKeeperStore(MetadataStore):
 
     def _batches(self, paths: Iterable[str], op: ReadOp) -> Iterator[list[str]]:
         """Batches sized by the bytes their answers are expected to take (learned per kind of read)."""
+        def most() -> int:
+            return max(1, min(MULTI_MAX_OPS, int(MULTI_BYTES / self._answer_bytes[op.type])))
+
         batch: list[str] = []
-        most = max(1, min(MULTI_MAX_OPS, int(MULTI_BYTES / self._answer_bytes[op.type])))
+        limit = most()
         for path in paths:
             batch.append(path)
-            if len(batch) >= most:
+            if len(batch) >= limit:
                 yield batch
-                batch = []
-                most = max(1, min(MULTI_MAX_OPS, int(MULTI_BYTES / self._answer_bytes[op.type])))
+                batch, limit = [], most()
         if batch:
             yield batch
 
@@ -336,8 +338,7 @@ class ZooKeeperStore(MetadataStore):
 
         def request(batch: list[str]) -> Any:
             # Our paths are already normal: the chroot is only prepended (kazoo normalises every path).
-            return _submit(self.client, MultiRead(op, [self.client.chroot + p for p in batch] if self.client.chroot
-                                                  else batch))
+            return _submit(self.client, MultiRead(op, [self.client.chroot + p for p in batch]))
 
         def drain_one() -> Iterator[tuple[str, Any]]:
             batch, handle = pending.popleft()
