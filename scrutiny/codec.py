@@ -187,7 +187,7 @@ def encode_unmerged(entry_ids: Iterable[int] | np.ndarray) -> bytes:
 
 def decode(data: bytes | bytearray | memoryview) -> Availability:
     """Decode and validate an answer; raises CodecError naming what is wrong."""
-    buf = bytes(data)
+    buf = data if type(data) is bytes else bytes(data)
     if len(buf) < HEADER_SIZE:
         raise CodecError(f"short buffer: {len(buf)} bytes, the header alone is {HEADER_SIZE}")
     version, count = _HEADER.unpack_from(buf, 0)
@@ -202,7 +202,7 @@ def decode(data: bytes | bytearray | memoryview) -> Availability:
         )
     if count <= _SMALL_ANSWER:
         # Most answers (a healthy share is up to three groups per segment): Python ints, no numpy.
-        rows = tuple(zip(*[iter(_SMALL_ROWS[count].unpack_from(buf, HEADER_SIZE))] * 4, strict=True))
+        rows = tuple(_GROUP.iter_unpack(buf[HEADER_SIZE:]))
         _validate_rows(rows)
         return Availability(rows=rows)
     arr = np.frombuffer(buf, dtype=_GROUP_DTYPE, offset=HEADER_SIZE, count=count)
@@ -229,7 +229,7 @@ _GROUP_RULES: tuple[tuple[str, Callable[[Any, Any, Any, Any], Any]], ...] = (
 )
 _ORDER = "groups out of order or overlapping (starts at or before the previous group's end)"
 _SMALL_ANSWER = 16  # groups; up to this many are held and checked as Python ints
-_SMALL_ROWS = [struct.Struct(">" + "qqii" * n) for n in range(_SMALL_ANSWER + 1)]
+_GROUP = struct.Struct(">qqii")
 Row = tuple[int, int, int, int]  # (first, last, size, period): a SequenceGroup's fields
 Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # the same, one array per field
 
@@ -325,7 +325,7 @@ class Availability:
         # uint64: one group may hold up to 2^63 ids; the sum is taken in Python ints.
         return sum((seqs.astype(np.uint64) * size.astype(np.uint64)).tolist())
 
-    def same_groups(self, groups: Sequence[SequenceGroup]) -> bool:
+    def same_groups(self, groups: Sequence[Row]) -> bool:
         """Held as exactly these groups? Cheap; the same set in another grouping is not seen here."""
         if self._rows is None and len(groups) != self._cols[0].size:
             return False
