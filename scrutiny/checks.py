@@ -27,6 +27,7 @@ from scrutiny.categories import Category
 from scrutiny.codec import (
     Availability,
     Intervals,
+    Row,
     SequenceGroup,
     groups_from_residues,
     groups_of,
@@ -114,6 +115,8 @@ def _rackaware(policy: PlacementPolicy, ensemble: Sequence[str], wq: int,
     need = min(wq, policy.min_racks_per_write_quorum)
     where = [locate(b) for b in ensemble]
     e = len(where)
+    if len(set(where)) == e and not (policy.enforce_min_racks and DEFAULT_RACK in where):
+        return PlacementResult.MEETS_STRICT, ""  # every write set spans WQ racks
     for i in range(e):
         racks = {where[(i + j) % e] for j in range(wq)}
         if len(racks) < need:
@@ -247,11 +250,19 @@ def _sweep(per_position: Sequence[Intervals]) -> list[tuple[int, int, frozenset[
 
 def _each_holds_its_share(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> bool:
     """Did every bookie answer with exactly its expected share, as the same groups (an agent encodes a
-    healthy single-segment share so)? Then every entry has its WQ copies."""
-    for b in md.bookies:
+    healthy share so)? Then every entry has its WQ copies."""
+    ranges = md.segment_ranges()
+    if len(md.segments) == 1 and ranges:  # most ledgers: each position's share straight from its index
+        seg, lo, hi = ranges[0]
+        e, wq = md.ensemble_size, md.write_quorum
+        shares: Iterable[tuple[str, Sequence[Row]]] = (
+            (b, _share_rows(e, wq, pos, lo, hi)) for pos, b in enumerate(seg.ensemble))
+    else:
+        shares = ((b, expected_share(md, b)) for b in md.bookies)
+    for b, share in shares:
         ans = answers.get(b)
         if ans is None or ans.outcome is not Outcome.ENTRIES or ans.availability is None \
-                or not ans.availability.same_groups(expected_share(md, b)):
+                or not ans.availability.same_groups(share):
             return False
     return True
 
@@ -345,10 +356,14 @@ def blast_radius(md: LedgerMetadata, answers: Mapping[str, BookieAnswer], locati
         segments = md.segment_ranges()
         # Every segment holds entries, each at least a full turn of its ensemble: every write set
         # occurs, so a bookie alone (or a rack of one) takes exactly one copy of some entry.
-        full = len(segments) == len(md.segments) and all(hi - lo + 1 >= md.ensemble_size for _, lo, hi in segments)
+        if len(segments) == len(md.segments) and all(hi - lo + 1 >= md.ensemble_size for _, lo, hi in segments):
+            out = dict.fromkeys([("bookie", b) for b in md.bookies], wq - 1)
+            for rack, bookies in members.items():
+                out["rack", rack] = wq - 1 if len(bookies) == 1 else wq - _most_in_a_write_set(md, set(bookies))
+            return out
 
         def left(gone: Collection[str]) -> int:
-            return wq - (1 if full and len(gone) == 1 else _most_in_a_write_set(md, set(gone)))
+            return wq - _most_in_a_write_set(md, set(gone))
     out = {("bookie", b): left((b,)) for b in md.bookies}
     for rack, bookies in members.items():
         out["rack", rack] = left(bookies)
@@ -384,29 +399,29 @@ def coverage_category(least: int, aq: int, wq: int) -> Category | None:
 def expected_share(md: LedgerMetadata, bookie_id: str) -> list[SequenceGroup]:
     """The groups a bookie must hold of a closed ledger, as a valid (merged) encoding: per segment a
     partial head run, the periodic body (period E, size WQ) and a partial tail run."""
-    e, wq = md.ensemble_size, md.write_quorum
-    out: list[SequenceGroup] = []
-    for seg, lo, hi in md.segment_ranges():
-        if bookie_id not in seg.ensemble:
-            continue
-        if wq >= e:
-            out.append(SequenceGroup(lo, lo, hi - lo + 1, 0))
-            continue
-        # Runs of this position start at entries congruent to pos - WQ + 1 (mod E).
-        phase = (seg.ensemble.index(bookie_id) - wq + 1) % e
-        first_start = lo + (phase - lo) % e  # the first full-or-tail run starting at or after lo
-        head_end = first_start - e + wq - 1  # the run that began before lo may reach into the segment
-        if head_end >= lo:
-            out.append(SequenceGroup(lo, lo, min(head_end, hi) - lo + 1, 0))
-        if first_start > hi:
-            continue
-        last_start = first_start + (hi - first_start) // e * e
-        full_last = last_start if last_start + wq - 1 <= hi else last_start - e
-        if full_last >= first_start:
-            period = e if full_last > first_start else 0
-            out.append(SequenceGroup(first_start, full_last, wq, period))
-        if full_last != last_start:
-            out.append(SequenceGroup(last_start, last_start, hi - last_start + 1, 0))
+    return [SequenceGroup._make(row) for seg, lo, hi in md.segment_ranges() if bookie_id in seg.ensemble
+            for row in _share_rows(md.ensemble_size, md.write_quorum, seg.ensemble.index(bookie_id), lo, hi)]
+
+
+def _share_rows(e: int, wq: int, pos: int, lo: int, hi: int) -> list[Row]:
+    """The groups ensemble position `pos` must hold of entries [lo, hi], as (first, last, size, period)."""
+    if wq >= e:
+        return [(lo, lo, hi - lo + 1, 0)]
+    out: list[Row] = []
+    # Runs of this position start at entries congruent to pos - WQ + 1 (mod E).
+    phase = (pos - wq + 1) % e
+    first_start = lo + (phase - lo) % e  # the first full-or-tail run starting at or after lo
+    head_end = first_start - e + wq - 1  # the run that began before lo may reach into the segment
+    if head_end >= lo:
+        out.append((lo, lo, min(head_end, hi) - lo + 1, 0))
+    if first_start > hi:
+        return out
+    last_start = first_start + (hi - first_start) // e * e
+    full_last = last_start if last_start + wq - 1 <= hi else last_start - e
+    if full_last >= first_start:
+        out.append((first_start, full_last, wq, e if full_last > first_start else 0))
+    if full_last != last_start:
+        out.append((last_start, last_start, hi - last_start + 1, 0))
     return out
 
 

@@ -78,6 +78,26 @@ def test_rackaware_min_racks_is_capped_by_the_write_quorum() -> None:
     assert check_ensemble(three, B[:4], 2, two_racks)[0] is PlacementResult.MEETS_STRICT
 
 
+def test_rackaware_agrees_with_every_write_set_counted_by_hand() -> None:
+    import random
+
+    rng = random.Random(11)
+    for _ in range(500):
+        e = rng.randint(1, 7)
+        wq = rng.randint(1, e)
+        ensemble = rng.sample(B, e)
+        racks = {b: f"/r{rng.randrange(4)}" for b in B if rng.random() < 0.85}  # some on the default rack
+        policy = PlacementPolicy("rackaware", min_racks_per_write_quorum=rng.randint(1, 4),
+                                 enforce_min_racks=rng.random() < 0.5)
+        need = min(wq, policy.min_racks_per_write_quorum)
+        by_hand = PlacementResult.MEETS_STRICT
+        for i in range(e):
+            spanned = {racks.get(ensemble[(i + j) % e], DEFAULT_RACK) for j in range(wq)}
+            if len(spanned) < need or (policy.enforce_min_racks and DEFAULT_RACK in spanned):
+                by_hand = PlacementResult.FAIL
+        assert check_ensemble(policy, ensemble, wq, racks)[0] is by_hand, (policy, ensemble, wq, racks)
+
+
 ZONEAWARE = PlacementPolicy("zoneaware")
 
 

@@ -15,6 +15,8 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 from scrutiny.bookieclient import BookieClient
 from scrutiny.categories import Category
@@ -22,6 +24,7 @@ from scrutiny.checks import (
     NO_LEDGER,
     WOULD_HAVE,
     BookieAnswer,
+    CoverageResult,
     DeepAnswer,
     Outcome,
     PlacementPolicy,
@@ -45,6 +48,7 @@ LEDGER_COUNTERS = ("seen", "checked", "skipped_open", "skipped_empty", "skipped_
 
 Answers = Mapping[str, Mapping[int, BookieAnswer]]  # bookie -> ledger -> what it said
 DeepAnswers = Mapping[str, Mapping[int, DeepAnswer]]  # bookie -> ledger -> its deep scrub
+_NOTHING: Mapping[int, Any] = MappingProxyType({})  # a bookie not asked about any ledger
 
 
 class Pass(enum.Enum):
@@ -203,14 +207,15 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     topics_without: dict[tuple[str, str], set[str]] = {}
     for md in ledgers:
         found: list[Violation] = []
-        per, least = analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty, deep or {})
-        limbo += bool(mode is Pass.FINAL and md.ledger_id not in faulty and _in_limbo(md, answers))
+        per, cov = analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty, deep or {})
+        limbo += bool(mode is Pass.FINAL and md.ledger_id not in faulty and cov.limbo)
         owner = owner_from_custom_metadata(md.custom_metadata)
-        violations += [dataclasses.replace(v, owner=owner) for v in found] if owner else found
-        if ctx.blast_radius and md.ledger_id not in faulty and all(
-                per.get(b, NO_LEDGER).outcome in (Outcome.ENTRIES, Outcome.NO_LEDGER) for b in md.bookies):
+        if found:
+            violations += [dataclasses.replace(v, owner=owner) for v in found] if owner else found
+        # Only a ledger whose every bookie said what it holds (or that it holds nothing).
+        if ctx.blast_radius and not (cov.unavailable or cov.invalid or cov.limbo) and md.ledger_id not in faulty:
             topic = owner.name if owner and owner.kind in ("topic", "cursor", "compacted-topic") else ""
-            for key, left in blast_radius(md, per, ctx.locations, least).items():
+            for key, left in blast_radius(md, per, ctx.locations, cov.least_copies).items():
                 if left < md.ack_quorum:
                     below[key] += 1
                     if topic:
@@ -245,28 +250,24 @@ def deep_stats(deep: DeepAnswers) -> dict[str, int]:
     return dict(out)
 
 
-def _in_limbo(md: LedgerMetadata, answers: Answers) -> bool:
-    return any(answers.get(b, {}).get(md.ledger_id, NO_LEDGER).outcome is Outcome.LIMBO for b in md.bookies)
-
-
 def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, policy: PlacementPolicy,
             grace_ms: int, violations: list[Violation], faulty: dict[int, tuple[str, ...]],
-            deep: DeepAnswers | None = None) -> tuple[dict[str, BookieAnswer], int]:
+            deep: DeepAnswers | None = None) -> tuple[dict[str, BookieAnswer], CoverageResult]:
     """One ledger's checks: its findings into `violations`, or the ledger into `faulty` for another look;
-    returns what each bookie said (as the checks counted it) and the least copies of any entry. In a
-    deep run a corrupt copy is no copy."""
+    returns what each bookie said (as the checks counted it) and its coverage. In a deep run a corrupt
+    copy is no copy."""
     if ctx.placement and not ctx.without:
         v = check_placement(md, policy, ctx.locations)
         if v is not None:
             violations.append(v)
-    per: dict[str, BookieAnswer] = {}
-    for b in md.bookies:
-        ans = answers.get(b, {}).get(md.ledger_id)
-        if ans is None:
-            continue
-        if mode is Pass.FINAL and ans.outcome is Outcome.UNAVAILABLE and b in ctx.lost_bookies:
-            ans = NO_LEDGER  # BP-34: a bookie gone from the cluster has lost its copies
-        per[b] = without_corrupt(ans, deep.get(b, {}).get(md.ledger_id)) if deep else ans
+    lid = md.ledger_id
+    per = {b: ans for b in md.bookies if (ans := answers.get(b, _NOTHING).get(lid)) is not None}
+    if mode is Pass.FINAL:
+        for b in ctx.lost_bookies & per.keys():
+            if per[b].outcome is Outcome.UNAVAILABLE:
+                per[b] = NO_LEDGER  # BP-34: a bookie gone from the cluster has lost its copies
+    if deep:
+        per = {b: without_corrupt(ans, deep.get(b, _NOTHING).get(lid)) for b, ans in per.items()}
     if deep:
         violations += check_deep(md, {b: deep[b][md.ledger_id] for b in md.bookies
                                       if md.ledger_id in deep.get(b, {})})
@@ -279,13 +280,13 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
         if cov.unavailable or cov.limbo or (cov.violation is not None and recent):
             # Copies unknown (or perhaps still in the bookie's write cache): look again after the delay.
             faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
-            return per, cov.least_copies
+            return per, cov
     else:
         before = set(ctx.silent_before.get(md.ledger_id, ()))
         if any(b not in before or b not in ctx.registered for b in cov.unavailable):
             # Newly silent, or gone from the registrations only now: its own delayed look.
             faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
-            return per, cov.least_copies
+            return per, cov
     if cov.unavailable:
         reasons = {b: per[b].reason for b in cov.unavailable if b in per}
         violations.append(Violation(Category.BOOKIE_UNAVAILABLE, md.ledger_id, tuple(sorted(cov.unavailable)),
@@ -296,7 +297,7 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
         violations.append(dataclasses.replace(cov.violation, details=details))
     if ctx.without and not cov.unavailable:
         violations += what_if(md, per, ctx.without, cov.violation)
-    return per, cov.least_copies
+    return per, cov
 
 
 def what_if(md: LedgerMetadata, per: Mapping[str, BookieAnswer], without: frozenset[str],
