@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -209,3 +210,17 @@ def test_pulsar_rack_json() -> None:
 def test_random_rack_json_never_crashes(data: bytes) -> None:
     with contextlib.suppress(MetadataError):
         decode_racks(data)
+
+
+def test_ledger_metadata_is_frozen_to_the_type_checker(tmp_path: Path) -> None:
+    """A plain slotted dataclass at run time (see `snapshot`), so immutability rests on mypy."""
+    from mypy import api
+
+    snippet = tmp_path / "assign.py"
+    snippet.write_text("from scrutiny.metadata import LedgerMetadata, LedgerState, Segment\n"
+                       "md = LedgerMetadata(1, LedgerState.CLOSED, 1, 1, 1, 0, 0, (Segment(0, ('b:1',)),))\n"
+                       "md.last_entry_id = 5\n")
+    out, _, status = api.run([str(snippet), "--ignore-missing-imports", "--no-error-summary"])
+    assert status == 1 and 'Property "last_entry_id" defined in "LedgerMetadata" is read-only' in out, out
+    md = decode_ledger_metadata(7, encode_ledger_metadata(sample()), sample().ctime)
+    assert md == sample() and hash(md) == hash(sample())

@@ -14,7 +14,7 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, Self
+from typing import TYPE_CHECKING, NamedTuple, Protocol, Self
 
 from scrutiny.errors import ConfigError, StoreError
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, UnderreplicationMark
@@ -50,8 +50,7 @@ def chunk_ids(ids: Iterable[int], size: int = RANGE_SIZE) -> list[LedgerRange]:
     return [LedgerRange("ids", tuple(ordered[i:i + size])) for i in range(0, len(ordered), size)]
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerRead:
+class LedgerRead(NamedTuple):  # one per ledger of a scan: a tuple is the cheapest immutable record
     """The outcome of reading one ledger's metadata."""
 
     ledger_id: int
