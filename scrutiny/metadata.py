@@ -121,8 +121,13 @@ class LedgerMetadata:
 
 def inconsistencies(md: LedgerMetadata) -> list[str]:
     """What makes a decoded ledger's metadata impossible to check (empty when it is sound)."""
-    problems = []
     e, wq, aq = md.ensemble_size, md.write_quorum, md.ack_quorum
+    segments = md.segments
+    if (len(segments) == 1 and 1 <= wq <= e <= MAX_ENSEMBLE_SIZE and 1 <= aq <= wq and segments[0].first_entry_id == 0
+            and len(segments[0].ensemble) == e == len(md.bookies) and all(segments[0].ensemble)
+            and md.last_entry_id >= -1):
+        return []  # most ledgers: one sound segment, every rule below at once
+    problems = []
     if e < 1 or e > MAX_ENSEMBLE_SIZE:
         problems.append(f"ensemble size {e} outside 1..{MAX_ENSEMBLE_SIZE}")
     if wq < 1 or wq > e:
@@ -221,6 +226,7 @@ def _from_proto(ledger_id: int, msg: Any, version: int, znode_ctime: int, znode_
         raise MetadataError(f"ledger {ledger_id}: unknown ledger state {msg.state}")
     wq = msg.quorumSize
     custom = msg.customMetadata
+    segments = msg.segment
     return LedgerMetadata(
         ledger_id=ledger_id,
         state=state,
@@ -229,7 +235,8 @@ def _from_proto(ledger_id: int, msg: Any, version: int, znode_ctime: int, znode_
         ack_quorum=msg.ackQuorumSize if msg.HasField("ackQuorumSize") else wq,
         last_entry_id=msg.lastEntryId if msg.HasField("lastEntryId") else -1,
         length=msg.length,
-        segments=tuple([Segment(s.firstEntryId, tuple(s.ensembleMember)) for s in msg.segment]),
+        segments=tuple([Segment(s.firstEntryId, tuple(s.ensembleMember)) for s in segments]) if len(segments) > 1
+        else (Segment(segments[0].firstEntryId, tuple(segments[0].ensembleMember)),) if segments else (),
         ctime=msg.ctime if msg.HasField("ctime") else znode_ctime,
         custom_metadata=tuple([(c.key, bytes(c.value)) for c in custom]) if custom else (),
         digest_type=_DIGEST_TYPES.get(msg.digestType, "CRC32") if msg.HasField("digestType") else "CRC32",

@@ -4,6 +4,7 @@ bookkeeper-formats.md` 13). No I/O."""
 
 from __future__ import annotations
 
+import functools
 import struct
 import urllib.parse
 import zlib
@@ -63,7 +64,8 @@ def managed_ledger_of(topic: str) -> str:
     return "/".join([*parts[:-1], "persistent", urllib.parse.quote(parts[-1], safe="")])
 
 
-def owner_from_custom_metadata(custom: Iterable[tuple[str, bytes]]) -> Owner | None:
+@functools.lru_cache(maxsize=4096)  # every ledger of a topic (or cursor) carries the same keys
+def owner_from_custom_metadata(custom: tuple[tuple[str, bytes], ...]) -> Owner | None:
     """Pulsar's keys in the ledger's own metadata; None when the ledger carries none (older Pulsar:
     look it up in /managed-ledgers)."""
     keys = {k: v.decode("utf-8", "replace") for k, v in custom if k != "pulsar/compactedTo"}

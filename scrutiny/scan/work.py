@@ -205,9 +205,10 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     without_copy: Counter[tuple[str, str]] = Counter()
     topics_below: dict[tuple[str, str], set[str]] = {}
     topics_without: dict[tuple[str, str], set[str]] = {}
+    deep_answers = deep or {}
     for md in ledgers:
         found: list[Violation] = []
-        per, cov = analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty, deep or {})
+        per, cov = analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty, deep_answers)
         limbo += bool(mode is Pass.FINAL and md.ledger_id not in faulty and cov.limbo)
         owner = owner_from_custom_metadata(md.custom_metadata)
         if found:
@@ -215,8 +216,9 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
         # Only a ledger whose every bookie said what it holds (or that it holds nothing).
         if ctx.blast_radius and not (cov.unavailable or cov.invalid or cov.limbo) and md.ledger_id not in faulty:
             topic = owner.name if owner and owner.kind in ("topic", "cursor", "compacted-topic") else ""
+            aq = md.ack_quorum
             for key, left in blast_radius(md, per, ctx.locations, cov.least_copies).items():
-                if left < md.ack_quorum:
+                if left < aq:
                     below[key] += 1
                     if topic:
                         topics_below.setdefault(key, set()).add(topic)
