@@ -226,7 +226,6 @@ def _from_proto(ledger_id: int, msg: Any, version: int, znode_ctime: int, znode_
         raise MetadataError(f"ledger {ledger_id}: unknown ledger state {msg.state}")
     wq = msg.quorumSize
     custom = msg.customMetadata
-    segments = msg.segment
     return LedgerMetadata(
         ledger_id=ledger_id,
         state=state,
@@ -235,8 +234,7 @@ def _from_proto(ledger_id: int, msg: Any, version: int, znode_ctime: int, znode_
         ack_quorum=msg.ackQuorumSize if msg.HasField("ackQuorumSize") else wq,
         last_entry_id=msg.lastEntryId if msg.HasField("lastEntryId") else -1,
         length=msg.length,
-        segments=tuple([Segment(s.firstEntryId, tuple(s.ensembleMember)) for s in segments]) if len(segments) > 1
-        else (Segment(segments[0].firstEntryId, tuple(segments[0].ensembleMember)),) if segments else (),
+        segments=tuple([Segment(s.firstEntryId, tuple(s.ensembleMember)) for s in msg.segment]),
         ctime=msg.ctime if msg.HasField("ctime") else znode_ctime,
         custom_metadata=tuple([(c.key, bytes(c.value)) for c in custom]) if custom else (),
         digest_type=_DIGEST_TYPES.get(msg.digestType, "CRC32") if msg.HasField("digestType") else "CRC32",

@@ -270,9 +270,7 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
                 per[b] = NO_LEDGER  # BP-34: a bookie gone from the cluster has lost its copies
     if deep:
         per = {b: without_corrupt(ans, deep.get(b, _NOTHING).get(lid)) for b, ans in per.items()}
-    if deep:
-        violations += check_deep(md, {b: deep[b][md.ledger_id] for b in md.bookies
-                                      if md.ledger_id in deep.get(b, {})})
+        violations += check_deep(md, {b: deep[b][lid] for b in md.bookies if lid in deep.get(b, _NOTHING)})
     cov = check_coverage(md, per)
     if cov.invalid:
         violations.append(Violation(Category.INVALID_BOOKIE_RESPONSE, md.ledger_id, tuple(sorted(cov.invalid)),
