@@ -19,8 +19,8 @@ import grpc
 import numpy as np
 
 from scrutiny import retry
-from scrutiny.checks import NO_LEDGER, BookieAnswer, DeepAnswer, Outcome
-from scrutiny.codec import CodecError, decode, encode_groups
+from scrutiny.checks import NO_LEDGER, BookieAnswer, BookieAnswers, DeepAnswer, Outcome, listed
+from scrutiny.codec import EMPTY_ANSWER, CodecError, decode
 from scrutiny.config import DEFAULT_AGENT_PORT, ScanSettings
 from scrutiny.entrylog import PAYLOAD_HASH_BYTES
 from scrutiny.metadata import LedgerMetadata
@@ -30,7 +30,6 @@ from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 log = logging.getLogger(__name__)
 
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE,)
-EMPTY_ANSWER = encode_groups([])
 
 
 # EUNKNOWNLEDGERSTATE: a limbo ledger (BP-46); what it lists is held, the rest is unknown.
@@ -41,10 +40,7 @@ def interpret(bookie_id: str, msg: Any) -> BookieAnswer:
     """One GetListOfEntriesOfALedgerResponse as an outcome."""
     outcome = _LISTS_ENTRIES.get(msg.status)
     if outcome is not None:
-        try:
-            return BookieAnswer(outcome, decode(msg.availability_of_entries_of_ledger or EMPTY_ANSWER))
-        except CodecError as exc:
-            return BookieAnswer(Outcome.INVALID, reason=f"bookie {bookie_id}, ledger {msg.ledger_id}: {exc}")
+        return listed(outcome, bookie_id, msg.ledger_id, msg.availability_of_entries_of_ledger)
     if msg.status == bookie_pb2.ENOLEDGER:
         return NO_LEDGER
     try:
@@ -52,6 +48,15 @@ def interpret(bookie_id: str, msg: Any) -> BookieAnswer:
     except ValueError:
         name = f"status {msg.status}"
     return BookieAnswer(Outcome.UNAVAILABLE, reason=f"{name}: {msg.message}".rstrip(": "))
+
+
+def take(bookie_id: str, lid: int, msg: Any, got: BookieAnswers) -> None:
+    """The answer about ledger `lid` into `got` (the first one counts); a list of entries as encoded."""
+    if lid not in got.encoded and lid not in got.other:
+        if msg.status == bookie_pb2.EOK:
+            got.encoded[lid] = msg.availability_of_entries_of_ledger
+        else:
+            got.other[lid] = interpret(bookie_id, msg)
 
 
 def interpret_verification(bookie_id: str, msg: Any) -> DeepAnswer:
@@ -160,7 +165,7 @@ class BookieClient:
 
     # -- fetching ---------------------------------------------------------------------------------
 
-    def fetch_many(self, wanted: Mapping[str, Collection[int]]) -> dict[str, dict[int, BookieAnswer]]:
+    def fetch_many(self, wanted: Mapping[str, Collection[int]]) -> dict[str, BookieAnswers]:
         """Ask every bookie about its ledgers, bookies in parallel, calls per bookie bounded."""
         tasks = []
         for bookie_id, ledger_ids in wanted.items():
@@ -168,17 +173,17 @@ class BookieClient:
             for i in range(0, len(ids), self.ledgers_per_call):
                 chunk = ids[i:i + self.ledgers_per_call]
                 tasks.append((bookie_id, self._pool.submit(self._fetch_chunk, bookie_id, chunk)))
-        out: dict[str, dict[int, BookieAnswer]] = {b: {} for b in wanted}
+        out = {b: BookieAnswers(b) for b in wanted}
         for bookie_id, fut in tasks:
-            out[bookie_id].update(fut.result())
+            out[bookie_id].merge(fut.result())
         return out
 
-    def fetch(self, bookie_id: str, ledger_ids: Iterable[int]) -> dict[int, BookieAnswer]:
+    def fetch(self, bookie_id: str, ledger_ids: Iterable[int]) -> BookieAnswers:
         return self.fetch_many({bookie_id: list(ledger_ids)})[bookie_id]
 
-    def _fetch_chunk(self, bookie_id: str, ids: list[int]) -> dict[int, BookieAnswer]:
+    def _fetch_chunk(self, bookie_id: str, ids: list[int]) -> BookieAnswers:
         with self._slot(bookie_id):
-            got: dict[int, BookieAnswer] = {}
+            got = BookieAnswers(bookie_id)
             reason = ""
             delays = self.backoff.delays()
             for attempt in range(self.retries + 1):
@@ -192,9 +197,8 @@ class BookieClient:
                         self._stream(bookie_id, remaining, got)
                     else:
                         self._unary(bookie_id, remaining, got)
-                    missing = [i for i in remaining if i not in got]
-                    for i in missing:
-                        got[i] = BookieAnswer(Outcome.UNAVAILABLE, reason="the agent's stream ended without it")
+                    ended = BookieAnswer(Outcome.UNAVAILABLE, reason="the agent's stream ended without it")
+                    got.other.update((i, ended) for i in remaining if i not in got)
                     break
                 except grpc.RpcError as exc:
                     code = exc.code()
@@ -212,20 +216,20 @@ class BookieClient:
             unanswered = [i for i in ids if i not in got]
             if unanswered:
                 silent = BookieAnswer(Outcome.UNAVAILABLE, reason=f"bookie {bookie_id}: {reason}")
-                got.update(dict.fromkeys(unanswered, silent))
+                got.other.update(dict.fromkeys(unanswered, silent))
             return got
 
-    def _stream(self, bookie_id: str, ids: list[int], got: dict[int, BookieAnswer]) -> None:
+    def _stream(self, bookie_id: str, ids: list[int], got: BookieAnswers) -> None:
         stub = self._stub(bookie_id)
         asked = set(ids)
         req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ids)
         for msg in stub.GetListOfEntriesOfLedgers(req, timeout=self.deadline):
             for ans in msg.ledgers:
                 lid = ans.ledger_id
-                if lid in asked and lid not in got:
-                    got[lid] = interpret(bookie_id, ans)
+                if lid in asked:
+                    take(bookie_id, lid, ans, got)
 
-    def _unary(self, bookie_id: str, ids: list[int], got: dict[int, BookieAnswer]) -> None:
+    def _unary(self, bookie_id: str, ids: list[int], got: BookieAnswers) -> None:
         """One call per ledger, as upstream's auditor does, a bounded number in flight."""
         stub = self._stub(bookie_id)
         pending: list[tuple[int, Any]] = []
@@ -234,12 +238,12 @@ class BookieClient:
         def settle(lid: int, fut: Any) -> None:
             nonlocal failure
             try:
-                got[lid] = interpret(bookie_id, fut.result())
+                take(bookie_id, lid, fut.result(), got)
             except grpc.RpcError as exc:
                 if exc.code() in _TRANSIENT:
                     failure = exc
                 else:
-                    got[lid] = BookieAnswer(Outcome.UNAVAILABLE, reason=f"{exc.code().name}: {exc.details()}")
+                    got.other[lid] = BookieAnswer(Outcome.UNAVAILABLE, reason=f"{exc.code().name}: {exc.details()}")
 
         for lid in ids:
             if len(pending) >= self.unary_in_flight:
@@ -251,20 +255,20 @@ class BookieClient:
         if failure is not None:
             raise failure
 
-    def _one_by_one(self, bookie_id: str, ids: list[int], got: dict[int, BookieAnswer]) -> None:
+    def _one_by_one(self, bookie_id: str, ids: list[int], got: BookieAnswers) -> None:
         """After a message too large for the limit: find which ledgers' answers are too large."""
         stub = self._stub(bookie_id)
         for lid in ids:
             try:
                 msg = stub.GetListOfEntriesOfALedger(bookie_pb2.GetListOfEntriesOfALedgerRequest(ledger_id=lid),
                                                      timeout=self.deadline)
-                got[lid] = interpret(bookie_id, msg)
+                take(bookie_id, lid, msg, got)
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                    got[lid] = BookieAnswer(Outcome.INVALID, reason=(
+                    got.other[lid] = BookieAnswer(Outcome.INVALID, reason=(
                         f"bookie {bookie_id}, ledger {lid}: answer larger than {self.max_message_bytes} bytes"))
                 else:
-                    got[lid] = BookieAnswer(Outcome.UNAVAILABLE, reason=f"{exc.code().name}: {exc.details()}")
+                    got.other[lid] = BookieAnswer(Outcome.UNAVAILABLE, reason=f"{exc.code().name}: {exc.details()}")
 
     # -- deep scrub -------------------------------------------------------------------------------
 

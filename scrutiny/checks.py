@@ -16,7 +16,7 @@ import enum
 import functools
 import itertools
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -25,12 +25,16 @@ import numpy as np
 
 from scrutiny.categories import Category
 from scrutiny.codec import (
+    EMPTY_ANSWER,
     Availability,
+    CodecError,
     Intervals,
     Row,
     SequenceGroup,
+    decode,
     groups_from_residues,
     groups_of,
+    is_exact_encoding,
     runs_of,
     subtract,
 )
@@ -80,6 +84,50 @@ class BookieAnswer(NamedTuple):  # one per (bookie, ledger) of a scan: a tuple i
 
 
 NO_LEDGER = BookieAnswer(Outcome.NO_LEDGER)
+
+
+def listed(outcome: Outcome, bookie_id: str, ledger_id: int, encoded: bytes) -> BookieAnswer:
+    """An answer that lists entries (BP-34 encoded), decoded; one that cannot be decoded is INVALID."""
+    try:
+        return BookieAnswer(outcome, decode(encoded or EMPTY_ANSWER))
+    except CodecError as exc:
+        return BookieAnswer(Outcome.INVALID, reason=f"bookie {bookie_id}, ledger {ledger_id}: {exc}")
+
+
+class BookieAnswers(Mapping[int, BookieAnswer]):
+    """What one bookie said about many ledgers. A list of entries is kept as the bookie encoded it and
+    decoded only when looked at: most shares are healthy, and those are compared as bytes
+    (`held_exactly_their_shares`). A ledger is in `encoded` or in `other`, never in both."""
+
+    __slots__ = ("bookie_id", "encoded", "other")
+
+    def __init__(self, bookie_id: str) -> None:
+        self.bookie_id = bookie_id
+        self.encoded: dict[int, bytes] = {}  # ledger -> the entries it holds (EOK), as encoded
+        self.other: dict[int, BookieAnswer] = {}  # ledger -> any other answer
+
+    def __getitem__(self, ledger_id: int) -> BookieAnswer:
+        answer = self.other.get(ledger_id)
+        if answer is None:
+            answer = listed(Outcome.ENTRIES, self.bookie_id, ledger_id, self.encoded[ledger_id])
+        return answer
+
+    def get(self, ledger_id: int, default: Any = None) -> Any:
+        return self[ledger_id] if ledger_id in self.encoded or ledger_id in self.other else default
+
+    def __contains__(self, ledger_id: object) -> bool:
+        return ledger_id in self.encoded or ledger_id in self.other
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.chain(self.encoded, self.other)
+
+    def __len__(self) -> int:
+        return len(self.encoded) + len(self.other)
+
+    def merge(self, more: BookieAnswers) -> None:
+        """Answers about other ledgers (another call's)."""
+        self.encoded.update(more.encoded)
+        self.other.update(more.other)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,8 +315,42 @@ def _each_holds_its_share(md: LedgerMetadata, answers: Mapping[str, BookieAnswer
     return True
 
 
+def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata],
+                              encoded: Mapping[str, Mapping[int, bytes]]) -> list[bool]:
+    """Per ledger: did every bookie of this one-segment ledger answer with exactly the encoding of its
+    expected share (as an agent encodes a healthy share)? Then every entry has its WQ copies. All the
+    ledgers at once and as bytes, so that a healthy answer is never decoded. False is no verdict: the
+    ledger is then checked alone (`check_coverage`)."""
+    index: list[int] = []
+    shapes: list[tuple[int, int, int, int]] = []  # (E, WQ, first entry, last entry)
+    answers: list[bytes] = []  # per ensemble position of each of them
+    for i, md in enumerate(ledgers):
+        if len(md.segments) == 1 and len(md.segments[0].ensemble) == md.ensemble_size:
+            ranges = md.segment_ranges()
+            if ranges:
+                seg, lo, hi = ranges[0]
+                lid = md.ledger_id
+                for b in seg.ensemble:
+                    answers.append(encoded.get(b, _NO_BYTES).get(lid, b""))
+                index.append(i)
+                shapes.append((md.ensemble_size, md.write_quorum, lo, hi))
+    healthy = np.zeros(len(ledgers), dtype=bool)
+    if index:
+        e, wq, lo, hi = np.array(shapes, dtype=np.int64).T
+        ledger = np.repeat(np.arange(len(index)), e)  # of each (ledger, position)
+        pos = np.arange(ledger.size) - (np.cumsum(e) - e)[ledger]
+        rows, counts = _share_columns(e[ledger], wq[ledger], pos, lo[ledger], hi[ledger])
+        where = np.asarray(index)
+        healthy[where] = True
+        healthy[where[ledger[~is_exact_encoding(answers, rows, counts)]]] = False
+    return healthy.tolist()
+
+
+_NO_BYTES: Mapping[int, bytes] = MappingProxyType({})
+
+
 @functools.cache
-def _healthy(wq: int) -> CoverageResult:
+def healthy_coverage(wq: int) -> CoverageResult:
     """A healthy ledger's result: one immutable value shared by all of them."""
     return CoverageResult(wq, None, frozenset(), MappingProxyType({}))
 
@@ -278,7 +360,7 @@ def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> C
     is unavailable, invalid or in limbo, is unknown: its copies are neither counted missing nor present."""
     e, wq, aq = md.ensemble_size, md.write_quorum, md.ack_quorum
     if _each_holds_its_share(md, answers):  # the common case, without the residue arithmetic
-        return _healthy(wq)
+        return healthy_coverage(wq)
     least = wq
     unavailable: set[str] = set()
     limbo: set[str] = set()
@@ -346,27 +428,47 @@ def blast_radius(md: LedgerMetadata, answers: Mapping[str, BookieAnswer], locati
     entry has its WQ copies, `least_today`) needs no set arithmetic: without the bookies G each entry
     keeps WQ minus the members of G in its write set."""
     wq = md.write_quorum
-    members: dict[str, list[str]] = {}
-    for b in md.bookies:
-        members.setdefault(locations.get(b, DEFAULT_RACK), []).append(b)
-    if least_today < wq:
-        def left(gone: Collection[str]) -> int:
-            return coverage_without(md, answers, gone).least_copies
-    else:
+    if least_today >= wq:
         segments = md.segment_ranges()
-        # Every segment holds entries, each at least a full turn of its ensemble: every write set
-        # occurs, so a bookie alone (or a rack of one) takes exactly one copy of some entry.
+        # Every segment holds entries, each at least a full turn of its ensemble: every write set occurs.
+        if len(segments) == 1 == len(md.segments) and segments[0][2] - segments[0][1] >= md.ensemble_size - 1:
+            return _full_turns_without(segments[0][0].ensemble, wq, locations)
         if len(segments) == len(md.segments) and all(hi - lo + 1 >= md.ensemble_size for _, lo, hi in segments):
-            out = dict.fromkeys([("bookie", b) for b in md.bookies], wq - 1)
-            for rack, bookies in members.items():
-                out["rack", rack] = wq - 1 if len(bookies) == 1 else wq - _most_in_a_write_set(md, set(bookies))
+            out: dict[tuple[str, str], int] = {}
+            for seg, _, _ in segments:
+                for key, copies in _full_turns_without(seg.ensemble, wq, locations).items():
+                    out[key] = min(copies, out.get(key, copies))
             return out
 
         def left(gone: Collection[str]) -> int:
             return wq - _most_in_a_write_set(md, set(gone))
+    else:
+        def left(gone: Collection[str]) -> int:
+            return coverage_without(md, answers, gone).least_copies
+    members: dict[str, list[str]] = {}
+    for b in md.bookies:
+        members.setdefault(locations.get(b, DEFAULT_RACK), []).append(b)
     out = {("bookie", b): left((b,)) for b in md.bookies}
     for rack, bookies in members.items():
         out["rack", rack] = left(bookies)
+    return out
+
+
+def _full_turns_without(ensemble: Sequence[str], wq: int, locations: Mapping[str, str]) -> dict[tuple[str, str], int]:
+    """`blast_radius` of healthy entries that run through every write set of this ensemble: a bookie
+    alone (or a rack of one) takes one copy; a rack of more takes the most it has in one write set."""
+    left = wq - 1
+    out: dict[tuple[str, str], int] = {}
+    racks = []
+    for b in ensemble:  # plain loops: this runs for nearly every ledger of a scan
+        out["bookie", b] = left
+        rack = locations.get(b, DEFAULT_RACK)
+        out["rack", rack] = left
+        racks.append(rack)
+    e = len(ensemble)
+    if len(set(racks)) < e:
+        for rack in set(racks):
+            out["rack", rack] = wq - max(sum(racks[(i + j) % e] == rack for j in range(wq)) for i in range(e))
     return out
 
 
@@ -423,6 +525,33 @@ def _share_rows(e: int, wq: int, pos: int, lo: int, hi: int) -> list[Row]:
     if full_last != last_start:
         out.append((last_start, last_start, hi - last_start + 1, 0))
     return out
+
+
+def _share_columns(e: np.ndarray, wq: np.ndarray, pos: np.ndarray, lo: np.ndarray,
+                   hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_share_rows` over arrays: (n, 3, 4) rows (the head, body and tail runs that exist, in that
+    order, then zeros) and how many rows each has."""
+    whole = wq >= e
+    phase = (pos - wq + 1) % e
+    first_start = lo + (phase - lo) % e
+    head_end = first_start - e + wq - 1
+    last_start = first_start + (hi - first_start) // e * e
+    full_last = np.where(last_start + wq - 1 <= hi, last_start, last_start - e)
+    reaches = ~whole & (first_start <= hi)
+    parts = (  # (present, row) of the whole run, the head, the body and the tail
+        (whole, (lo, lo, hi - lo + 1, 0)),
+        (~whole & (head_end >= lo), (lo, lo, np.minimum(head_end, hi) - lo + 1, 0)),
+        (reaches & (full_last >= first_start),
+         (first_start, full_last, wq, np.where(full_last > first_start, e, 0))),
+        (reaches & (full_last != last_start), (last_start, last_start, hi - last_start + 1, 0)),
+    )
+    rows = np.zeros((e.size, 3, 4), dtype=np.int64)
+    counts = np.zeros(e.size, dtype=np.int64)
+    for present, row in parts:
+        at = np.flatnonzero(present)
+        rows[at, counts[at]] = np.stack(np.broadcast_arrays(*row), axis=1)[at]
+        counts[at] += 1
+    return rows, counts
 
 
 # ---------------------------------------------------------------------------------------------

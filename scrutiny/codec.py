@@ -28,6 +28,7 @@ INT32_MAX = (1 << 31) - 1  # sequenceSize and sequencePeriod are int32 on the wi
 DEFAULT_EXPAND_LIMIT = 50_000_000
 
 _HEADER = struct.Struct(">ii")
+_HEADER_DTYPE = np.dtype([("version", ">i4"), ("count", ">i4")])
 _GROUP_DTYPE = np.dtype([("first", ">i8"), ("last", ">i8"), ("size", ">i4"), ("period", ">i4")])
 # Periods up to this are combined exactly (lcm); larger mixes fall back to run-by-run work.
 _MAX_MODULUS = 1 << 16
@@ -170,6 +171,9 @@ def encode_groups(groups: Sequence[SequenceGroup]) -> bytes:
     return _HEADER.pack(CURRENT_VERSION, len(groups)) + bytes(HEADER_SIZE - _HEADER.size) + arr.tobytes()
 
 
+EMPTY_ANSWER = encode_groups([])
+
+
 def encode(entry_ids: Iterable[int] | np.ndarray) -> bytes:
     """Encode a set of entry ids, merging sequences into groups as BP-34 describes."""
     return encode_groups(groups_of(entry_ids))
@@ -179,6 +183,29 @@ def encode_unmerged(entry_ids: Iterable[int] | np.ndarray) -> bytes:
     """One single-sequence group per run: the shape a real (upstream Java) bookie sends."""
     starts, sizes = _split_long_runs(*runs_of(_sorted_unique(entry_ids)))
     return encode_groups([SequenceGroup(s, s, z, 0) for s, z in zip(starts.tolist(), sizes.tolist(), strict=True)])
+
+
+def is_exact_encoding(answers: Sequence[bytes], rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Which answers are exactly the encoding of their groups: answer i of the first `counts[i]` rows of
+    `rows[i]` ((n, k, 4) ints: first, last, size, period). All at once and as bytes, so that such an
+    answer is never decoded; the reserved header bytes are not compared (decoding ignores them)."""
+    n, k = rows.shape[:2]
+    # A well-formed answer is a whole number of 64-bit words (64 + 24 * groups bytes): compared as
+    # words. One that is not cannot match, and is left out so that those after it stay aligned.
+    kept = [a if not len(a) & 7 else b"" for a in answers]
+    sizes = np.fromiter(map(len, kept), np.int64, n)
+    header_words = HEADER_SIZE // 8
+    words = np.frombuffer(b"".join(kept) + bytes(8 * (header_words + 3 * k)), np.uint64)
+    at = (np.cumsum(sizes) - sizes) // 8
+    header = np.zeros(n, _HEADER_DTYPE)
+    header["count"] = counts
+    groups = np.zeros((n, k), _GROUP_DTYPE)
+    for i, name in enumerate(_GROUP_DTYPE.names or ()):
+        groups[name] = rows[..., i]
+    got = words[at[:, None] + header_words + np.arange(3 * k)]
+    unused = np.arange(3 * k) >= 3 * counts[:, None]
+    return ((sizes == HEADER_SIZE + GROUP_SIZE * counts) & (words[at] == header.view(np.uint64))
+            & ((got == groups.view(np.uint64)) | unused).all(axis=1))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,6 +14,7 @@ from scrutiny.categories import Category
 from scrutiny.checks import (
     NO_LEDGER,
     BookieAnswer,
+    BookieAnswers,
     Outcome,
     PlacementPolicy,
     PlacementResult,
@@ -19,9 +23,13 @@ from scrutiny.checks import (
     check_placement,
     check_underreplication_age,
     expected_share,
+    held_exactly_their_shares,
+    listed,
 )
-from scrutiny.codec import Availability, decode, encode, encode_unmerged
+from scrutiny.codec import Availability, decode, encode, encode_groups, encode_unmerged
+from scrutiny.config import ScanSettings
 from scrutiny.metadata import DEFAULT_RACK, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
+from scrutiny.scan.work import Pass, RunContext, classify
 
 B = [f"b{i}:3181" for i in range(12)]
 
@@ -284,6 +292,98 @@ def test_the_exact_share_fast_path_agrees_with_the_full_sweep(monkeypatch: pytes
                 m.setattr(checks, "_each_holds_its_share", lambda md, answers: False)
                 slow = check_coverage(md, case)
             assert fast == slow, (md, case)
+
+
+def random_answers(rng: random.Random, md: LedgerMetadata, answers: dict[str, BookieAnswers]) -> None:
+    """Each bookie's answer about `md` as bytes: mostly its share as an agent encodes it, else lossy,
+    in the Java shape, empty, garbage, another status, or no answer."""
+    for b in md.bookies:
+        share = expected_share(md, b)
+        kind = rng.choices(("agent", "lossy", "java", "empty", "garbage", "no_ledger", "silent"),
+                           (12, 2, 2, 1, 1, 1, 1))[0]
+        got = answers.setdefault(b, BookieAnswers(b))
+        ids = Availability.of(share).entry_ids()
+        if kind == "agent":
+            got.encoded[md.ledger_id] = encode_groups(share)
+        elif kind == "lossy":
+            got.encoded[md.ledger_id] = encode(ids[ids % 5 != rng.randrange(5)])
+        elif kind == "java":
+            got.encoded[md.ledger_id] = encode_unmerged(ids)
+        elif kind == "empty":
+            got.encoded[md.ledger_id] = b""
+        elif kind == "garbage":
+            got.encoded[md.ledger_id] = rng.randbytes(rng.choice((7, 64, 88)))
+        elif kind == "no_ledger":
+            got.other[md.ledger_id] = NO_LEDGER
+
+
+def random_ledgers(rng: random.Random, count: int) -> list[LedgerMetadata]:
+    out = []
+    for lid in range(count):
+        e = rng.randint(1, 6)
+        wq = rng.randint(1, e)
+        last = rng.choice((0, 1, e - 1, e, 3 * e + 1, rng.randint(0, 500)))
+        segs = [(0, rng.sample(B, e))]
+        if rng.random() < 0.2 and last > 2:
+            segs.append((rng.randint(1, last), rng.sample(B, e)))
+        out.append(ledger(e, wq, rng.randint(1, wq), last, segs, lid=lid))
+    return out
+
+
+def test_shares_held_exactly_are_found_in_bulk_as_each_ledger_alone_finds_them() -> None:
+    """The bulk verdict (numpy over every ledger at once) against each ledger's shares encoded one by
+    one; and a ledger it passes is healthy to the full coverage check."""
+    rng = random.Random(11)
+    mds = random_ledgers(rng, 600)
+    answers: dict[str, BookieAnswers] = {}
+    for md in mds:
+        random_answers(rng, md, answers)
+    verdict = held_exactly_their_shares(mds, {b: a.encoded for b, a in answers.items()})
+    for md, held in zip(mds, verdict, strict=True):
+        exact = all(answers[b].encoded.get(md.ledger_id) == encode_groups(expected_share(md, b)) for b in md.bookies)
+        assert held == (len(md.segments) == 1 and exact), md
+        if held:
+            cov = check_coverage(md, {b: answers[b][md.ledger_id] for b in md.bookies})
+            assert cov.violation is None and cov.least_copies == md.write_quorum
+    assert 100 < sum(verdict) < len(mds)
+
+
+@pytest.mark.parametrize("mode", list(Pass))
+def test_a_range_classified_with_answers_kept_encoded_is_classified_as_ledger_by_ledger(mode: Pass) -> None:
+    """Every finding, every ledger left for another look and the blast radius: the same whether the
+    answers stay encoded (the bulk verdict first) or are each decoded up front (ledger by ledger)."""
+    rng = random.Random(12)
+    mds = random_ledgers(rng, 400)
+    topic = (("application", b"pulsar"), ("component", b"managed-ledger"))
+    mds = [dataclasses.replace(md, custom_metadata=(*topic, ("pulsar/managed-ledger", b"t/%d" % (md.ledger_id % 7))))
+           if md.ledger_id % 3 else md for md in mds]
+    answers: dict[str, BookieAnswers] = {}
+    for md in mds:
+        random_answers(rng, md, answers)
+    decoded = {b: {lid: a[lid] for lid in a} for b, a in answers.items()}
+    racks = {b: f"/r{i % 4}" for i, b in enumerate(B)}
+    ctx = RunContext(ScanSettings(metadata_service_uri="zk+hierarchical://127.0.0.1:2181/ledgers"), racks,
+                     frozenset(), {}, 10**13, blast_radius=True, registered=frozenset(B),
+                     silent_before={md.ledger_id: tuple(sorted(md.bookies)) for md in mds})
+    bulk = classify(ctx, mode, mds, answers)
+    alone = classify(ctx, mode, mds, decoded)
+    assert bulk == alone
+    assert bulk.violations and (bulk.potentially_faulty or mode is Pass.FINAL)
+    assert any(b.topics_below_aq for b in bulk.blast.values())
+
+
+def test_answers_kept_encoded_are_decoded_when_looked_at() -> None:
+    got = BookieAnswers("b1:3181")
+    got.encoded[1] = encode([0, 1, 2])
+    got.encoded[2] = b"not an answer"
+    got.other[3] = NO_LEDGER
+    assert len(got) == 3 and sorted(got) == [1, 2, 3] and 2 in got and 4 not in got
+    assert got[1].outcome is Outcome.ENTRIES and got[1].availability.entry_ids().tolist() == [0, 1, 2]  # type: ignore[union-attr]
+    assert got[2] == listed(Outcome.ENTRIES, "b1:3181", 2, b"not an answer")
+    assert got[2].outcome is Outcome.INVALID and got[2].reason.startswith("bookie b1:3181, ledger 2: short buffer")
+    assert got[3] is NO_LEDGER and got.get(4) is None
+    with pytest.raises(KeyError):
+        got[4]
 
 
 # -- under-replication age ----------------------------------------------------------------------------

@@ -16,6 +16,8 @@ from scrutiny.codec import (
     encode,
     encode_groups,
     encode_unmerged,
+    groups_of,
+    is_exact_encoding,
 )
 
 G = SequenceGroup
@@ -220,3 +222,38 @@ def test_an_answer_held_as_rows_or_as_columns_is_the_same_answer(ids: list[int],
 def test_encode_groups_roundtrip() -> None:
     gs = [G(1, 6, 3, 5), G(11, 13, 1, 2)]
     assert list(decode(encode_groups(gs)).groups) == gs
+
+
+@settings(max_examples=60)
+@given(st.lists(id_sets, min_size=1, max_size=12), st.randoms(use_true_random=False))
+def test_exact_encodings_are_found_in_bulk_and_nothing_else(sets: list[list[int]], rnd: object) -> None:
+    """An answer passes only as the byte-exact encoding of its groups; the reserved header bytes alone
+    may differ (decoding ignores them). A malformed answer does not disturb the others' verdicts."""
+    import random
+
+    assert isinstance(rnd, random.Random)
+    groups = [groups_of(ids)[:3] for ids in sets]
+    rows = np.zeros((len(groups), 3, 4), dtype=np.int64)
+    for i, gs in enumerate(groups):
+        rows[i, :len(gs)] = gs or np.empty((0, 4))
+    counts = np.array([len(gs) for gs in groups])
+    exact = [encode_groups(gs) for gs in groups]
+    assert is_exact_encoding(exact, rows, counts).all()
+    answers, want = [], []
+    for answer in exact:
+        kind = rnd.choice(("same", "reserved", "flip", "short", "long", "odd"))
+        b = bytearray(answer)
+        if kind == "reserved":
+            b[rnd.randrange(8, HEADER_SIZE)] ^= 0xFF
+        elif kind == "flip":
+            at = rnd.choice([*range(8), *range(HEADER_SIZE, len(b))])
+            b[at] ^= 1 << rnd.randrange(8)
+        elif kind == "short":
+            b = b[:-8]
+        elif kind == "long":
+            b += bytes(24)
+        elif kind == "odd":
+            b += b"\0"
+        answers.append(bytes(b))
+        want.append(kind in ("same", "reserved"))
+    assert is_exact_encoding(answers, rows, counts).tolist() == want

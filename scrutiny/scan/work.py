@@ -24,6 +24,7 @@ from scrutiny.checks import (
     NO_LEDGER,
     WOULD_HAVE,
     BookieAnswer,
+    BookieAnswers,
     CoverageResult,
     DeepAnswer,
     Outcome,
@@ -34,6 +35,8 @@ from scrutiny.checks import (
     check_deep,
     check_placement,
     coverage_without,
+    healthy_coverage,
+    held_exactly_their_shares,
     in_deep_slice,
     without_corrupt,
 )
@@ -48,7 +51,7 @@ LEDGER_COUNTERS = ("seen", "checked", "skipped_open", "skipped_empty", "skipped_
 
 Answers = Mapping[str, Mapping[int, BookieAnswer]]  # bookie -> ledger -> what it said
 DeepAnswers = Mapping[str, Mapping[int, DeepAnswer]]  # bookie -> ledger -> its deep scrub
-_NOTHING: Mapping[int, Any] = MappingProxyType({})  # a bookie not asked about any ledger
+_NOTHING: Mapping[Any, Any] = MappingProxyType({})  # a bookie not asked about any ledger; no answers
 
 
 class Pass(enum.Enum):
@@ -201,14 +204,18 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     violations: list[Violation] = []
     faulty: dict[int, tuple[str, ...]] = {}
     limbo = 0
-    below: Counter[tuple[str, str]] = Counter()  # the blast radius, per (scope, name) as blast_radius says it
-    without_copy: Counter[tuple[str, str]] = Counter()
+    below_keys: list[tuple[str, str]] = []  # the blast radius, per (scope, name) as blast_radius says it
+    without_keys: list[tuple[str, str]] = []
     topics_below: dict[tuple[str, str], set[str]] = {}
     topics_without: dict[tuple[str, str], set[str]] = {}
     deep_answers = deep or {}
-    for md in ledgers:
+    # A deep run counts a corrupt copy as none, and a what-if needs every answer: those look at each.
+    encoded = {b: a.encoded for b, a in answers.items() if isinstance(a, BookieAnswers)}
+    healthy = (held_exactly_their_shares(ledgers, encoded) if encoded and deep is None and not ctx.without
+               else [False] * len(ledgers))
+    for md, held in zip(ledgers, healthy, strict=True):
         found: list[Violation] = []
-        per, cov = analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty, deep_answers)
+        per, cov = analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty, deep_answers, held)
         limbo += bool(mode is Pass.FINAL and md.ledger_id not in faulty and cov.limbo)
         owner = owner_from_custom_metadata(md.custom_metadata)
         if found:
@@ -219,13 +226,14 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
             aq = md.ack_quorum
             for key, left in blast_radius(md, per, ctx.locations, cov.least_copies).items():
                 if left < aq:
-                    below[key] += 1
+                    below_keys.append(key)  # counted once, after the loop: cheaper than a Counter per key
                     if topic:
                         topics_below.setdefault(key, set()).add(topic)
                     if left == 0:
-                        without_copy[key] += 1
+                        without_keys.append(key)
                         if topic:
                             topics_without.setdefault(key, set()).add(topic)
+    below, without_copy = Counter(below_keys), Counter(without_keys)
     blast = {f"{scope}:{name}": Blast(n, without_copy[scope, name], frozenset(topics_below.get((scope, name), ())),
                                       frozenset(topics_without.get((scope, name), ())))
              for (scope, name), n in below.items()}
@@ -254,14 +262,16 @@ def deep_stats(deep: DeepAnswers) -> dict[str, int]:
 
 def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, policy: PlacementPolicy,
             grace_ms: int, violations: list[Violation], faulty: dict[int, tuple[str, ...]],
-            deep: DeepAnswers | None = None) -> tuple[dict[str, BookieAnswer], CoverageResult]:
+            deep: DeepAnswers | None = None, held: bool = False) -> tuple[Mapping[str, BookieAnswer], CoverageResult]:
     """One ledger's checks: its findings into `violations`, or the ledger into `faulty` for another look;
     returns what each bookie said (as the checks counted it) and its coverage. In a deep run a corrupt
-    copy is no copy."""
+    copy is no copy. `held`: every bookie is known to hold exactly its share (`held_exactly_their_shares`)."""
     if ctx.placement and not ctx.without:
         v = check_placement(md, policy, ctx.locations)
         if v is not None:
             violations.append(v)
+    if held:
+        return _NOTHING, healthy_coverage(md.write_quorum)
     lid = md.ledger_id
     per = {b: ans for b in md.bookies if (ans := answers.get(b, _NOTHING).get(lid)) is not None}
     if mode is Pass.FINAL:
