@@ -216,34 +216,34 @@ _DIGEST_TYPES = {number: name for name, number in _LMF.DigestType.items()}
 
 def _from_proto(ledger_id: int, msg: Any, version: int, znode_ctime: int, znode_version: int,
                 znode_mtime: int) -> LedgerMetadata:
-    # Every ledger of a scan comes through here: fields read once, no per-field HasField where a
-    # proto2 default is the right answer anyway.
-    for name in ("quorumSize", "ensembleSize"):
-        if not msg.HasField(name):
-            raise MetadataError(f"ledger {ledger_id}: v{version} metadata lacks {name}")
+    # Every ledger of a scan comes through here: each field read once, HasField only where a present
+    # zero and an absent field mean different things, and the constructor called positionally.
+    wq, e = msg.quorumSize, msg.ensembleSize
+    if not (wq and e):
+        for name in ("quorumSize", "ensembleSize"):
+            if not msg.HasField(name):
+                raise MetadataError(f"ledger {ledger_id}: v{version} metadata lacks {name}")
     state = _STATES.get(msg.state)
     if state is None:
         raise MetadataError(f"ledger {ledger_id}: unknown ledger state {msg.state}")
-    wq = msg.quorumSize
+    aq, last, ctime = msg.ackQuorumSize, msg.lastEntryId, msg.ctime
+    if not aq and not msg.HasField("ackQuorumSize"):
+        aq = wq
+    if not last and not msg.HasField("lastEntryId"):
+        last = -1
+    if not ctime and not msg.HasField("ctime"):
+        ctime = znode_ctime
+    segs = msg.segment
+    if len(segs) == 1:
+        s = segs[0]
+        segments: tuple[Segment, ...] = (Segment(s.firstEntryId, tuple(s.ensembleMember)),)
+    else:
+        segments = tuple([Segment(s.firstEntryId, tuple(s.ensembleMember)) for s in segs])
     custom = msg.customMetadata
-    return LedgerMetadata(
-        ledger_id=ledger_id,
-        state=state,
-        ensemble_size=msg.ensembleSize,
-        write_quorum=wq,
-        ack_quorum=msg.ackQuorumSize if msg.HasField("ackQuorumSize") else wq,
-        last_entry_id=msg.lastEntryId if msg.HasField("lastEntryId") else -1,
-        length=msg.length,
-        segments=tuple([Segment(s.firstEntryId, tuple(s.ensembleMember)) for s in msg.segment]),
-        ctime=msg.ctime if msg.HasField("ctime") else znode_ctime,
-        custom_metadata=tuple([(c.key, bytes(c.value)) for c in custom]) if custom else (),
-        digest_type=_DIGEST_TYPES.get(msg.digestType, "CRC32") if msg.HasField("digestType") else "CRC32",
-        password=msg.password,
-        ctoken=msg.cToken,
-        format_version=version,
-        znode_version=znode_version,
-        modified_ms=znode_mtime,
-    )
+    return LedgerMetadata(  # the fields in their order (an unknown digest type reads as CRC32, its default)
+        ledger_id, state, e, wq, aq, last, msg.length, segments, ctime,
+        tuple([(c.key, bytes(c.value)) for c in custom]) if custom else (),
+        _DIGEST_TYPES.get(msg.digestType, "CRC32"), msg.password, msg.cToken, version, znode_version, znode_mtime)
 
 
 def _decode_v1(ledger_id: int, body: bytes, znode_ctime: int, znode_version: int, znode_mtime: int

@@ -88,6 +88,31 @@ def test_missing_ack_quorum_defaults_to_write_quorum() -> None:
     assert decode_ledger_metadata(7, data).ack_quorum == 2
 
 
+def test_a_field_set_to_zero_is_not_an_absent_field() -> None:
+    """proto2: an absent field reads as 0 too; absence has its own meaning (the decoder's shortcut for
+    non-zero values must keep it)."""
+    text = encode_ledger_metadata(sample(), 2)
+
+    def edit(old: bytes, new: bytes) -> bytes:
+        assert old in text
+        return text.replace(old, new)
+
+    def decoded(data: bytes) -> LedgerMetadata:
+        return decode_ledger_metadata(9, data, znode_ctime=5, check=False)
+
+    assert decoded(edit(b"lastEntryId: 99\n", b"")).last_entry_id == -1
+    assert decoded(edit(b"lastEntryId: 99\n", b"lastEntryId: 0\n")).last_entry_id == 0
+    assert decoded(edit(b"ctime: 1700000000000\n", b"")).ctime == 5
+    assert decoded(edit(b"ctime: 1700000000000\n", b"ctime: 0\n")).ctime == 0
+    assert decoded(edit(b"ackQuorumSize: 2\n", b"ackQuorumSize: 0\n")).ack_quorum == 0
+    assert decoded(edit(b"digestType: CRC32C\n", b"")).digest_type == "CRC32"
+    for name in (b"quorumSize: 2\n", b"ensembleSize: 3\n"):
+        with pytest.raises(MetadataError, match=f"lacks {name.split(b':')[0].decode()}"):
+            decoded(edit(name, b""))
+    with pytest.raises(MetadataError, match="write quorum 0"):
+        decode_ledger_metadata(9, edit(b"quorumSize: 2\n", b"quorumSize: 0\n"))
+
+
 @pytest.mark.parametrize(
     ("data", "words"),
     [
