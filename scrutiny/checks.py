@@ -159,9 +159,11 @@ def write_sets(ensemble: Sequence[str], wq: int) -> list[tuple[str, ...]]:
 
 
 def _rackaware(policy: PlacementPolicy, ensemble: Sequence[str], wq: int,
-               locate: Callable[[str], str]) -> tuple[PlacementResult, str]:
+               locations: Mapping[str, str]) -> tuple[PlacementResult, str]:
     need = min(wq, policy.min_racks_per_write_quorum)
-    where = [locate(b) for b in ensemble]
+    where = []
+    for b in ensemble:  # a plain loop: every segment of every ledger comes through here
+        where.append(locations.get(b, DEFAULT_RACK))
     e = len(where)
     if len(set(where)) == e and not (policy.enforce_min_racks and DEFAULT_RACK in where):
         return PlacementResult.MEETS_STRICT, ""  # every write set spans WQ racks
@@ -235,7 +237,7 @@ def check_ensemble(policy: PlacementPolicy, ensemble: Sequence[str], wq: int,
         return PlacementResult.FAIL, "empty ensemble"
     if policy.kind == "rackaware":
         # Every ensemble member counts, writable or not (upstream's false FAIL); unmapped: default rack.
-        return _rackaware(policy, ensemble, wq, lambda b: locations.get(b, DEFAULT_RACK))
+        return _rackaware(policy, ensemble, wq, locations)
     if policy.kind == "zoneaware":
         return _zoneaware(policy, ensemble, wq, lambda b: locations.get(b, DEFAULT_ZONE_LOCATION))
     if policy.kind == "regionaware":
