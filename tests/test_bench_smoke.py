@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import agentcalls, checks, codec, deepscrub, zkreads
+from bench import agentcalls, checks, codec, deepscrub, pipeline, zkreads
 
 
 def test_codec_bench_agrees_with_its_baseline() -> None:
@@ -26,3 +26,8 @@ def test_checks_bench_runs_and_agrees_with_its_baseline() -> None:
 def test_deep_scrub_bench_runs() -> None:
     rows = deepscrub.run(4, 20, repeats=1)
     assert [r["what"].split(":")[0] for r in rows][:2] == ["floor", "floor"] and len(rows) == 5
+
+
+def test_pipeline_bench_runs_both_ways() -> None:
+    rows = pipeline.run(300, repeats=1)
+    assert [r["how"].split(",")[0] for r in rows] == ["answers decoded", "answers kept encoded"]

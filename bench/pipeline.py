@@ -1,0 +1,108 @@
+"""An executor's CPU per ledger without I/O: metadata decoded from znode bytes, the agents' stream
+messages read, the range classified (blast radius on), over the scale benchmark's synthetic ledgers.
+
+Two ways in the same run: answers kept encoded and shares compared in bulk (what a scan does), and
+the baseline, every answer decoded as it arrives and every ledger checked alone. CPU time of this
+process, the best of --repeats (the machine is shared and noisy; the best is the least disturbed).
+
+    python -m bench.pipeline --ledgers 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench.common import table
+from bench.scale import BOOKIES, bookie, rack_of, synthetic_ledgers
+from scrutiny.bookieclient import interpret, take
+from scrutiny.checks import BookieAnswer, BookieAnswers, expected_share
+from scrutiny.codec import encode_groups
+from scrutiny.config import ScanSettings
+from scrutiny.metadata import decode_ledger_metadata, encode_ledger_metadata
+from scrutiny.scan.work import YOUNG_COLLECTION_THRESHOLD, Pass, RunContext, classify, select, wanted
+from scrutiny.store import LedgerRead
+from scrutiny.v1 import bookie_pb2
+
+Message = bookie_pb2.GetListOfEntriesOfLedgersResponse
+
+
+def cluster(count: int) -> tuple[list[bytes], dict[str, list[bytes]]]:
+    """The ledgers' znodes and, per bookie, its agent's stream messages (1,000 answers each)."""
+    mds = list(synthetic_ledgers(count, 1000))
+    per_bookie: dict[str, list[Any]] = {}
+    for md in mds:
+        for b in md.bookies:
+            per_bookie.setdefault(b, []).append(bookie_pb2.GetListOfEntriesOfALedgerResponse(
+                ledger_id=md.ledger_id, status=bookie_pb2.EOK,
+                availability_of_entries_of_ledger=encode_groups(expected_share(md, b))))
+    messages = {b: [Message(ledgers=a[i:i + 1000]).SerializeToString() for i in range(0, len(a), 1000)]
+                for b, a in per_bookie.items()}
+    return [encode_ledger_metadata(md) for md in mds], messages
+
+
+def _encoded(bookie_id: str, messages: list[bytes]) -> BookieAnswers:
+    got = BookieAnswers(bookie_id)
+    for m in messages:
+        for ans in Message.FromString(m).ledgers:
+            take(bookie_id, ans.ledger_id, ans, got)
+    return got
+
+
+def _decoded(bookie_id: str, messages: list[bytes]) -> dict[int, BookieAnswer]:
+    got: dict[int, BookieAnswer] = {}
+    for m in messages:
+        for ans in Message.FromString(m).ledgers:
+            got.setdefault(ans.ledger_id, interpret(bookie_id, ans))
+    return got
+
+
+def run(count: int, repeats: int = 5) -> list[dict[str, object]]:
+    znodes, messages = cluster(count)
+    locations = {bookie(n): rack_of(n) for n in range(BOOKIES)}
+    ctx = RunContext(ScanSettings(metadata_service_uri="zk+hierarchical://127.0.0.1:2181/ledgers"), locations,
+                     frozenset(), {}, 10**13, blast_radius=True)
+    young, *older = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *older)  # as an executor runs
+
+    def once(read_answers: Callable[[str, list[bytes]], Any]) -> tuple[float, float, float]:
+        t0 = time.process_time()
+        reads = [LedgerRead(i, decode_ledger_metadata(i, z, 1, 0, znode_mtime=1)) for i, z in enumerate(znodes)]
+        candidates = select(ctx, reads).candidates
+        t1 = time.process_time()
+        answers = {b: read_answers(b, messages[b]) for b in wanted(candidates)}
+        t2 = time.process_time()
+        result = classify(ctx, Pass.FIRST, candidates, answers)
+        t3 = time.process_time()
+        assert len(candidates) == count and not result.violations and not result.potentially_faulty
+        return t1 - t0, t2 - t1, t3 - t2
+
+    rows: list[dict[str, object]] = []
+    try:
+        for name, read_answers in (("answers decoded, each ledger alone (baseline)", _decoded),
+                                   ("answers kept encoded, shares compared in bulk", _encoded)):
+            best = [min(t) for t in zip(*(once(read_answers) for _ in range(repeats)), strict=True)]
+            us = [t / count * 1e6 for t in best]
+            rows.append({"how": name, "ledgers": count, "metadata us": us[0], "answers us": us[1],
+                         "classify us": us[2], "us per ledger": sum(us)})
+    finally:
+        gc.set_threshold(young, *older)
+    base = rows[0]["us per ledger"]
+    for r in rows:
+        r["x baseline"] = base / r["us per ledger"]  # type: ignore[operator]
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--ledgers", type=int, default=20_000)
+    p.add_argument("--repeats", type=int, default=7)
+    a = p.parse_args()
+    print(table(run(a.ledgers, a.repeats)))
+
+
+if __name__ == "__main__":
+    main()
