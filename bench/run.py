@@ -9,7 +9,7 @@ import argparse
 import platform
 import time
 
-from bench import agentcalls, checks, codec, deepscrub, zkreads
+from bench import agentcalls, checks, codec, deepscrub, pipeline, zkreads
 from bench.common import table
 
 
@@ -24,6 +24,8 @@ def main() -> None:
     print("## coverage check cost by ledger size (python -m bench.checks)\n")
     print(table(checks.run([1_000, 100_000] if quick else [1_000, 100_000, 10_000_000],
                            10_000 if quick else 100_000)) + "\n")
+    print("## an executor's CPU per ledger without I/O (python -m bench.pipeline)\n")
+    print(table(pipeline.run(2_000 if quick else 20_000, 1 if quick else 7)) + "\n")
     print("## ZooKeeper metadata reads (python -m bench.zkreads)\n")
     print(table(zkreads.run(1000 if quick else 20_000)) + "\n")
     print("## bookie agent calls (python -m bench.agentcalls)\n")
