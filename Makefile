@@ -1,17 +1,24 @@
 # The two commands a user needs: `make demo` and `make test`. Both run `make setup` first, which
 # installs whatever is missing on a fresh Debian machine (Java 17, Debian's zookeeper, the .venv)
-# and generates the Python code from protos/.
+# and generates the Python code from protos/. Shipping: `make dist` (sdist and wheel), `make image`,
+# `make image-test` (the wheel in a clean venv and the image, each run for real; README "Install").
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PROTOS := $(shell find protos -name '*.proto')
-GENERATED := scrutiny/v1/bookie_pb2.py scrutiny/v1/auditor_pb2.py scrutiny/bookkeeper/ledger_metadata_pb2.py \
-	scrutiny/bookkeeper/dbledgerstorage_pb2.py scrutiny/pulsar/managed_ledger_pb2.py
+# protos/scrutiny/x/y.proto -> scrutiny/x/y_pb2.py (and _pb2.pyi, _pb2_grpc.py): every proto, none listed by hand
+GENERATED := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS))
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= scrutiny:$(VERSION)
+# The base an operator with registry access gets; image-test makes its own from Debian's archive.
+BASE_IMAGE ?= debian:bookworm-slim
+TEST_BASE_IMAGE := scrutiny-build/debian:bookworm-minbase
+WHEELHOUSE := dist/wheelhouse
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps proto test lint demo bench soak clean
+.PHONY: setup system-deps proto test lint demo bench soak clean dist wheelhouse image image-test
 
 setup: system-deps $(VENV)/.installed proto
 
@@ -21,6 +28,7 @@ system-deps:
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing with apt:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
@@ -32,11 +40,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-# Generated code is not committed: protos/ is the one source, and the generator is the one
-# pinned in the venv, so the code always matches the installed protobuf runtime.
+# Generated code is not committed: protos/ is the one source. build_support/protogen.py is the one
+# generation step (the build backend runs it too: wheel, sdist, image), with the pinned grpcio-tools.
 proto: $(GENERATED)
-$(GENERATED) &: $(PROTOS) $(VENV)/.installed
-	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)
+$(GENERATED) &: $(PROTOS) build_support/protogen.py $(VENV)/.installed
+	$(PY) build_support/protogen.py >/dev/null
 
 lint: setup
 	$(VENV)/bin/ruff check scrutiny tests bench
@@ -56,5 +64,27 @@ SOAK_SECONDS ?= 600
 soak: setup
 	$(PY) -m scrutiny.testing.churn --seconds $(SOAK_SECONDS) --output bench/results/soak.json
 
+# The sdist and the wheel, built as any PEP 517 frontend builds them (isolated, the wheel from the sdist).
+dist: setup
+	rm -rf dist/scrutiny-*
+	$(PY) -m build --outdir dist . >/dev/null
+	@ls dist/scrutiny-*
+
+# Every wheel the image needs, built here where the package index is reachable: the build installs offline.
+wheelhouse: dist
+	rm -rf $(WHEELHOUSE)
+	$(PY) -m pip wheel -q -w $(WHEELHOUSE) dist/scrutiny-$(VERSION)-py3-none-any.whl
+
+image: wheelhouse
+	docker/dockerd.sh
+	docker build -q --network host --build-arg BASE=$(BASE_IMAGE) -f docker/Dockerfile -t $(IMAGE) .
+
+# The wheel in a clean venv and the image, installed and run as an operator would (tests/install/).
+image-test: setup
+	docker/dockerd.sh
+	docker/base-image.sh $(TEST_BASE_IMAGE)
+	$(MAKE) image BASE_IMAGE=$(TEST_BASE_IMAGE)
+	SCRUTINY_IMAGE=$(IMAGE) $(VENV)/bin/pytest -m install tests/install $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) $(GENERATED) $(GENERATED:.py=.pyi) scrutiny/v1/*_pb2*.py* scrutiny/bookkeeper/*_pb2*.py* scrutiny/pulsar/*_pb2*.py*
+	rm -rf $(VENV) dist build $(GENERATED) $(GENERATED:.py=.pyi) $(GENERATED:.py=_grpc.py)

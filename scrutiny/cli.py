@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -340,8 +341,16 @@ def run_rescan(args: argparse.Namespace) -> int:
     return report.exit_status()
 
 
+def installed_version() -> str:
+    try:
+        return version("scrutiny")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="scrutiny", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"scrutiny {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     _scan_flags(sub.add_parser("scan", help="one scrutiny run, fsck-style, then exit"))
     whatif = sub.add_parser("whatif", help="is it safe to take these bookies or racks down? (exit 0 safe, 1 unsafe)")
