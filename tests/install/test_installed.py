@@ -83,7 +83,8 @@ def test_wheel_scan_finds_the_injected_faults_on_spark(venv: Path, demo: tuple[D
     cluster, uri = demo
     out = tmp_path / "report.json"
     res = run_venv(venv, "scan", "--metadata-service-uri", uri, "--format", "json", "--output", str(out),
-                   "--recheck-delay", "0.5", "--underreplicated-grace-period", "3600", "--spark-master", "local[2]", cwd=tmp_path)
+                   "--recheck-delay", "0.5", "--underreplicated-grace-period", "3600", "--spark-master", "local[2]",
+                   cwd=tmp_path)
     assert res.returncode == 1, res.stderr[-3000:]
     assert findings(out.read_text()) == cluster.expected
 
