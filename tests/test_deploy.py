@@ -116,6 +116,9 @@ def test_kubernetes_manifests() -> None:
         assert sidecar[probe]["grpc"]["port"] == DEFAULT_AGENT_PORT
     mounts = {m["mountPath"]: m for m in sidecar["volumeMounts"]}
     assert all(mounts[d]["readOnly"] for d in args.ledger_dirs)  # the bookie's data: read-only
+    # reads through group 0 (Pulsar's bookie files are 10000:0), as uid 10001, never the bookie's uid
+    assert bookie["spec"]["template"]["spec"]["securityContext"]["fsGroup"] == 0
+    assert sidecar["securityContext"]["runAsUser"] == 10001 != 10000
     config = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["scrutiny.yaml"])
     build(ScanSettings, config, {}).validate()
     token = next(m for m in auditor["volumeMounts"] if m["name"] == "token")
