@@ -84,6 +84,7 @@ image-test: setup
 	docker/dockerd.sh
 	docker/base-image.sh $(TEST_BASE_IMAGE)
 	$(MAKE) image BASE_IMAGE=$(TEST_BASE_IMAGE)
+	docker image prune -f >/dev/null  # vfs keeps every replaced build whole (GBs each)
 	SCRUTINY_IMAGE=$(IMAGE) $(VENV)/bin/pytest -m install tests/install $(PYTEST_ARGS)
 
 clean:

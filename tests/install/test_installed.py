@@ -12,36 +12,24 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from kazoo.client import KazooClient
 
 from scrutiny.agent import BookieAgent
 from scrutiny.bookieclient import BookieClient, EndpointResolver
 from scrutiny.entrysources import DbLedgerStorageSource
-from scrutiny.testing import store_on
 from scrutiny.testing.dbledgerstorage import write_index
-from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
-from scrutiny.testing.localzk import LocalZooKeeper, free_port
+from scrutiny.testing.demo import DemoCluster
+from scrutiny.testing.localzk import free_port
 
 pytestmark = pytest.mark.install
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("SCRUTINY_IMAGE", "scrutiny:0.1.0")
 WHEELHOUSE = ROOT / "dist" / "wheelhouse"
 COMMANDS = ("scan", "whatif", "bookie-agent", "auditor", "rescan", "demo")
-
-
-@pytest.fixture
-def demo(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
-         tmp_path: Path) -> Iterator[tuple[DemoCluster, str]]:
-    cluster = build_demo_cluster(zk_client, f"{zk_namespace}/ledgers", tmp_path, healthy=100)
-    uri = f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers"
-    with demo_agents(cluster, store_on(zk_client, uri)):
-        yield cluster, uri
 
 
 def findings(report_json: str) -> set[tuple[str, int]]:
