@@ -12,6 +12,22 @@ from scrutiny.checks import Violation
 from scrutiny.errors import EXIT_CLEAN, EXIT_INCOMPLETE, EXIT_VIOLATIONS
 from scrutiny.owners import UNKNOWN, Owner
 
+# The stats every report of its kind has, 0 when nothing happened: a script reads them without KeyError.
+RUN_STATS = ("underreplicated_marks", "first_pass_ms", "recheck_ms", "verify_ms", "potentially_faulty",
+             "rechecked_again", "left_unsettled_after_rechecks", "reanalyzed_after_metadata_change",
+             "reanalyzed_after_rack_change", "relooked_after_registration_change", "dropped_marked_during_run",
+             "marks_gone_before_reporting", "dropped_offloaded", "ledgers_with_limbo_copies", "bookie_calls_failed")
+# Deep runs add these. Units: ledgers (deep_ledgers_verified), copies of a ledger on one bookie
+# (deep_copies_unverified, deep_copies_digest_unchecked), entry copies (deep_entries_verified,
+# deep_entries_corrupt: an entry on two bookies counts twice), bytes (deep_bytes_read).
+DEEP_STATS = ("deep_ledgers_verified", "deep_entries_verified", "deep_bytes_read", "deep_entries_corrupt",
+              "deep_copies_unverified", "deep_copies_digest_unchecked")
+MARKS_STATS = ("underreplicated_marks", "marks_gone_before_reporting")  # the periodic age check of the marks
+
+
+def with_every_stat(stats: dict[str, int], names: tuple[str, ...]) -> dict[str, int]:
+    return dict.fromkeys(names, 0) | stats
+
 
 @dataclass
 class Report:
