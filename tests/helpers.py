@@ -29,11 +29,13 @@ def wait_for(predicate: Callable[[], object], timeout: float = 30.0) -> None:
     raise AssertionError("timed out")
 
 
-def auditor_process(config: Path) -> subprocess.Popen[str]:
-    """`scrutiny auditor` as its own process; its first stdout line names its RPC port."""
-    return subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(config)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+def auditor_process(config: Path, log: Path | None = None) -> subprocess.Popen[str]:
+    """`scrutiny auditor` as its own process; its first stdout line names its RPC port; its log goes
+    to `log` when given."""
+    with open(log or os.devnull, "w") as stderr:
+        return subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(config)],
+                                stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 def slow_agent(store: Path, delay: float) -> tuple[subprocess.Popen[str], int]:

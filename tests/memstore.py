@@ -32,6 +32,7 @@ class MemoryCluster:
     agents: dict[str, str] = field(default_factory=dict)
     cadence: dict[str, int] = field(default_factory=dict)
     deep_pass: bytes | None = None
+    last_runs: dict[str, bytes] = field(default_factory=dict)
     replication_disabled: bool = False
     up: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -142,6 +143,12 @@ class MemoryStore(MetadataStore):
 
     def set_cadence(self, kind: str, started_ms: int) -> None:
         self._check().cadence[kind] = started_ms
+
+    def last_run(self, kind: str) -> bytes | None:
+        return self._check().last_runs.get(kind)
+
+    def set_last_run(self, kind: str, data: bytes) -> None:
+        self._check().last_runs[kind] = data
 
     def deep_pass(self) -> bytes | None:
         return self._check().deep_pass

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,17 +18,19 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_status import rpc_status
 from kazoo.client import KazooClient
 
 from scrutiny.auditor import Auditor, AuditorSettings
-from scrutiny.config import ScanSettings, StatsdSettings
+from scrutiny.config import MetricsSettings, ScanSettings, StatsdSettings
 from scrutiny.scan.engines import LocalEngine
-from scrutiny.testing import store_on
+from scrutiny.testing import store_at, store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper, free_port
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 from tests.helpers import auditor_process, wait_for
+from tests.test_prometheus import sample, scrape
 
 
 @pytest.fixture
@@ -170,33 +173,49 @@ def test_runs_are_skipped_while_replication_is_disabled(cluster: tuple[DemoClust
         auditor.stop()
 
 
-def test_failover_keeps_the_cadence(cluster: tuple[DemoCluster, str], tmp_path: Path) -> None:
+def test_failover_keeps_the_cadence_and_the_alerts(cluster: tuple[DemoCluster, str], tmp_path: Path) -> None:
+    """Leader SIGKILLed after a run with faults: the standby leads, keeps the cadence, and exports the
+    same violation gauges at once with the run's true age, so no data-at-risk alert clears."""
     _, uri = cluster
-    ports = [free_port(), free_port()]
+    ports, metric_ports = [free_port(), free_port()], [free_port(), free_port()]
     configs = []
     for i, port in enumerate(ports):
         cfg = tmp_path / f"auditor{i}.yaml"
         cfg.write_text(f"metadata_service_uri: {uri}\nengine: local\nrecheck_delay: 0.5\nzk_session_timeout: 4\n"
                        f"auditor:\n  listen: 127.0.0.1:{port}\n  reports_dir: {tmp_path / f'reports{i}'}\n"
                        "  full_interval_seconds: 3600\n  underreplication_interval_seconds: 0\n"
-                       "  insecure_open_rescan: true\n")
+                       f"  insecure_open_rescan: true\nmetrics:\n  listen: 127.0.0.1:{metric_ports[i]}\n")
         configs.append(cfg)
-    first = auditor_process(configs[0])
+    logs = [tmp_path / "auditor0.log", tmp_path / "auditor1.log"]
+    first = auditor_process(configs[0], logs[0])
     second = None
     try:
         a, b = f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"
         wait_for(lambda: _status(a) is not None and _status(a).role == auditor_pb2.LEADER)
         wait_for(lambda: any(r.kind == "full" and r.finished_at for r in _status(a).last_runs), 60)
-        ran_at = datetime.fromisoformat(next(r.started_at for r in _status(a).last_runs if r.kind == "full"))
-        second = auditor_process(configs[1])
+        run = next(r for r in _status(a).last_runs if r.kind == "full")
+        ran_at = datetime.fromisoformat(run.started_at)
+        before = scrape(metric_ports[0])
+        age_before = sample(before, "scrutiny_last_complete_run_age_seconds", '{kind="full"}')
+        gauges = _violation_gauges(before)
+        assert gauges["scrutiny_violations{category=\"NO_REPLICA_OF_AN_ENTRY\"}"] == 1
+        assert gauges["auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY"] == 1
+        second = auditor_process(configs[1], logs[1])
         # A standby names the leader once its own session can read the election (until then: "").
         wait_for(lambda: _status(b) is not None and _status(b).role == auditor_pb2.STANDBY
                  and _status(b).leader_address == a)
         with pytest.raises(grpc.RpcError) as err:
             stub(b).Rescan(auditor_pb2.RescanRequest(all_ledgers=True))
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and a in (err.value.details() or "")
+        # the redirect as the proto says: a RescanResponse with leader_address, in the rich error details
+        refusal = rpc_status.from_call(err.value)  # type: ignore[arg-type]
+        assert refusal is not None and len(refusal.details) == 1
+        redirect = auditor_pb2.RescanResponse()
+        assert refusal.details[0].Unpack(redirect) and redirect.leader_address == a
+        assert dict(err.value.trailing_metadata() or ())["leader-address"] == a  # type: ignore[attr-defined]
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
+        killed_at = time.time()
         t0 = time.monotonic()
         wait_for(lambda: _status(b).role == auditor_pb2.LEADER, 20)
         assert time.monotonic() - t0 < 10  # within the 4 s session timeout, plus slack
@@ -204,7 +223,20 @@ def test_failover_keeps_the_cadence(cluster: tuple[DemoCluster, str], tmp_path: 
         # the new leader keeps the cadence: next full run one interval after the last, not now
         due = datetime.fromisoformat(status.next_runs["full"])
         assert abs((due - ran_at).total_seconds() - 3600) < 5
-        assert not any(r.kind == "full" for r in status.last_runs)
+        # ... and the last full run, as the first leader left it: exported at once, its age not reset
+        after = scrape(metric_ports[1])
+        assert _violation_gauges(after) == gauges
+        age = sample(after, "scrutiny_last_complete_run_age_seconds", '{kind="full"}')
+        assert age is not None and age_before is not None and age >= age_before + time.time() - killed_at - 1
+        assert sample(after, "scrutiny_leader") == 1
+        inherited = next(r for r in status.last_runs if r.kind == "full")
+        assert (inherited.run_id, inherited.ran_by, inherited.counts["NO_REPLICA_OF_AN_ENTRY"]) == (run.run_id, a, 1)
+        report = json.loads(stub(b).GetLastReport(auditor_pb2.GetLastReportRequest(kind="full")).report_json)
+        assert report["summary_only"] and report["ran_by"] == a and report["run_id"] == run.run_id
+        assert report["counts"]["NO_REPLICA_OF_AN_ENTRY"] == 1 and "violations" not in report
+        assert report["blast_radius"]["bookies"]
+        files = list((tmp_path / "reports1" / "full").glob("*.json"))
+        assert [json.loads(f.read_text())["run_id"] for f in files] == [run.run_id]
         # SIGTERM: a clean exit that releases leadership
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=30) == 0
@@ -213,6 +245,18 @@ def test_failover_keeps_the_cadence(cluster: tuple[DemoCluster, str], tmp_path: 
             if p is not None:
                 p.kill()
                 p.wait()
+    # what an operator reads in the logs: where things are served, which kind of run counted what, who leads
+    text = [log.read_text() for log in logs]
+    assert f"auditor RPC on 127.0.0.1:{ports[0]}" in text[0] and f"/metrics on 127.0.0.1:{metric_ports[0]}" in text[0]
+    assert f"full run {run.run_id} counts" in text[0]
+    assert f"standing by: {a} leads" in text[1]
+    assert f"inherited the last complete full run {run.run_id}" in text[1]
+
+
+def _violation_gauges(metrics: str) -> dict[str, float]:
+    return {m.group(1): float(m.group(2)) for m in re.finditer(
+        r"^((?:scrutiny_violations|auditor_NUM_\w+|scrutiny_bookie_unavailable_ledgers|scrutiny_blast_radius_\w+)"
+        r"(?:\{[^}]*\})?) (\S+)$", metrics, re.M)}
 
 
 def _status(address: str) -> auditor_pb2.GetStatusResponse | None:
@@ -271,3 +315,25 @@ def test_rescan_command(cluster: tuple[DemoCluster, str], tmp_path: Path) -> Non
         for a in (standby, leader):
             if a is not None:
                 a.stop()
+
+
+def test_the_periodic_mark_check_sets_its_gauges(cluster: tuple[DemoCluster, str], tmp_path: Path) -> None:
+    """The cheap under-replication run (every 15 min by default) moves the mark-age gauge, not only the
+    daily full run, and its summary is kept for the next leader."""
+    _, uri = cluster
+    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path), full_interval_seconds=0,
+                               underreplication_interval_seconds=3600, insecure_open_rescan=True)
+    port = free_port()
+    auditor = Auditor(scan_settings(uri), settings, metrics=MetricsSettings(listen=f"127.0.0.1:{port}"),
+                      engine=LocalEngine()).start()
+    try:
+        wait_for(lambda: "underreplication" in auditor.last)
+        text = scrape(port)
+        assert sample(text, "auditor_NUM_UNDERREPLICATED_LEDGERS_ELAPSED_RECOVERY_GRACE_PERIOD") == 1  # ledger 17
+        assert sample(text, "scrutiny_underreplicated_ledgers") == 1
+        assert sample(text, "scrutiny_violations", '{category="NO_REPLICA_OF_AN_ENTRY"}') is None  # not looked at
+        with store_at(uri) as store:
+            stored = store.last_run("underreplication")
+        assert stored is not None and json.loads(stored)["counts"] == {"UNDERREPLICATED_ELAPSED_GRACE_PERIOD": 1}
+    finally:
+        auditor.stop()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import re
 import struct
 import time
 import urllib.request
@@ -29,13 +31,13 @@ from scrutiny.deeppass import DeepPass, slices_for
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.errors import DataError
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
-from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.driver import ScrutinyRun, check_marks
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_at, store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.localzk import LocalZooKeeper
-from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
+from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc, bookie_pb2, bookie_pb2_grpc
 from tests.helpers import wait_for
 
 BOOKIES = [f"127.0.4.{n}:3181" for n in range(1, 4)]
@@ -383,14 +385,20 @@ def test_the_auditors_deep_job_resumes_its_pass_after_a_leader_change(
         text = urllib.request.urlopen(f"http://127.0.0.1:{sink.endpoint.port}/metrics", timeout=5).read().decode()
         assert "scrutiny_deep_pass_progress_ratio 0.666" in text
         assert "scrutiny_deep_unverified_age_seconds" in text
+        stub = auditor_pb2_grpc.AuditorStub(grpc.insecure_channel(first.address))
+        last = json.loads(stub.GetLastReport(auditor_pb2.GetLastReportRequest(kind="deep")).report_json)
+        assert last["run_id"] == runs[1].run_id and last["stats"]["deep_pass_next_slice"] == 2
     finally:
         first.stop()
-    cursor = DeepPass.parse(store_at(settings.metadata_service_uri).deep_pass() or b"")
+    with store_at(settings.metadata_service_uri) as store:
+        cursor = DeepPass.parse(store.deep_pass() or b"")
     assert cursor.next_slice == 2 and cursor.verified_ms[:2] == tuple(r.started_ms for r in runs)
     second = Auditor(settings, auditor_settings, engine=LocalEngine()).start()
     try:
         wait_for(lambda: second.leading.is_set())  # the deep cadence is kept: the next run is an hour away
         assert DEEP not in second.last
+        inherited = second.last_report(DEEP)  # the first leader's last deep run, as a summary
+        assert inherited is not None and inherited["summary_only"] and inherited["run_id"] == runs[1].run_id
         runs.append(_deep_ticket(second))  # as if the hour had passed: the pass resumes at slice 2
     finally:
         second.stop()
@@ -400,5 +408,32 @@ def test_the_auditors_deep_job_resumes_its_pass_after_a_leader_change(
     assert sum(rep.stats["deep_ledgers_verified"] for rep in reports if rep) == 4  # every ledger once a pass
     found = {(str(v.category), v.ledger_id) for rep in reports if rep for v in rep.violations}
     assert {("CORRUPT_ENTRY", 1), ("DIVERGENT_COPIES", 2)} <= found
-    final = DeepPass.parse(store_at(settings.metadata_service_uri).deep_pass() or b"")
+    with store_at(settings.metadata_service_uri) as store:
+        final = DeepPass.parse(store.deep_pass() or b"")
     assert (final.next_slice, final.passes_completed) == (0, 1)
+
+
+def readme_stats() -> tuple[set[str], set[str]]:
+    """The stats the README lists: (every run's, deep runs')."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    every = text[text.index("- `stats` counts what the run looked at again"):]
+    every = every[:every.index("\n\n")]
+    deep = text[text.index("The report's `stats` say what was verified"):]
+    deep = deep[:deep.index(") and, for")]
+    named = set(re.findall(r"`([a-z_]+)`", every)) | set(re.findall(r"`stats\.([a-z_]+)`", text))
+    return named - {"stats"}, set(re.findall(r"`(deep_[a-z_]+)`", deep))
+
+
+def test_every_stat_the_readme_lists_is_in_every_report_of_its_kind(
+        deep_cluster: tuple[ScanSettings, dict[str, Bookie]]) -> None:
+    settings, _ = deep_cluster
+    every, deep = readme_stats()
+    assert "deep_copies_unverified" in deep and "potentially_faulty" in every  # the parsing found the lists
+    shallow = ScrutinyRun(settings, LocalEngine()).execute()
+    assert every - {s for s in every if s.startswith("deep_")} <= set(shallow.stats)
+    # a deep slice of healthy ledgers only: nothing unverified, and still every deep stat is there
+    healthy = ScrutinyRun(dataclasses.replace(settings, deep=True, ledgers=(3, 4)), LocalEngine()).execute()
+    assert not healthy.violations and (every | deep) <= set(healthy.stats)
+    assert healthy.stats["deep_copies_unverified"] == 0 and healthy.stats["deep_ledgers_verified"] == 2
+    marks = check_marks(settings)
+    assert {"underreplicated_marks", "marks_gone_before_reporting"} <= set(marks.stats)

@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -89,6 +90,29 @@ def test_the_auditor_sink_exports_bookkeepers_names_and_its_own() -> None:
         sink.close()
 
 
+def test_a_new_leader_exports_the_inherited_run_with_its_true_age_until_it_has_its_own() -> None:
+    sink = PrometheusSink("127.0.0.1:0")
+    try:
+        sink.leadership(True)
+        ten_minutes_ago = int(time.time() * 1000) - 600_000
+        sink.restored(FinishedRun("full", a_run().report, 2500, tuple(REGISTRY), finished_ms=ten_minutes_ago)
+                      .summary("a1:3192"))
+        text = scrape(sink.endpoint.port)
+        assert sample(text, "auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY") == 1
+        assert sample(text, "scrutiny_bookie_unavailable_ledgers", '{bookie="b2:3181"}') == 2
+        assert sample(text, "scrutiny_blast_radius_ledgers", '{impact="below_aq",name="b1:3181",scope="bookie"}') == 5
+        assert 599 < (sample(text, "scrutiny_last_complete_run_age_seconds", '{kind="full"}') or 0) < 700
+        assert sample(text, "scrutiny_runs_total", '{kind="full",outcome="complete"}') is None  # not run here
+        sink.published(FinishedRun("full", Report("r2", "s", "f", True, {"checked": 1}, []), 5, tuple(REGISTRY)))
+        sink.restored(FinishedRun("full", a_run().report, 2500, tuple(REGISTRY), finished_ms=ten_minutes_ago)
+                      .summary("a1:3192"))  # older than its own run: ignored
+        text = scrape(sink.endpoint.port)
+        assert sample(text, "auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY") == 0
+        assert (sample(text, "scrutiny_last_complete_run_age_seconds", '{kind="full"}') or 999) < 60
+    finally:
+        sink.close()
+
+
 def test_metrics_never_take_the_bookies_port() -> None:
     with pytest.raises(ConfigError, match="8000"):
         MetricsSettings(listen="0.0.0.0:8000").validate()
@@ -167,9 +191,15 @@ class Prometheus:
         got = self.query(expr)
         return float(got[0]["value"][1]) if got else None
 
-    def firing(self) -> set[str]:
+    def alerts(self) -> list[dict[str, Any]]:
         got = self._get("/api/v1/alerts") or {"data": {"alerts": []}}
-        return {a["labels"]["alertname"] for a in got["data"]["alerts"] if a["state"] == "firing"}
+        return list(got["data"]["alerts"])
+
+    def firing(self) -> set[str]:
+        return {a["labels"]["alertname"] for a in self.alerts() if a["state"] == "firing"}
+
+    def active_since(self, alertname: str) -> set[str]:
+        return {a["activeAt"] for a in self.alerts() if a["labels"]["alertname"] == alertname}
 
     def close(self) -> None:
         self.proc.terminate()
@@ -210,3 +240,42 @@ def test_a_real_prometheus_scrapes_the_auditor_and_an_agent(cluster: tuple[DemoC
         if prom is not None:
             prom.close()
         auditor.stop()
+
+
+def test_data_at_risk_keeps_firing_across_a_rolling_restart(cluster: tuple[DemoCluster, str, list[Any]],
+                                                            tmp_path: Path) -> None:
+    """The leader goes (released leadership, as a rolling restart does), the standby leads: Prometheus
+    sees the same violation gauges from it at once, the age goes on, and the alert never resolves."""
+    _, uri, _ = cluster
+    scan = ScanSettings(metadata_service_uri=uri, engine="local", recheck_delay=0.3, underreplicated_grace_period=3600)
+    auditors, prom = [], None
+    try:
+        for i in range(2):
+            settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / f"reports{i}"),
+                                       full_interval_seconds=3600, underreplication_interval_seconds=0,
+                                       insecure_open_rescan=True)
+            auditors.append(Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"),
+                                    engine=LocalEngine()).start())
+            wait_for(lambda: auditors[0].leading.is_set())
+        first, second = auditors
+        ports = {f"a{i}": next(s for s in a.sinks if isinstance(s, PrometheusSink)).endpoint.port
+                 for i, a in enumerate(auditors)}
+        prom = Prometheus(tmp_path, ports)
+        wait_for(lambda: "full" in first.last, 60)
+        wait_for(lambda: "ScrutinyDataAtRisk" in prom.firing(), 30)
+        since = prom.active_since("ScrutinyDataAtRisk")
+        age_before = prom.value('scrutiny_last_complete_run_age_seconds{job="a0",kind="full"}')
+        first.stop()
+        wait_for(lambda: second.leading.is_set(), 30)
+        at_risk = 'scrutiny_violations{job="a1",category="NO_REPLICA_OF_AN_ENTRY"}'
+        wait_for(lambda: prom.value(at_risk) == 1, 30)
+        assert "full" not in second.last  # no run of its own: the inherited one
+        age_after = prom.value('scrutiny_last_complete_run_age_seconds{job="a1",kind="full"}')
+        assert age_before is not None and age_after is not None and age_after >= age_before
+        time.sleep(2)  # a few evaluations with the new leader's series
+        assert "ScrutinyDataAtRisk" in prom.firing() and prom.active_since("ScrutinyDataAtRisk") == since
+    finally:
+        if prom is not None:
+            prom.close()
+        for a in auditors:
+            a.stop()

@@ -19,13 +19,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import grpc
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.date import DateTrigger
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from scrutiny.auditor.lastrun import RunSummary, bequeath, inherit
 from scrutiny.auditor.leadership import Leadership, PeriodicRuns, iso_seconds
 from scrutiny.auditor.runqueue import Later, RunQueue, Ticket
 from scrutiny.auditor.service import AuditorServicer, Authenticator, Status
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 
 FULL, UNDERREPLICATION, RESCAN, WHATIF, DEEP = "full", "underreplication", "rescan", "whatif", "deep"
 PERIODIC = (FULL, UNDERREPLICATION, DEEP)
+WHOLE_CLUSTER_KINDS = (FULL, UNDERREPLICATION, RESCAN, DEEP)  # the kinds whose runs set the gauges
 SERVICE_NAME = "scrutiny.v1.Auditor"
 # What each kind of run looks at, for the sinks (a kind that did not look reports nothing stale).
 _CHECKS = tuple(c for c in REGISTRY if c not in in_phase(Phase.WHATIF) + in_phase(Phase.DEEP))
@@ -101,6 +103,7 @@ class Auditor:
         self.address = settings.advertise_address
         self.leadership: Leadership | None = None
         self.periodic: PeriodicRuns | None = None
+        self.inherited: dict[str, RunSummary] = {}  # kind -> the last complete run, as an earlier leader left it
 
     # -- what tests and the RPC look at --------------------------------------------------------
 
@@ -140,7 +143,8 @@ class Auditor:
         self.scheduler.start()
         self.queue.start()
         self.leadership.start()
-        log.info("auditor listening on %s (advertised as %s)", self.port, self.address)
+        log.info("auditor RPC on %s, port %d (advertised as %s); %s", s.listen, self.port, self.address,
+                 "; ".join(sink.destination() for sink in self.sinks))
         return self
 
     def stop(self) -> None:
@@ -198,13 +202,24 @@ class Auditor:
 
     def _elected(self) -> None:
         assert self.periodic is not None
-        self.periodic.schedule(self._intervals())
         for sink in self.sinks:
             sink.leadership(True)
+        self._inherit()
+        self.periodic.schedule(self._intervals())
+
+    def _inherit(self) -> None:
+        """The last complete run of each kind, whichever auditor ran it, exported at once with its true age:
+        a failover never clears an alert on data still at risk."""
+        own = {kind: t.finished_ms for kind, t in self.queue.last.items()}
+        for summary in inherit(self.leadership.connected_store(), WHOLE_CLUSTER_KINDS, own):  # type: ignore[union-attr]
+            self.inherited[summary.kind] = summary
+            for sink in self.sinks:
+                sink.restored(summary)
 
     def _deposed(self) -> None:
         assert self.periodic is not None
         self.periodic.clear()
+        self.inherited.clear()
         for sink in self.sinks:
             sink.leadership(False)
 
@@ -259,7 +274,7 @@ class Auditor:
             settings = dataclasses.replace(settings, deep=True, deep_slices=cursor.slices,
                                            deep_slice=cursor.next_slice)
         run = ScrutinyRun(settings, self._current_engine(), progress=progress, run_id=ticket.run_id,
-                          sleep=self._pause)
+                          sleep=self._pause, kind=ticket.kind)
         pending = run.start(ticket.ledger_ids, ticket.bookie_id, ticket.without, ticket.without_racks)
         if not pending.faulty:
             return run.finish(pending)
@@ -292,13 +307,16 @@ class Auditor:
         if ticket.kind == DEEP and report.complete and self.leading.is_set():
             self._record_deep_run(ticket, report)
         run = FinishedRun(ticket.kind, report, ticket.finished_ms - ticket.started_ms, KIND_CATEGORIES[ticket.kind],
-                          whole_cluster=ticket.kind in (FULL, RESCAN, DEEP) and ticket.ledger_ids is None
-                          and not ticket.bookie_id)
+                          whole_cluster=ticket.kind in WHOLE_CLUSTER_KINDS and ticket.ledger_ids is None
+                          and not ticket.bookie_id, finished_ms=ticket.finished_ms)
         for sink in self.sinks:
             try:
                 sink.published(run)
             except Exception:
                 log.exception("report sink %s failed", type(sink).__name__)
+        if report.complete and run.whole_cluster and self.leading.is_set():
+            self.inherited.pop(ticket.kind, None)
+            bequeath(self.leadership.connected_store(), run.summary(self.address))  # type: ignore[union-attr]
         if ticket.kind in PERIODIC and report.complete and self.leading.is_set() and self.periodic is not None:
             self.periodic.record(ticket.kind, ticket.started_ms)
 
@@ -346,11 +364,15 @@ class Auditor:
         return Status(leading=self.leading.is_set(), leader_address=leader, current=q.current,
                       last=tuple(q.last.values()), next_runs=self.periodic.next_runs() if self.periodic else {},
                       skipped=dict(self.skipped), queued_runs=len(q.queued),
-                      runs_awaiting_recheck=len(q.awaiting_recheck))
+                      runs_awaiting_recheck=len(q.awaiting_recheck), inherited=tuple(self.inherited.values()))
 
-    def last_report(self, kind: str) -> Report | None:
+    def last_report(self, kind: str) -> dict[str, Any] | None:
+        """The report of the last run of this kind here, or the summary of a newer one an earlier leader ran."""
         ticket = self.queue.last.get(kind)
-        return ticket.report if ticket is not None else None
+        inherited = self.inherited.get(kind)
+        if inherited is not None and (ticket is None or ticket.finished_ms < inherited.finished_ms):
+            return inherited.report_json()
+        return ticket.report.to_json() if ticket is not None and ticket.report is not None else None
 
     def leader_address(self) -> str:
         return self.leadership.leader_address() if self.leadership is not None else ""

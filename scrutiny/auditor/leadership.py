@@ -83,6 +83,9 @@ class Leadership:
         while not self.stopping.is_set():
             try:
                 self._election = store.election(self.identifier, self.election_name)
+                leader = next(iter(self._election.contenders()), "")
+                if leader and leader != self.identifier:
+                    log.info("standing by: %s leads", leader)
                 self._election.run(self._lead)
                 delays = retry.RECONNECT.delays()
             except Exception as exc:

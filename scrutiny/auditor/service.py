@@ -10,15 +10,18 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
 import grpc
+from google.protobuf import any_pb2
+from google.rpc import status_pb2
+from grpc_status import rpc_status
 
+from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.auditor.leadership import iso_seconds
 from scrutiny.auditor.runqueue import Ticket
 from scrutiny.errors import NotFound, NotLeader, RequestError, ScrutinyError, Unauthenticated, one_line
-from scrutiny.report import Report
 from scrutiny.tls import verified_peer
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 
-KINDS = ("full", "underreplication", "rescan", "whatif")
+KINDS = ("full", "underreplication", "rescan", "whatif", "deep")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class Status:
     skipped: Mapping[str, int] = field(default_factory=dict)
     queued_runs: int = 0
     runs_awaiting_recheck: int = 0
+    inherited: tuple[RunSummary, ...] = ()  # newer than this auditor's own runs of their kinds
 
 
 class AuditorApi(Protocol):
@@ -40,7 +44,7 @@ class AuditorApi(Protocol):
 
     def status(self) -> Status: ...
 
-    def last_report(self, kind: str) -> Report | None: ...
+    def last_report(self, kind: str) -> dict[str, Any] | None: ...
 
 
 class Authenticator:
@@ -78,9 +82,21 @@ def run_info(ticket: Ticket) -> Any:
     return msg
 
 
+def inherited_run_info(summary: RunSummary) -> Any:
+    return auditor_pb2.RunInfo(run_id=summary.run_id, kind=summary.kind, started_at=summary.started_at,
+                               finished_at=iso_seconds(summary.finished_ms / 1000), complete=True,
+                               counts=summary.counts, ran_by=summary.ran_by)
+
+
 def _abort(context: grpc.ServicerContext, exc: ScrutinyError) -> NoReturn:
     if isinstance(exc, NotLeader):
-        context.set_trailing_metadata((("leader-address", exc.leader),))
+        # The redirect twice: the `leader-address` trailer (scrutiny rescan reads it) and, for clients that
+        # follow the proto, a RescanResponse with leader_address in the standard rich error details.
+        detail = any_pb2.Any()
+        detail.Pack(auditor_pb2.RescanResponse(leader_address=exc.leader))
+        status = rpc_status.to_status(status_pb2.Status(code=exc.grpc_code.value[0], message=one_line(exc),
+                                                        details=[detail]))
+        context.set_trailing_metadata((("leader-address", exc.leader), *status.trailing_metadata))
     context.abort(exc.grpc_code, one_line(exc))
     raise AssertionError("abort returns only by raising")
 
@@ -135,7 +151,8 @@ class AuditorServicer(auditor_pb2_grpc.AuditorServicer):
         resp = auditor_pb2.GetStatusResponse(role=auditor_pb2.LEADER if s.leading else auditor_pb2.STANDBY,
                                              leader_address=s.leader_address, queued_runs=s.queued_runs,
                                              runs_awaiting_recheck=s.runs_awaiting_recheck)
-        resp.last_runs.extend(run_info(t) for t in s.last)
+        resp.last_runs.extend(run_info(t) for t in s.last if t.kind not in {i.kind for i in s.inherited})
+        resp.last_runs.extend(inherited_run_info(i) for i in s.inherited)
         resp.skipped_runs.update(s.skipped)
         resp.next_runs.update(s.next_runs)
         if s.current is not None:
@@ -153,7 +170,7 @@ class AuditorServicer(auditor_pb2_grpc.AuditorServicer):
                 raise NotFound(f"no {request.kind} run has finished here yet")
         except ScrutinyError as exc:
             _abort(context, exc)
-        return auditor_pb2.GetLastReportResponse(report_json=json.dumps(report.to_json()))
+        return auditor_pb2.GetLastReportResponse(report_json=json.dumps(report))
 
 
 def _scope(request: Any) -> tuple[list[int] | None, str]:

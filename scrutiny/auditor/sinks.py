@@ -3,25 +3,28 @@ changes of leadership; a new destination (a metrics system, say) is one new clas
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import statsd
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.categories import REGISTRY, Category, spec
 from scrutiny.prometheus import PREFIX, MetricsEndpoint
 from scrutiny.report import Report
 
 log = logging.getLogger(__name__)
 
+CATEGORY_NAMES = frozenset(str(c) for c in REGISTRY)  # a summary from a newer auditor may name more
 PHASES = ("first_pass_ms", "recheck_ms", "verify_ms")  # the stats that time a run's phases
 
 
@@ -32,11 +35,18 @@ class FinishedRun:
     duration_ms: int
     categories: tuple[Category, ...]  # those the run looked at
     whole_cluster: bool = True  # every ledger (or every mark), not a rescan of some
+    finished_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    def summary(self, ran_by: str = "") -> RunSummary:
+        return RunSummary.of(self.kind, self.report, self.finished_ms, self.duration_ms, self.categories, ran_by)
 
 
 class ReportSink:
     def published(self, run: FinishedRun) -> None:
         pass
+
+    def restored(self, summary: RunSummary) -> None:
+        """The last complete run of a kind, as an earlier leader recorded it: this auditor just took over."""
 
     def skipped(self, kind: str, reason: str) -> None:
         pass
@@ -47,26 +57,42 @@ class ReportSink:
     def close(self) -> None:
         pass
 
+    def destination(self) -> str:
+        """Where this sink sends reports, for the log line an operator reads at start."""
+        return type(self).__name__
+
 
 class ReportFiles(ReportSink):
-    """`<reports_dir>/<kind>/<started>-<run id>.json`, written atomically, the newest `keep` kept."""
+    """`<reports_dir>/<kind>/<started>-<run id>.json`, written atomically, the newest `keep` kept. A run
+    inherited from an earlier leader is written as its summary (`summary_only`) unless its report is here."""
 
     def __init__(self, directory: str, keep: int) -> None:
         self.directory, self.keep = Path(directory), keep
 
+    def destination(self) -> str:
+        return f"reports to {self.directory.resolve()} (the newest {self.keep} of each kind)"
+
     def published(self, run: FinishedRun) -> None:
-        folder = self.directory / run.kind
-        report = run.report
+        self._write(run.kind, run.report.started_at, run.report.run_id, run.report.dumps(), replace=True)
+
+    def restored(self, summary: RunSummary) -> None:
+        self._write(summary.kind, summary.started_at, summary.run_id, json.dumps(summary.report_json(), indent=2),
+                    replace=False)
+
+    def _write(self, kind: str, started_at: str, run_id: str, text: str, replace: bool) -> None:
+        folder = self.directory / kind
+        name = f"{started_at.replace(':', '')}-{run_id}.json"
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            name = f"{report.started_at.replace(':', '')}-{report.run_id}.json"
+            if not replace and (folder / name).exists():
+                return
             tmp = folder / f".{name}.tmp"
-            tmp.write_text(report.dumps())
+            tmp.write_text(text)
             os.replace(tmp, folder / name)
             for old in sorted(folder.glob("*.json"))[:-self.keep]:
                 old.unlink()
         except OSError as exc:
-            log.error("could not write the report of run %s: %s", report.run_id, exc)
+            log.error("could not write the report of run %s: %s", run_id, exc)
 
 
 class StatsdSink(ReportSink):
@@ -75,6 +101,10 @@ class StatsdSink(ReportSink):
 
     def __init__(self, host: str, port: int = 8125, prefix: str = "scrutiny") -> None:
         self.client = statsd.StatsClient(host, port, prefix=prefix)
+        self.where = f"StatsD to {host}:{port} (prefix {prefix})"
+
+    def destination(self) -> str:
+        return self.where
 
     def published(self, run: FinishedRun) -> None:
         counts, report, kind = run.report.counts, run.report, run.kind
@@ -93,6 +123,16 @@ class StatsdSink(ReportSink):
                 pipe.incr("ledgers.checked", report.ledgers.get("checked", 0))
                 pipe.incr("bookie_calls.failed", report.stats.get("bookie_calls_failed", 0))
                 pipe.incr(f"runs.{kind}.{'complete' if report.complete else 'incomplete'}")
+        except OSError as exc:
+            log.warning("StatsD: %s", exc)
+
+    def restored(self, summary: RunSummary) -> None:
+        try:
+            with self.client.pipeline() as pipe:
+                for cat, n in summary.counts.items():
+                    gauge = _bookkeeper_gauge(cat)
+                    if gauge:
+                        pipe.gauge(f"auditor.{gauge}", n)
         except OSError as exc:
             log.warning("StatsD: %s", exc)
 
@@ -117,22 +157,19 @@ class PrometheusSink(ReportSink):
         self._lock = threading.Lock()
         self.leading = False
         self._leading_since = time.time()
-        self._violations: dict[Category, int] = {}
-        self._underreplicated: int | None = None
-        self._last: dict[str, FinishedRun] = {}  # kind -> last complete run
-        self._finished_at: dict[str, float] = {}
-        self._unavailable: Counter[str] = Counter()  # bookie -> ledgers it left unchecked (last full run)
-        self._blast: dict[str, dict[str, dict[str, int]]] = {}  # the last full run's blast radius
+        self._last: dict[str, RunSummary] = {}  # kind -> its last complete whole-cluster run, here or inherited
         self._reported: Counter[str] = Counter()
         self._runs: Counter[tuple[str, str]] = Counter()
         self._skipped: Counter[tuple[str, str]] = Counter()
         self._checked = 0
         self._calls_failed = 0
         self._deep_bytes = 0
-        self._deep_pass: dict[str, int] = {}  # where the deep pass stands (the last deep run's cursor)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self.endpoint = MetricsEndpoint(listen, self.registry)
+
+    def destination(self) -> str:
+        return f"/metrics on {self.listen}, port {self.endpoint.port}"
 
     def published(self, run: FinishedRun) -> None:
         report = run.report
@@ -141,24 +178,16 @@ class PrometheusSink(ReportSink):
             self._checked += report.ledgers.get("checked", 0)
             self._calls_failed += report.stats.get("bookie_calls_failed", 0)
             self._deep_bytes += report.stats.get("deep_bytes_read", 0)
-            if "deep_pass_slices" in report.stats:
-                self._deep_pass = {k: v for k, v in report.stats.items() if k.startswith("deep_pass")
-                                   or k in ("deep_passes_completed", "deep_oldest_verified_ms")}
             for v in report.violations:
                 self._reported[str(v.category)] += 1
-            if not (report.complete and run.whole_cluster):
-                return
-            counts = report.counts
-            self._violations.update({c: counts[str(c)] for c in run.categories})
-            if "underreplicated_marks" in report.stats:
-                self._underreplicated = report.stats["underreplicated_marks"]
-            if Category.BOOKIE_UNAVAILABLE in run.categories:
-                self._unavailable = Counter(b for v in report.violations if v.category is Category.BOOKIE_UNAVAILABLE
-                                            for b in v.bookies)
-            if report.blast_radius is not None:
-                self._blast = report.blast_radius
-            self._last[run.kind] = run
-            self._finished_at[run.kind] = time.time()
+            if report.complete and run.whole_cluster:
+                self._last[run.kind] = run.summary()
+
+    def restored(self, summary: RunSummary) -> None:
+        with self._lock:
+            mine = self._last.get(summary.kind)
+            if mine is None or mine.finished_ms < summary.finished_ms:
+                self._last[summary.kind] = summary
 
     def skipped(self, kind: str, reason: str) -> None:
         with self._lock:
@@ -169,60 +198,59 @@ class PrometheusSink(ReportSink):
             self.leading = leading
             self._leading_since = time.time()
             if not leading:  # a standby's gauges would be stale: the leader's are the truth
-                self._violations.clear()
-                self._underreplicated = None
                 self._last.clear()
-                self._finished_at.clear()
-                self._unavailable.clear()
-                self._blast = {}
-                self._deep_pass = {}
+
+    def _newest(self) -> list[RunSummary]:
+        """The last runs, oldest first: where kinds look at the same category, the newer run wins."""
+        return sorted(self._last.values(), key=lambda r: r.finished_ms)
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
+            runs = self._newest()
+            counts: dict[str, int] = {}
+            underreplicated: int | None = None
+            unavailable: dict[str, int] = {}
+            blast: dict[str, dict[str, dict[str, int]]] = {}
+            deep_pass: dict[str, int] = {}
+            for run in runs:
+                counts.update(run.counts)
+                underreplicated = run.stats.get("underreplicated_marks", underreplicated)
+                if run.looked_at(Category.BOOKIE_UNAVAILABLE):
+                    unavailable = run.unavailable
+                if run.blast_radius is not None:
+                    blast = run.blast_radius
+                if "deep_pass_slices" in run.stats:
+                    deep_pass = run.stats
             yield GaugeMetricFamily(f"{PREFIX}leader", "1 while this auditor leads", value=int(self.leading))
             violations = GaugeMetricFamily(f"{PREFIX}violations", "ledgers per category, last complete run",
                                            labels=["category"])
-            for cat, n in self._violations.items():
-                violations.add_metric([str(cat)], n)
-                gauge = spec(cat).bookkeeper_gauge
+            for cat, n in counts.items():
+                violations.add_metric([cat], n)
+                gauge = _bookkeeper_gauge(cat)
                 if gauge:
-                    yield GaugeMetricFamily(f"auditor_{gauge}", f"BookKeeper's auditor gauge: {spec(cat).summary}",
-                                            value=n)
+                    yield GaugeMetricFamily(f"auditor_{gauge}",
+                                            f"BookKeeper's auditor gauge: {spec(Category(cat)).summary}", value=n)
             yield violations
-            if self._underreplicated is not None:
+            if underreplicated is not None:
                 yield GaugeMetricFamily(f"{PREFIX}underreplicated_ledgers",
                                         "ledgers marked under-replicated now (a gauge, unlike upstream's summary)",
-                                        value=self._underreplicated)
-            unavailable = GaugeMetricFamily(f"{PREFIX}bookie_unavailable_ledgers",
-                                            "ledgers a silent, registered bookie left unchecked, last full run",
-                                            labels=["bookie"])
-            for bookie, n in sorted(self._unavailable.items()):
-                unavailable.add_metric([bookie], n)
-            yield unavailable
-            blast = GaugeMetricFamily(f"{PREFIX}blast_radius_ledgers",
-                                      "ledgers that would fall below AQ (impact below_aq) or lose every copy of an "
-                                      "entry (no_copy) were this bookie or rack alone down, last full run",
-                                      labels=["scope", "name", "impact"])
-            topics = GaugeMetricFamily(f"{PREFIX}blast_radius_topics", "the same, in topics",
-                                       labels=["scope", "name", "impact"])
-            for scope, per in sorted(self._blast.items()):
-                for name, f in sorted(per.items()):
-                    s = scope.removesuffix("s")
-                    blast.add_metric([s, name, "below_aq"], f["ledgers_below_aq"])
-                    blast.add_metric([s, name, "no_copy"], f["ledgers_without_a_copy"])
-                    topics.add_metric([s, name, "below_aq"], f["topics_below_aq"])
-                    topics.add_metric([s, name, "no_copy"], f["topics_without_a_copy"])
-            yield blast
-            yield topics
+                                        value=underreplicated)
+            unavailable_family = GaugeMetricFamily(f"{PREFIX}bookie_unavailable_ledgers",
+                                                   "ledgers a silent, registered bookie left unchecked, last full run",
+                                                   labels=["bookie"])
+            for bookie, n in sorted(unavailable.items()):
+                unavailable_family.add_metric([bookie], n)
+            yield unavailable_family
+            yield from _blast_families(blast)
             reported = CounterMetricFamily(f"{PREFIX}violations_reported", "findings reported, every run",
                                            labels=["category"])
             for cat in REGISTRY:
                 reported.add_metric([str(cat)], self._reported[str(cat)])
             yield reported
-            runs = CounterMetricFamily(f"{PREFIX}runs", "finished runs", labels=["kind", "outcome"])
+            finished = CounterMetricFamily(f"{PREFIX}runs", "finished runs", labels=["kind", "outcome"])
             for (kind, outcome), n in sorted(self._runs.items()):
-                runs.add_metric([kind, outcome], n)
-            yield runs
+                finished.add_metric([kind, outcome], n)
+            yield finished
             skipped = CounterMetricFamily(f"{PREFIX}runs_skipped", "runs not started", labels=["kind", "reason"])
             for (kind, reason), n in sorted(self._skipped.items()):
                 skipped.add_metric([kind, reason], n)
@@ -232,34 +260,59 @@ class PrometheusSink(ReportSink):
                                       value=self._calls_failed)
             yield CounterMetricFamily(f"{PREFIX}deep_read_bytes", "entry-log bytes the agents read for deep scrubs",
                                       value=self._deep_bytes)
-            if self._deep_pass:
-                d = self._deep_pass
+            if deep_pass:
                 yield GaugeMetricFamily(f"{PREFIX}deep_pass_progress_ratio", "share of the current deep pass done",
-                                        value=d["deep_pass_progress_permille"] / 1000)
+                                        value=deep_pass["deep_pass_progress_permille"] / 1000)
                 yield GaugeMetricFamily(f"{PREFIX}deep_passes_completed", "deep passes completed",
-                                        value=d["deep_passes_completed"])
+                                        value=deep_pass["deep_passes_completed"])
                 yield GaugeMetricFamily(f"{PREFIX}deep_unverified_age_seconds",
                                         "debt: since the oldest deep verification of any ledger (or since the pass "
                                         "began, for ledgers never verified)",
-                                        value=time.time() - d["deep_oldest_verified_ms"] / 1000)
-            duration = GaugeMetricFamily(f"{PREFIX}last_run_duration_seconds", "last complete run", labels=["kind"])
-            phases = GaugeMetricFamily(f"{PREFIX}last_run_phase_seconds", "phases of the last complete run",
-                                       labels=["kind", "phase"])
-            age = GaugeMetricFamily(f"{PREFIX}last_complete_run_age_seconds",
-                                    "since the last complete run of the kind (while leading: since leading, "
-                                    "before the first)", labels=["kind"])
-            now = time.time()
-            for kind, run in sorted(self._last.items()):
-                duration.add_metric([kind], run.duration_ms / 1000)
-                for phase in PHASES:
-                    if phase in run.report.stats:
-                        phases.add_metric([kind, phase.removesuffix("_ms")], run.report.stats[phase] / 1000)
-            if self.leading:
-                for kind in sorted(set(self._finished_at) | {"full"}):
-                    age.add_metric([kind], now - self._finished_at.get(kind, self._leading_since))
-            yield duration
-            yield phases
-            yield age
+                                        value=time.time() - deep_pass["deep_oldest_verified_ms"] / 1000)
+            yield from self._run_families(runs)
+
+    def _run_families(self, runs: list[RunSummary]) -> Iterator[Metric]:
+        duration = GaugeMetricFamily(f"{PREFIX}last_run_duration_seconds", "last complete run", labels=["kind"])
+        phases = GaugeMetricFamily(f"{PREFIX}last_run_phase_seconds", "phases of the last complete run",
+                                   labels=["kind", "phase"])
+        age = GaugeMetricFamily(f"{PREFIX}last_complete_run_age_seconds",
+                                "since the last complete run of the kind, whichever auditor ran it (while leading: "
+                                "since leading, before the first)", labels=["kind"])
+        now = time.time()
+        finished = {r.kind: r.finished_ms / 1000 for r in runs}
+        for run in sorted(runs, key=lambda r: r.kind):
+            duration.add_metric([run.kind], run.duration_ms / 1000)
+            for phase in PHASES:
+                if phase in run.stats:
+                    phases.add_metric([run.kind, phase.removesuffix("_ms")], run.stats[phase] / 1000)
+        if self.leading:
+            for kind in sorted(set(finished) | {"full"}):
+                age.add_metric([kind], now - finished.get(kind, self._leading_since))
+        yield duration
+        yield phases
+        yield age
 
     def close(self) -> None:
         self.endpoint.close()
+
+
+def _blast_families(blast: dict[str, dict[str, dict[str, int]]]) -> Iterator[Metric]:
+    ledgers = GaugeMetricFamily(f"{PREFIX}blast_radius_ledgers",
+                                "ledgers that would fall below AQ (impact below_aq) or lose every copy of an "
+                                "entry (no_copy) were this bookie or rack alone down, last full run",
+                                labels=["scope", "name", "impact"])
+    topics = GaugeMetricFamily(f"{PREFIX}blast_radius_topics", "the same, in topics",
+                               labels=["scope", "name", "impact"])
+    for scope, per in sorted(blast.items()):
+        for name, f in sorted(per.items()):
+            s = scope.removesuffix("s")
+            ledgers.add_metric([s, name, "below_aq"], f.get("ledgers_below_aq", 0))
+            ledgers.add_metric([s, name, "no_copy"], f.get("ledgers_without_a_copy", 0))
+            topics.add_metric([s, name, "below_aq"], f.get("topics_below_aq", 0))
+            topics.add_metric([s, name, "no_copy"], f.get("topics_without_a_copy", 0))
+    yield ledgers
+    yield topics
+
+
+def _bookkeeper_gauge(category: str) -> str:
+    return spec(Category(category)).bookkeeper_gauge if category in CATEGORY_NAMES else ""

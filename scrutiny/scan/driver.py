@@ -26,7 +26,7 @@ from scrutiny.checks import Violation, check_underreplication_age
 from scrutiny.config import ScanSettings
 from scrutiny.metadata import UnderreplicationMark
 from scrutiny.owners import UNKNOWN, owner_from_custom_metadata
-from scrutiny.report import Report
+from scrutiny.report import DEEP_STATS, MARKS_STATS, RUN_STATS, Report, with_every_stat
 from scrutiny.scan.engines import Engine, Progress, make_engine
 from scrutiny.scan.work import LEDGER_COUNTERS, Blast, Pass, RangeResult, RunContext
 from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, open_store
@@ -90,8 +90,9 @@ class PendingRun:
 
 class ScrutinyRun:
     def __init__(self, settings: ScanSettings, engine: Engine | None = None, progress: Progress | None = None,
-                 sleep: Callable[[float], None] = time.sleep, run_id: str | None = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, run_id: str | None = None, kind: str = "scan") -> None:
         self.settings = settings.validate()
+        self.kind = kind  # named in every log line of the run: the auditor runs several kinds
         self.engine = engine or make_engine(settings)
         self.progress = progress
         self.sleep = sleep
@@ -147,7 +148,7 @@ class ScrutinyRun:
             pending.errors += problems
             pending.stats["underreplicated_marks"] = len(marks)
             ranges = store.ranges_of(wanted) if scoped else store.ledger_ranges()
-            log.info("run %s: %d ranges to check", self.run_id, len(ranges))
+            log.info("%s run %s: %d ranges to check", self.kind, self.run_id, len(ranges))
             t0 = time.monotonic()
             first = self._pass(ctx, ranges, Pass.FIRST, self.progress)
             pending.absorb(first)
@@ -188,12 +189,13 @@ class ScrutinyRun:
             run_id=self.run_id, started_at=iso(pending.started_ms), finished_at=iso(now_ms()),
             complete=not pending.errors, ledgers={k: pending.counts[k] for k in LEDGER_COUNTERS},
             violations=sorted(pending.violations.values(), key=lambda v: (v.category, v.ledger_id)),
-            errors=pending.errors, stats=dict(pending.stats),
+            errors=pending.errors,
+            stats=with_every_stat(dict(pending.stats), RUN_STATS + (DEEP_STATS if self.settings.deep else ())),
             blast_radius=blast_radius_json(pending.blast) if pending.ctx.blast_radius else None,
         )
         for v in report.violations:
             log.warning("violation %s", json.dumps({"run_id": self.run_id, **v.to_json()}, sort_keys=True))
-        log.info("run %s counts %s", self.run_id, json.dumps(report.counts, sort_keys=True))
+        log.info("%s run %s counts %s", self.kind, self.run_id, json.dumps(report.counts, sort_keys=True))
         return report
 
     def _recheck(self, pending: PendingRun, faulty: Mapping[int, tuple[str, ...]]) -> None:
@@ -355,7 +357,9 @@ def check_marks(settings: ScanSettings, run_id: str | None = None) -> Report:
     with open_store(settings) as store:
         marks, problems = store.underreplication_marks()
         found = aged_marks(store, marks.values(), settings.underreplicated_grace_period, stats)
-    return Report(run_id=run_id or uuid.uuid4().hex[:12], started_at=iso(started), finished_at=iso(now_ms()),
-                  complete=not problems, ledgers={k: 0 for k in LEDGER_COUNTERS} | {"seen": len(marks)},
-                  violations=sorted(found, key=lambda v: v.ledger_id), errors=problems,
-                  stats={"underreplicated_marks": len(marks), **stats})
+    report = Report(run_id=run_id or uuid.uuid4().hex[:12], started_at=iso(started), finished_at=iso(now_ms()),
+                    complete=not problems, ledgers={k: 0 for k in LEDGER_COUNTERS} | {"seen": len(marks)},
+                    violations=sorted(found, key=lambda v: v.ledger_id), errors=problems,
+                    stats=with_every_stat({"underreplicated_marks": len(marks), **stats}, MARKS_STATS))
+    log.info("underreplication run %s counts %s", report.run_id, json.dumps(report.counts, sort_keys=True))
+    return report

@@ -2,8 +2,8 @@
 
 Everything scrutiny reads or writes in the cluster's coordination store goes through `MetadataStore`:
 enumeration of ledgers as opaque range tokens, ledger reads, under-replication marks, bookie
-registrations, racks, the bookie agents' registry, and for the auditor its election, cadence and
-deep-scrub cursor.
+registrations, racks, the bookie agents' registry, and for the auditor its election, cadence, last
+complete runs and deep-scrub cursor.
 ZooKeeper (`scrutiny.store.zookeeper`) is the one implementation; another store (etcd, Oxia: Pulsar's
 PIP-45) is one new module implementing this class plus its URI scheme in `BACKENDS`.
 """
@@ -156,6 +156,13 @@ class MetadataStore(ABC):
 
     @abstractmethod
     def set_cadence(self, kind: str, started_ms: int) -> None: ...
+
+    @abstractmethod
+    def last_run(self, kind: str) -> bytes | None:
+        """The summary of the last complete run of this kind (`scrutiny.auditor.lastrun.RunSummary`)."""
+
+    @abstractmethod
+    def set_last_run(self, kind: str, data: bytes) -> None: ...
 
     @abstractmethod
     def deep_pass(self) -> bytes | None:
