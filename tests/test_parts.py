@@ -338,3 +338,16 @@ def test_no_class_is_over_300_lines() -> None:
             if isinstance(node, ast.ClassDef) and (node.end_lineno or 0) - node.lineno + 1 > 300:
                 long.append(f"{path.name}:{node.name}")
     assert not long
+
+
+def test_runs_awaiting_their_recheck_are_abandoned_at_shutdown() -> None:
+    closed: list[str] = []
+    timers: list[Any] = []
+    q = RunQueue(lambda t: Later(60, lambda: report(t.run_id), lambda: closed.append(t.run_id)),
+                 lambda t, r: None, lambda delay, fn: timers.append(fn), lambda t, e: report(t.run_id))
+    q.start()
+    ticket, _ = q.submit(Ticket("full", run_id="waits"))
+    wait_for(lambda: q.awaiting_recheck == [ticket])
+    assert q.stop(5)
+    q.abandon_rechecks()
+    assert closed == ["waits"]  # its store session closed, not left to reconnect forever

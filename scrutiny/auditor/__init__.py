@@ -157,6 +157,7 @@ class Auditor:
         if not self.queue.stop(self.config.auditor.shutdown_grace_seconds):
             log.warning("abandoning the current run at shutdown")
         self.scheduler.shutdown(wait=False)
+        self.queue.abandon_rechecks()
         if self.leadership is not None:
             self.leadership.stop()
         for sink in self.sinks:
@@ -278,7 +279,7 @@ class Auditor:
         pending = run.start(ticket.ledger_ids, ticket.bookie_id, ticket.without, ticket.without_racks)
         if not pending.faulty:
             return run.finish(pending)
-        return Later(self.config.scan.recheck_delay, lambda: run.finish(pending))
+        return Later(self.config.scan.recheck_delay, lambda: run.finish(pending), pending.store.close)
 
     def _deep_pass(self) -> DeepPass:
         """The stored deep-pass cursor, fitted to the configured pass (a fresh one when none or unreadable)."""

@@ -43,6 +43,7 @@ class Later:
 
     delay_seconds: float
     finish: Callable[[], Report]
+    abandon: Callable[[], None] = lambda: None  # frees what the first half holds (its store session)
 
 
 Execute = Callable[[Ticket], "Report | Later"]
@@ -59,6 +60,7 @@ class RunQueue:
         self._queue: queue.Queue[Ticket | None] = queue.Queue()
         self.queued: list[Ticket] = []
         self.awaiting_recheck: list[Ticket] = []
+        self._later: dict[str, Later] = {}  # run id -> the second half of a run awaiting its re-check
         self.current: Ticket | None = None
         self.last: dict[str, Ticket] = {}
         self._worker = threading.Thread(target=self._work, name="run-worker", daemon=True)
@@ -102,6 +104,7 @@ class RunQueue:
                 if isinstance(outcome, Later):
                     with self._lock:
                         self.awaiting_recheck.append(ticket)
+                        self._later[ticket.run_id] = outcome
                     self._schedule(outcome.delay_seconds, functools.partial(self._finish, ticket, outcome))
                 else:
                     self._done(ticket, outcome)
@@ -124,7 +127,18 @@ class RunQueue:
             RUN_ID.reset(token)
             with self._lock:
                 self.awaiting_recheck.remove(ticket)
+                self._later.pop(ticket.run_id, None)
         self._done(ticket, report)
+
+    def abandon_rechecks(self) -> None:
+        """At shutdown, once no timer can fire: the runs awaiting their re-check end here, their sessions closed."""
+        with self._lock:
+            abandoned, self._later = list(self._later.values()), {}
+        for later in abandoned:
+            try:
+                later.abandon()
+            except Exception as exc:
+                log.debug("abandoning a re-check: %s", exc)
 
     def _done(self, ticket: Ticket, report: Report) -> None:
         ticket.report = report
