@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from scrutiny import retry
 from scrutiny.checks import NO_LEDGER, BookieAnswer, BookieAnswers, DeepAnswer, Outcome, listed
@@ -30,6 +31,7 @@ from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 log = logging.getLogger(__name__)
 
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE,)
+HEALTH_CHECK_SECONDS = 2.0  # after a call timed out: is the agent there at all?
 
 
 # EUNKNOWNLEDGERSTATE: a limbo ledger (BP-46); what it lists is held, the rest is unknown.
@@ -165,14 +167,16 @@ class BookieClient:
 
     # -- fetching ---------------------------------------------------------------------------------
 
-    def fetch_many(self, wanted: Mapping[str, Collection[int]]) -> dict[str, BookieAnswers]:
-        """Ask every bookie about its ledgers, bookies in parallel, calls per bookie bounded."""
+    def fetch_many(self, wanted: Mapping[str, Collection[int]], deadline: float = 0.0) -> dict[str, BookieAnswers]:
+        """Ask every bookie about its ledgers, bookies in parallel, calls per bookie bounded; each call
+        within `deadline` seconds (0: the client's own)."""
+        deadline = deadline or self.deadline
         tasks = []
         for bookie_id, ledger_ids in wanted.items():
             ids = sorted(set(ledger_ids))
             for i in range(0, len(ids), self.ledgers_per_call):
                 chunk = ids[i:i + self.ledgers_per_call]
-                tasks.append((bookie_id, self._pool.submit(self._fetch_chunk, bookie_id, chunk)))
+                tasks.append((bookie_id, self._pool.submit(self._fetch_chunk, bookie_id, chunk, deadline)))
         out = {b: BookieAnswers(b) for b in wanted}
         for bookie_id, fut in tasks:
             out[bookie_id].merge(fut.result())
@@ -181,7 +185,7 @@ class BookieClient:
     def fetch(self, bookie_id: str, ledger_ids: Iterable[int]) -> BookieAnswers:
         return self.fetch_many({bookie_id: list(ledger_ids)})[bookie_id]
 
-    def _fetch_chunk(self, bookie_id: str, ids: list[int]) -> BookieAnswers:
+    def _fetch_chunk(self, bookie_id: str, ids: list[int], deadline: float) -> BookieAnswers:
         with self._slot(bookie_id):
             got = BookieAnswers(bookie_id)
             reason = ""
@@ -194,9 +198,9 @@ class BookieClient:
                     time.sleep(next(delays))
                 try:
                     if self.streaming and bookie_id not in self._no_streaming:
-                        self._stream(bookie_id, remaining, got)
+                        self._stream(bookie_id, remaining, got, deadline)
                     else:
-                        self._unary(bookie_id, remaining, got)
+                        self._unary(bookie_id, remaining, got, deadline)
                     ended = BookieAnswer(Outcome.UNAVAILABLE, reason="the agent's stream ended without it")
                     got.other.update((i, ended) for i in remaining if i not in got)
                     break
@@ -209,7 +213,7 @@ class BookieClient:
                         self._no_streaming.add(bookie_id)
                         continue
                     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (exc.details() or ""):
-                        self._one_by_one(bookie_id, [i for i in remaining if i not in got], got)
+                        self._one_by_one(bookie_id, [i for i in remaining if i not in got], got, deadline)
                         break
                     if code not in _TRANSIENT:
                         break
@@ -217,19 +221,44 @@ class BookieClient:
             if unanswered:
                 silent = BookieAnswer(Outcome.UNAVAILABLE, reason=f"bookie {bookie_id}: {reason}")
                 got.other.update(dict.fromkeys(unanswered, silent))
+            self._tell_slow_from_down(bookie_id, ids, got, deadline)
             return got
 
-    def _stream(self, bookie_id: str, ids: list[int], got: BookieAnswers) -> None:
+    def _tell_slow_from_down(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
+        """A call that ran out of time at an agent that answers its health check: the agent is up and
+        overloaded, not down. Its copies are unknown all the same; the operator's remedy differs."""
+        timed_out = [i for i in ids if (a := got.other.get(i)) is not None and a.outcome is Outcome.UNAVAILABLE
+                     and "DEADLINE_EXCEEDED" in a.reason]
+        if not timed_out or not self._serving(bookie_id):
+            return
+        for i in timed_out:
+            a = got.other[i]
+            got.other[i] = a._replace(slow=True, reason=f"{a.reason} (slow: the agent answers its health check, "
+                                                        f"not this call within {deadline:g} s)")
+
+    def _serving(self, bookie_id: str) -> bool:
+        with self._lock:
+            channel = self._channels.get(bookie_id)
+        if channel is None:
+            return False
+        try:
+            got = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
+                                                            timeout=HEALTH_CHECK_SECONDS)
+        except grpc.RpcError:
+            return False
+        return bool(got.status == health_pb2.HealthCheckResponse.SERVING)
+
+    def _stream(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
         stub = self._stub(bookie_id)
         asked = set(ids)
         req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ids)
-        for msg in stub.GetListOfEntriesOfLedgers(req, timeout=self.deadline):
+        for msg in stub.GetListOfEntriesOfLedgers(req, timeout=deadline):
             for ans in msg.ledgers:
                 lid = ans.ledger_id
                 if lid in asked:
                     take(bookie_id, lid, ans, got)
 
-    def _unary(self, bookie_id: str, ids: list[int], got: BookieAnswers) -> None:
+    def _unary(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
         """One call per ledger, as upstream's auditor does, a bounded number in flight."""
         stub = self._stub(bookie_id)
         pending: list[tuple[int, Any]] = []
@@ -249,19 +278,19 @@ class BookieClient:
             if len(pending) >= self.unary_in_flight:
                 settle(*pending.pop(0))
             req = bookie_pb2.GetListOfEntriesOfALedgerRequest(ledger_id=lid)
-            pending.append((lid, stub.GetListOfEntriesOfALedger.future(req, timeout=self.deadline)))
+            pending.append((lid, stub.GetListOfEntriesOfALedger.future(req, timeout=deadline)))
         for lid, fut in pending:
             settle(lid, fut)
         if failure is not None:
             raise failure
 
-    def _one_by_one(self, bookie_id: str, ids: list[int], got: BookieAnswers) -> None:
+    def _one_by_one(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
         """After a message too large for the limit: find which ledgers' answers are too large."""
         stub = self._stub(bookie_id)
         for lid in ids:
             try:
                 msg = stub.GetListOfEntriesOfALedger(bookie_pb2.GetListOfEntriesOfALedgerRequest(ledger_id=lid),
-                                                     timeout=self.deadline)
+                                                     timeout=deadline)
                 take(bookie_id, lid, msg, got)
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:

@@ -81,6 +81,7 @@ class BookieAnswer(NamedTuple):  # one per (bookie, ledger) of a scan: a tuple i
     outcome: Outcome
     availability: Availability | None = None
     reason: str = ""
+    slow: bool = False  # UNAVAILABLE: the call timed out at an agent that answers its health check
 
 
 NO_LEDGER = BookieAnswer(Outcome.NO_LEDGER)

@@ -161,6 +161,8 @@ def _scan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spark-conf", action="append", type=_pairs("--spark-conf"), metavar="KEY=VALUE",
                    help="a Spark setting, e.g. spark.archives=scrutiny-venv.tar.gz#environment (repeatable)")
     p.add_argument("--bookie-deadline", dest="bookie_deadline_seconds", type=float, metavar="SECONDS")
+    p.add_argument("--bookie-recheck-deadline", dest="bookie_recheck_deadline_seconds", type=float,
+                   metavar="SECONDS", help="the delayed look's deadline per agent call (default 3x --bookie-deadline)")
     p.add_argument("--zk-max-in-flight", type=int)
     p.add_argument("--log-level", default="WARNING")
 

@@ -50,6 +50,8 @@ class ScanSettings(ClusterSettings):
     bookie_endpoints: dict[str, str] = field(default_factory=dict)
     agent_default_port: int = DEFAULT_AGENT_PORT
     bookie_deadline_seconds: float = 30.0
+    # The delayed look's deadline: an overloaded agent gets longer before it counts as silent (0: 3x the first).
+    bookie_recheck_deadline_seconds: float = 0.0
     bookie_ledgers_per_call: int = 1000
     bookie_calls_per_bookie: int = 2
     bookie_streaming: bool = True
@@ -94,6 +96,11 @@ class ScanSettings(ClusterSettings):
                                self.min_zones_per_write_quorum, self.desired_zones_per_write_quorum,
                                self.min_regions_for_durability)
 
+    @property
+    def recheck_deadline(self) -> float:
+        """Seconds a delayed look gives each agent call."""
+        return self.bookie_recheck_deadline_seconds or 3 * self.bookie_deadline_seconds
+
     def validate(self) -> ScanSettings:
         if not self.metadata_service_uri:
             raise ConfigError("metadata_service_uri is required (e.g. zk+hierarchical://127.0.0.1:2181/ledgers)")
@@ -106,6 +113,9 @@ class ScanSettings(ClusterSettings):
             (self.underreplicated_grace_period >= 0, "underreplicated_grace_period", "0 (off) or more seconds"),
             (self.recheck_delay >= 0, "recheck_delay", "0 or more seconds"),
             (self.bookie_deadline_seconds > 0, "bookie_deadline_seconds", "more than 0"),
+            (self.bookie_recheck_deadline_seconds == 0 or self.bookie_recheck_deadline_seconds
+             >= self.bookie_deadline_seconds, "bookie_recheck_deadline_seconds",
+             "0 (three times bookie_deadline_seconds) or at least bookie_deadline_seconds"),
             (0 < self.bookie_ledgers_per_call <= 100_000, "bookie_ledgers_per_call", "1..100000"),
             (self.bookie_calls_per_bookie >= 1, "bookie_calls_per_bookie", "at least 1"),
             (self.zk_max_in_flight >= 1, "zk_max_in_flight", "at least 1"),

@@ -89,6 +89,8 @@ def test_leader_runs_reports_statsd_and_rescan(cluster: tuple[DemoCluster, str],
         wait_for(lambda: full_reports(tmp_path))
         report = json.loads(full_reports(tmp_path)[0].read_text())
         assert {(v["category"], v["ledger_id"]) for v in report["violations"]} == demo.expected
+        down = [v["details"]["silence"] for v in report["violations"] if v["category"] == "BOOKIE_UNAVAILABLE"]
+        assert down and all(set(s.values()) == {"down"} for s in down)  # connection refused: down, not slow
         status = stub(auditor.address).GetStatus(auditor_pb2.GetStatusRequest())
         assert status.role == auditor_pb2.LEADER and status.leader_address == auditor.address
         assert "full" in status.next_runs

@@ -68,7 +68,7 @@ def test_the_auditor_sink_exports_bookkeepers_names_and_its_own() -> None:
         assert sample(text, "auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY") == 1
         assert sample(text, "scrutiny_violations", '{category="NO_REPLICA_OF_AN_ENTRY"}') == 1
         assert sample(text, "scrutiny_violations", '{category="LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"}') == 0
-        assert sample(text, "scrutiny_bookie_unavailable_ledgers", '{bookie="b2:3181"}') == 2
+        assert sample(text, "scrutiny_bookie_unavailable_ledgers", '{bookie="b2:3181",silence="down"}') == 2
         assert sample(text, "scrutiny_runs_total", '{kind="full",outcome="complete"}') == 1
         assert sample(text, "scrutiny_ledgers_checked_total") == 40
         assert sample(text, "scrutiny_last_run_phase_seconds", '{kind="full",phase="first_pass"}') == 1.5
@@ -99,7 +99,7 @@ def test_a_new_leader_exports_the_inherited_run_with_its_true_age_until_it_has_i
                       .summary("a1:3192"))
         text = scrape(sink.endpoint.port)
         assert sample(text, "auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY") == 1
-        assert sample(text, "scrutiny_bookie_unavailable_ledgers", '{bookie="b2:3181"}') == 2
+        assert sample(text, "scrutiny_bookie_unavailable_ledgers", '{bookie="b2:3181",silence="down"}') == 2
         assert sample(text, "scrutiny_blast_radius_ledgers", '{impact="below_aq",name="b1:3181",scope="bookie"}') == 5
         assert 599 < (sample(text, "scrutiny_last_complete_run_age_seconds", '{kind="full"}') or 0) < 700
         assert sample(text, "scrutiny_runs_total", '{kind="full",outcome="complete"}') is None  # not run here

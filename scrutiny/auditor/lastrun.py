@@ -38,6 +38,7 @@ class RunSummary:
     ledgers: dict[str, int] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
     unavailable: dict[str, int] = field(default_factory=dict)  # bookie -> ledgers it left unchecked
+    slow: tuple[str, ...] = ()  # those of them that answered their health check: overloaded, not down
     blast_radius: dict[str, dict[str, dict[str, int]]] | None = None
     ran_by: str = ""  # the auditor that ran it
 
@@ -46,12 +47,17 @@ class RunSummary:
            ran_by: str = "") -> RunSummary:
         counts = report.counts
         unavailable: Counter[str] = Counter()
+        down: set[str] = set()
         if Category.BOOKIE_UNAVAILABLE in categories:
-            unavailable.update(b for v in report.violations if v.category is Category.BOOKIE_UNAVAILABLE
-                               for b in v.bookies)
+            for v in report.violations:
+                if v.category is Category.BOOKIE_UNAVAILABLE:
+                    unavailable.update(v.bookies)
+                    silence = v.details.get("silence", {})
+                    down.update(b for b in v.bookies if silence.get(b) != "slow")
         return cls(kind, report.run_id, report.started_at, finished_ms, duration_ms,
                    {str(c): counts[str(c)] for c in categories}, dict(report.ledgers), dict(report.stats),
-                   dict(sorted(unavailable.items())), report.blast_radius, ran_by)
+                   dict(sorted(unavailable.items())), tuple(sorted(set(unavailable) - down)), report.blast_radius,
+                   ran_by)
 
     def looked_at(self, category: Category) -> bool:
         return str(category) in self.counts
@@ -60,7 +66,7 @@ class RunSummary:
         return {"format": FORMAT, "kind": self.kind, "run_id": self.run_id, "started_at": self.started_at,
                 "finished_ms": self.finished_ms, "duration_ms": self.duration_ms, "ran_by": self.ran_by,
                 "counts": self.counts, "ledgers": self.ledgers, "stats": self.stats,
-                "unavailable": self.unavailable, "blast_radius": self.blast_radius}
+                "unavailable": self.unavailable, "slow": list(self.slow), "blast_radius": self.blast_radius}
 
     def to_bytes(self) -> bytes:
         return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True).encode()
@@ -79,7 +85,8 @@ class RunSummary:
         try:
             return cls(_str(doc, "kind"), _str(doc, "run_id"), _str(doc, "started_at"), _int(doc, "finished_ms"),
                        _int(doc, "duration_ms"), _ints(doc, "counts"), _ints(doc, "ledgers"), _ints(doc, "stats"),
-                       _ints(doc, "unavailable"), _blast(doc.get("blast_radius")), _str(doc, "ran_by"))
+                       _ints(doc, "unavailable"), _strs(doc, "slow"), _blast(doc.get("blast_radius")),
+                       _str(doc, "ran_by"))
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"{where}: {exc}") from None
 
@@ -139,6 +146,13 @@ def _ints(doc: dict[str, Any], key: str) -> dict[str, int]:
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in value.items()):
         raise TypeError(f"{key} is not a map of names to integers")
     return value
+
+
+def _strs(doc: dict[str, Any], key: str) -> tuple[str, ...]:
+    value = doc.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"{key} is not a list of names")
+    return tuple(value)
 
 
 def _blast(value: Any) -> dict[str, dict[str, dict[str, int]]] | None:

@@ -210,13 +210,14 @@ class PrometheusSink(ReportSink):
             counts: dict[str, int] = {}
             underreplicated: int | None = None
             unavailable: dict[str, int] = {}
+            slow: tuple[str, ...] = ()
             blast: dict[str, dict[str, dict[str, int]]] = {}
             deep_pass: dict[str, int] = {}
             for run in runs:
                 counts.update(run.counts)
                 underreplicated = run.stats.get("underreplicated_marks", underreplicated)
                 if run.looked_at(Category.BOOKIE_UNAVAILABLE):
-                    unavailable = run.unavailable
+                    unavailable, slow = run.unavailable, run.slow
                 if run.blast_radius is not None:
                     blast = run.blast_radius
                 if "deep_pass_slices" in run.stats:
@@ -236,10 +237,11 @@ class PrometheusSink(ReportSink):
                                         "ledgers marked under-replicated now (a gauge, unlike upstream's summary)",
                                         value=underreplicated)
             unavailable_family = GaugeMetricFamily(f"{PREFIX}bookie_unavailable_ledgers",
-                                                   "ledgers a silent, registered bookie left unchecked, last full run",
-                                                   labels=["bookie"])
+                                                   "ledgers a silent, registered bookie left unchecked, last full run "
+                                                   "(silence: slow, its agent answered its health check but not "
+                                                   "in time; down, not even that)", labels=["bookie", "silence"])
             for bookie, n in sorted(unavailable.items()):
-                unavailable_family.add_metric([bookie], n)
+                unavailable_family.add_metric([bookie, "slow" if bookie in slow else "down"], n)
             yield unavailable_family
             yield from _blast_families(blast)
             reported = CounterMetricFamily(f"{PREFIX}violations_reported", "findings reported, every run",

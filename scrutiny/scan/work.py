@@ -299,8 +299,9 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
             return per, cov
     if cov.unavailable:
         reasons = {b: per[b].reason for b in cov.unavailable if b in per}
+        silence = {b: "slow" if b in per and per[b].slow else "down" for b in sorted(cov.unavailable)}
         violations.append(Violation(Category.BOOKIE_UNAVAILABLE, md.ledger_id, tuple(sorted(cov.unavailable)),
-                                    {"reasons": reasons}, md.znode_version))
+                                    {"reasons": reasons, "silence": silence}, md.znode_version))
     if cov.violation is not None:
         lost = sorted(ctx.lost_bookies & md.bookies)
         details = {**cov.violation.details, "lost_bookies": lost} if lost else cov.violation.details
@@ -384,8 +385,9 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
         store, client = EXECUTOR.get(ctx)
         reads_before, failed_before = store.reads, client.failed_calls
         selection = select(ctx, store.read_ledgers(store.ledger_ids(rng)))
-        answers = client.fetch_many(wanted(selection.candidates)) if selection.candidates else {}
         s = ctx.settings
+        deadline = s.recheck_deadline if mode is Pass.FINAL else s.bookie_deadline_seconds
+        answers = client.fetch_many(wanted(selection.candidates), deadline) if selection.candidates else {}
         deep = client.verify_many(by_bookie([md for md in selection.candidates
                                                if in_deep_slice(md.ledger_id, s.deep_slices, s.deep_slice)]),
                                   s.deep_send_passwords) if s.deep else None

@@ -155,7 +155,27 @@ def test_hung_agent_costs_its_deadlines_then_bookie_unavailable(zk_server: Local
         proc.kill()
         proc.wait()
     assert found(report) == {("BOOKIE_UNAVAILABLE", i) for i in range(1, 6)}
-    assert elapsed < 8  # two deadlines (first look, re-check) and the delay, not 5 x 60 s
+    assert elapsed < 10  # two deadlines (first look 1 s, re-check 3 s) and the delay, not 5 x 60 s
+    # up but overloaded: it answers its health check, so the finding says slow, not down
+    details = next(v for v in report.violations if v.ledger_id == 1).details
+    assert details["silence"] == {bookie(1): "slow"} and "health check" in details["reasons"][bookie(1)]
+
+
+def test_an_agent_slower_than_the_first_deadline_gets_a_longer_one_at_the_delayed_look(
+        zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, tmp_path: Path) -> None:
+    root = f"{zk_namespace}/ledgers"
+    _, store = _one_bookie_cluster(zk_client, root, tmp_path, 5)
+    proc, port = slow_agent(store, 0.4)  # 2 s for the five ledgers: past the first deadline, within the second
+    try:
+        settings = ScanSettings(metadata_service_uri=f"zk+hierarchical://{zk_server.hosts}{root}", engine="local",
+                                placement_policy="none", recheck_delay=0.2, bookie_deadline_seconds=1.0,
+                                bookie_recheck_deadline_seconds=6.0, bookie_endpoints={bookie(1): f"127.0.0.1:{port}"})
+        report = ScrutinyRun(settings, LocalEngine()).execute()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert report.complete and found(report) == set()  # slow is not down: it answered the delayed look
+    assert report.stats["potentially_faulty"] == 5 and report.stats["bookie_calls_failed"] >= 1
 
 
 def test_huge_answers_are_invalid_and_memory_is_bounded(zk_server: LocalZooKeeper, zk_client: KazooClient,
