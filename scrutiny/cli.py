@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import signal
@@ -206,11 +207,11 @@ def _progress() -> ProgressBar | None:
 
 
 def emit(report: Report, fmt: str, output: str) -> None:
-    text = report.dumps() + "\n" if fmt == "json" else report.render_text()
-    if output:
-        Path(output).write_text(text)
-    else:
-        sys.stdout.write(text)
+    with open(output, "w") if output else contextlib.nullcontext(sys.stdout) as out:
+        if fmt == "json":
+            report.write_json(out)
+        else:
+            out.write(report.render_text())
 
 
 def run_scan(args: argparse.Namespace) -> int:

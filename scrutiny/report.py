@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from scrutiny.categories import REGISTRY, Category, spec, worst_first
 from scrutiny.checks import Violation
@@ -86,7 +87,7 @@ class Report:
             return EXIT_INCOMPLETE
         return EXIT_CLEAN
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, violations: bool = True) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "started_at": self.started_at,
@@ -95,14 +96,25 @@ class Report:
             "ledgers": dict(self.ledgers),
             "counts": self.counts,
             "owners": self.owners,
-            "violations": [v.to_json() for v in self.violations],
             "errors": list(self.errors),
             "stats": dict(self.stats),
             **({"blast_radius": self.blast_radius} if self.blast_radius is not None else {}),
+            **({"violations": [v.to_json() for v in self.violations]} if violations else {}),
         }
 
+    def write_json(self, out: TextIO) -> None:
+        """The report's JSON written a finding at a time, one per line: a run with a million findings
+        never becomes one string (whole, its JSON took about 6 KB of memory per finding at its peak)."""
+        head = json.dumps(self.to_json(violations=False), indent=2)
+        out.write(head[:-2] + ',\n  "violations": [')
+        for i, v in enumerate(self.violations):
+            out.write(("\n    " if i == 0 else ",\n    ") + json.dumps(v.to_json()))
+        out.write("\n  ]\n}\n" if self.violations else "]\n}\n")
+
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=2, sort_keys=False)
+        out = io.StringIO()
+        self.write_json(out)
+        return out.getvalue()
 
     def render_text(self, worst: int = 20) -> str:
         lines = [f"scrutiny run {self.run_id}: {self.started_at} .. {self.finished_at}"

@@ -351,3 +351,12 @@ def test_runs_awaiting_their_recheck_are_abandoned_at_shutdown() -> None:
     assert q.stop(5)
     q.abandon_rechecks()
     assert closed == ["waits"]  # its store session closed, not left to reconnect forever
+
+
+def test_the_report_streamed_a_finding_at_a_time_is_the_same_json() -> None:
+    found = [Violation(Category.NO_REPLICA_OF_AN_ENTRY, i, ("b1:3181",), {"entries": [[i, i + 1]]}) for i in range(3)]
+    for violations in (found, []):
+        r = Report("r1", "s", "f", True, {"checked": 3}, violations, stats={"x": 1},
+                   blast_radius={"bookies": {}, "racks": {}})
+        streamed = json.loads(r.dumps())
+        assert streamed == r.to_json() and Report.from_json(streamed).to_json() == r.to_json()

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import statsd
 from prometheus_client import CollectorRegistry
@@ -73,13 +75,14 @@ class ReportFiles(ReportSink):
         return f"reports to {self.directory.resolve()} (the newest {self.keep} of each kind)"
 
     def published(self, run: FinishedRun) -> None:
-        self._write(run.kind, run.report.started_at, run.report.run_id, run.report.dumps(), replace=True)
+        self._write(run.kind, run.report.started_at, run.report.run_id, run.report.write_json, replace=True)
 
     def restored(self, summary: RunSummary) -> None:
-        self._write(summary.kind, summary.started_at, summary.run_id, json.dumps(summary.report_json(), indent=2),
-                    replace=False)
+        self._write(summary.kind, summary.started_at, summary.run_id,
+                    lambda out: json.dump(summary.report_json(), out, indent=2), replace=False)
 
-    def _write(self, kind: str, started_at: str, run_id: str, text: str, replace: bool) -> None:
+    def _write(self, kind: str, started_at: str, run_id: str, write: Callable[[TextIO], None],
+               replace: bool) -> None:
         folder = self.directory / kind
         name = f"{started_at.replace(':', '')}-{run_id}.json"
         try:
@@ -87,7 +90,8 @@ class ReportFiles(ReportSink):
             if not replace and (folder / name).exists():
                 return
             tmp = folder / f".{name}.tmp"
-            tmp.write_text(text)
+            with tmp.open("w") as out:  # a finding at a time: the report is never one string
+                write(out)
             os.replace(tmp, folder / name)
             for old in sorted(folder.glob("*.json"))[:-self.keep]:
                 old.unlink()
@@ -223,6 +227,9 @@ class PrometheusSink(ReportSink):
                 if "deep_pass_slices" in run.stats:
                     deep_pass = run.stats
             yield GaugeMetricFamily(f"{PREFIX}leader", "1 while this auditor leads", value=int(self.leading))
+            yield GaugeMetricFamily(f"{PREFIX}python_allocated_blocks",
+                                    "memory blocks the interpreter holds (sys.getallocatedblocks): the Python heap, "
+                                    "apart from native memory", value=sys.getallocatedblocks())
             violations = GaugeMetricFamily(f"{PREFIX}violations", "ledgers per category, last complete run",
                                            labels=["category"])
             for cat, n in counts.items():
