@@ -336,6 +336,7 @@ _LAYOUT_CLASSES = {
     "LegacyHierarchicalLedgerManagerFactory": Layout.HIERARCHICAL,
     "LongHierarchicalLedgerManagerFactory": Layout.LONG_HIERARCHICAL,
     "FlatLedgerManagerFactory": Layout.FLAT,
+    "PulsarLedgerManagerFactory": Layout.HIERARCHICAL,  # Pulsar's metadata-store driver: the same hybrid tree
 }
 
 
@@ -400,10 +401,19 @@ def parse_host_port(text: str, what: str, error: type[Exception] = MetadataError
 _URI = re.compile(r"^zk(?:\+(?P<type>[a-z]+))?://(?P<servers>[^/]+)(?P<root>/.*)?$")
 
 
+# Pulsar's metadata-store driver (PIP-45) on ZooKeeper: `metadata-store:zk:host:port[,...][/chroot][?params]`.
+# The ledgers are always at /ledgers under the chroot, in the hybrid hierarchical layout.
+_PULSAR_ZK = re.compile(r"^metadata-store:zk:(?P<servers>[^/?]+)(?P<chroot>/[^?]*)?(?:\?.*)?$")
+PULSAR_STORE_PREFIX = "metadata-store:"
+
+
 def parse_metadata_service_uri(uri: str) -> MetadataServiceUri:
+    if uri.strip().startswith(PULSAR_STORE_PREFIX):
+        return _parse_pulsar_store_uri(uri.strip())
     m = _URI.match(uri.strip())
     if not m:
-        raise MetadataError(f"metadata service URI {uri!r} is not of the form zk+<layout>://host:port;.../root")
+        raise MetadataError(f"metadata service URI {uri!r} is not of the form zk+<layout>://host:port;.../root "
+                            "or metadata-store:zk:host:port,.../chroot")
     kind = m.group("type")
     layouts = {"flat": Layout.FLAT, "hierarchical": Layout.HIERARCHICAL,
                "longhierarchical": Layout.LONG_HIERARCHICAL, "null": None, None: None}
@@ -414,6 +424,21 @@ def parse_metadata_service_uri(uri: str) -> MetadataServiceUri:
         parse_host_port(s, f"metadata service URI {uri!r}", MetadataError)
     root = (m.group("root") or DEFAULT_ROOT).rstrip("/") or DEFAULT_ROOT
     return MetadataServiceUri(servers, root, layouts[kind])
+
+
+def _parse_pulsar_store_uri(uri: str) -> MetadataServiceUri:
+    m = _PULSAR_ZK.match(uri)
+    if not m:
+        store = uri[len(PULSAR_STORE_PREFIX):].split(":", 1)[0]
+        if store != "zk":
+            raise MetadataError(f"metadata service URI {uri!r}: Pulsar's metadata store on {store!r} is not "
+                                "supported by this version (metadata-store:zk: is)")
+        raise MetadataError(f"metadata service URI {uri!r} is not of the form metadata-store:zk:host:port,.../chroot")
+    servers = tuple(s for s in re.split(r"[;,]", m.group("servers")) if s)
+    for s in servers:
+        parse_host_port(s, f"metadata service URI {uri!r}", MetadataError)
+    chroot = (m.group("chroot") or "").rstrip("/")
+    return MetadataServiceUri(servers, f"{chroot}{DEFAULT_ROOT}", Layout.HIERARCHICAL)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -200,6 +200,23 @@ def test_metadata_service_uri() -> None:
             parse_metadata_service_uri(bad)
 
 
+def test_pulsars_metadata_store_uri_on_zookeeper() -> None:
+    """Pulsar's driver (PIP-45): `metadata-store:zk:` then ZooKeeper's connect string; a path after the
+    hosts is a chroot, the ledgers are at /ledgers under it, in the hybrid hierarchical layout."""
+    u = parse_metadata_service_uri("metadata-store:zk:zk1:2181,zk2:2181;zk3:2181/pulsar-a")
+    assert (u.servers, u.root, u.layout) == (("zk1:2181", "zk2:2181", "zk3:2181"), "/pulsar-a/ledgers",
+                                             Layout.HIERARCHICAL)
+    assert (u.racks_path, u.managed_ledgers_path) == ("/pulsar-a/bookies", "/pulsar-a/managed-ledgers")
+    assert parse_metadata_service_uri("metadata-store:zk:zk1:2181").root == "/ledgers"
+    assert parse_metadata_service_uri("metadata-store:zk:zk1:2181/?sessionTimeoutMillis=30000").root == "/ledgers"
+    assert parse_layout(b"2\norg.apache.pulsar.metadata.bookkeeper.PulsarLedgerManagerFactory:1") is Layout.HIERARCHICAL
+    for bad, words in [("metadata-store:etcd:http://e1:2379", "'etcd' is not supported"),
+                       ("metadata-store:oxia://o1:6648/default", "'oxia' is not supported"),
+                       ("metadata-store:zk:zk1/chroot", "not HOST:PORT")]:
+        with pytest.raises(MetadataError, match=words):
+            parse_metadata_service_uri(bad)
+
+
 def test_underreplication_mark_path_and_payload() -> None:
     assert ur_mark_path("/ledgers", 1) == "/ledgers/underreplication/ledgers/0000/0000/0000/0001/urL0000000001"
     assert ur_mark_path("/l", 0x0001_0002_0003_0004).endswith("/0001/0002/0003/0004/urL281483566841860")

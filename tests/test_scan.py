@@ -178,3 +178,16 @@ def test_still_silent_registered_bookie_is_reported_unregistered_one_lost(small:
     w.unregister_bookie(bookie(1))
     report = ScrutinyRun(only_coverage(zk_server, root), LocalEngine()).execute()
     assert found(report.violations) == {("NO_REPLICA_OF_AN_ENTRY", 1)}
+
+
+def test_a_cluster_behind_pulsars_metadata_store_driver_on_zookeeper(
+        zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, tmp_path: Path) -> None:
+    """`metadataServiceUri=metadata-store:zk:<hosts>/<chroot>` (PIP-45): the same tree under the chroot's
+    /ledgers, the same findings as BookKeeper's own URI for it."""
+    uri = f"metadata-store:zk:{zk_server.hosts}{zk_namespace}"
+    cluster = build_demo_cluster(zk_client, f"{zk_namespace}/ledgers", tmp_path, healthy=20)
+    with demo_agents(cluster, store_on(zk_client, uri)):
+        report = ScrutinyRun(settings_for(zk_server, "", metadata_service_uri=uri), LocalEngine()).execute()
+    assert report.complete, report.errors
+    assert found(report.violations) == cluster.expected
+    assert report.ledgers["seen"] == cluster.healthy + 13

@@ -190,10 +190,12 @@ class MetadataStore(ABC):
 def open_store(settings: ClusterSettings) -> MetadataStore:
     """The store named by `metadata_service_uri`'s scheme, connected with the settings' one policy
     for TLS, authentication, bounds and retries. Raises MetadataStoreUnavailable."""
-    scheme = settings.metadata_service_uri.split("://", 1)[0].split("+", 1)[0]
+    uri = settings.metadata_service_uri.strip()
+    # BookKeeper's zk+<layout>://..., or Pulsar's metadata-store:<store>:... (PIP-45)
+    scheme = (uri.split(":", 2)[1] if uri.startswith("metadata-store:") else uri.split("://", 1)[0].split("+", 1)[0])
     if scheme not in BACKENDS:
         raise ConfigError(f"metadata service URI {settings.metadata_service_uri!r}: unknown store {scheme!r} "
-                          "(known: zk, as zk+<layout>://host:port;.../root)")
+                          "(known: zk, as zk+<layout>://host:port;.../root or metadata-store:zk:host:port/chroot)")
     backend = importlib.import_module(BACKENDS[scheme])
     store: MetadataStore = backend.open_store(settings)
     return store
