@@ -31,6 +31,7 @@ from scrutiny.auditor.leadership import Leadership, PeriodicRuns, iso_seconds
 from scrutiny.auditor.runqueue import Later, RunQueue, Ticket
 from scrutiny.auditor.service import AuditorServicer, Authenticator, Status
 from scrutiny.auditor.sinks import FinishedRun, PrometheusSink, ReportFiles, ReportSink, StatsdSink
+from scrutiny.auditor.web import AuditorWeb
 from scrutiny.categories import REGISTRY, Category, Phase, in_phase
 from scrutiny.config import DEFAULT_AUDITOR_PORT, AuditorSettings, MetricsSettings, ScanSettings, StatsdSettings
 from scrutiny.deeppass import DeepPass, slices_for
@@ -122,6 +123,7 @@ class Auditor:
         s = self.config.auditor
         self.engine.open()  # before any gRPC thread exists
         self.sinks = build_sinks(self.config)
+        self._serve_pages()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="auditor-rpc"))
         servicer = AuditorServicer(self, Authenticator(self._token, bool(s.tls_client_ca), s.insecure_open_rescan),
                                    s.rescan_wait_seconds, s.status_requires_auth)
@@ -186,6 +188,7 @@ class Auditor:
                 sink.close()  # a moved /metrics frees its port before the new one binds
         self.sinks = build_sinks(new, kept)
         self.config = new
+        self._serve_pages()
         leading = self.leadership is not None and self.leading.is_set()
         for sink in self.sinks:
             if sink not in old_sinks:
@@ -193,6 +196,14 @@ class Auditor:
         if self.leading.is_set() and self.periodic is not None:
             self.periodic.schedule(self._intervals())
         log.info("configuration reloaded")
+
+    def _serve_pages(self) -> None:
+        """The auditor's page and HTTP API beside /metrics (`scrutiny.auditor.web`)."""
+        s = self.config.auditor
+        for sink in self.sinks:
+            if isinstance(sink, PrometheusSink):
+                sink.endpoint.app = AuditorWeb(self, self._token, s.status_requires_auth, s.insecure_open_rescan,
+                                               s.rescan_wait_seconds)
 
     # -- leadership ---------------------------------------------------------------------------
 
@@ -367,13 +378,17 @@ class Auditor:
                       skipped=dict(self.skipped), queued_runs=len(q.queued),
                       runs_awaiting_recheck=len(q.awaiting_recheck), inherited=tuple(self.inherited.values()))
 
-    def last_report(self, kind: str) -> dict[str, Any] | None:
-        """The report of the last run of this kind here, or the summary of a newer one an earlier leader ran."""
+    def last_run(self, kind: str) -> Report | RunSummary | None:
+        """The last run of this kind here, or the summary of a newer one an earlier leader ran."""
         ticket = self.queue.last.get(kind)
         inherited = self.inherited.get(kind)
         if inherited is not None and (ticket is None or ticket.finished_ms < inherited.finished_ms):
-            return inherited.report_json()
-        return ticket.report.to_json() if ticket is not None and ticket.report is not None else None
+            return inherited
+        return ticket.report if ticket is not None else None
+
+    def last_report(self, kind: str) -> dict[str, Any] | None:
+        run = self.last_run(kind)
+        return run.report_json() if isinstance(run, RunSummary) else run.to_json() if run is not None else None
 
     def leader_address(self) -> str:
         return self.leadership.leader_address() if self.leadership is not None else ""
