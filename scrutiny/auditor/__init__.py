@@ -40,7 +40,7 @@ from scrutiny.metadata import parse_host_port
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun, check_marks
 from scrutiny.scan.engines import Engine, make_engine
-from scrutiny.store import open_store
+from scrutiny.store import MetadataStore, open_store
 from scrutiny.tls import read_secret, server_credentials
 from scrutiny.v1 import auditor_pb2_grpc
 
@@ -76,6 +76,21 @@ def build_sinks(config: AuditorConfig, running: Sequence[ReportSink] = ()) -> li
         kept = [s for s in running if isinstance(s, PrometheusSink)]
         sinks.append(kept[0] if kept else PrometheusSink(config.metrics.listen))
     return sinks
+
+
+def check_rescan_ids(ledger_ids: list[int], most: int, store: MetadataStore) -> None:
+    """A rescan's chosen ledgers: some, not too many, and every one of them in the metadata."""
+    if not ledger_ids:
+        raise RequestError("ledgers: the list is empty")
+    if len(ledger_ids) > most:
+        raise RequestError(f"ledgers: {len(ledger_ids)} ids; at most {most}")
+    negative = [i for i in ledger_ids if i < 0]
+    if negative:
+        raise RequestError(f"ledgers: negative ledger id {negative[0]}")
+    unknown = [r.ledger_id for r in store.read_ledgers(sorted(set(ledger_ids))) if r.deleted]
+    if unknown:
+        raise RequestError(f"ledgers: no such ledger {', '.join(map(str, unknown[:10]))}"
+                           + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""))
 
 
 def _engine_settings(s: ScanSettings) -> tuple[str, str, tuple[tuple[str, str], ...]]:
@@ -350,18 +365,7 @@ class Auditor:
         if not self.leading.is_set():
             raise NotLeader(self.leadership.leader_address())
         if ledger_ids is not None:
-            if not ledger_ids:
-                raise RequestError("ledgers: the list is empty")
-            if len(ledger_ids) > self.config.auditor.max_rescan_ledgers:
-                raise RequestError(f"ledgers: {len(ledger_ids)} ids; at most {self.config.auditor.max_rescan_ledgers}")
-            negative = [i for i in ledger_ids if i < 0]
-            if negative:
-                raise RequestError(f"ledgers: negative ledger id {negative[0]}")
-            store = self.leadership.connected_store()
-            unknown = [r.ledger_id for r in store.read_ledgers(sorted(set(ledger_ids))) if r.deleted]
-            if unknown:
-                raise RequestError(f"ledgers: no such ledger {', '.join(map(str, unknown[:10]))}"
-                                   + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""))
+            check_rescan_ids(ledger_ids, self.config.auditor.max_rescan_ledgers, self.leadership.connected_store())
         return self.queue.submit(Ticket(RESCAN, tuple(ledger_ids) if ledger_ids is not None else None, bookie_id))
 
     def whatif(self, bookie_ids: list[str], racks: list[str]) -> tuple[Ticket, bool]:
