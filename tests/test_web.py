@@ -149,7 +149,7 @@ def test_the_page_in_a_browser_shows_filters_and_sorts(auditor: tuple[DemoCluste
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    _, _, base = auditor
+    _, a, base = auditor
     browser.get(f"{base}/")
     assert "leads" in browser.find_element(By.TAG_NAME, "body").text
     browser.save_screenshot(str(tmp_path / "status.png"))
@@ -165,6 +165,13 @@ def test_the_page_in_a_browser_shows_filters_and_sorts(auditor: tuple[DemoCluste
     assert {r.find_element(By.TAG_NAME, "td").text for r in rows} == {"9002", "9008"}
     assert all("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY" in r.text for r in rows)
     browser.save_screenshot(str(tmp_path / "filtered.png"))
+    # from an alert: its `page` link (the scraped address, the alert's category), then one click to the ledger
+    browser.get(f"{base}/findings?category=NO_REPLICA_OF_AN_ENTRY")
+    browser.find_element(By.LINK_TEXT, "9001").click()
+    ledger = browser.find_element(By.TAG_NAME, "body").text
+    lost = next(v for v in a.last["full"].report.violations if v.ledger_id == 9001)  # type: ignore[union-attr]
+    assert "NO_REPLICA_OF_AN_ENTRY" in ledger and all(b in ledger for b in lost.bookies) and "0 of 2 copies" in ledger
+    browser.save_screenshot(str(tmp_path / "ledger.png"))
     browser.get(f"{base}/blast-radius")
 
     def column(i: int) -> list[str]:
