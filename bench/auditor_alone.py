@@ -16,7 +16,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from dataclasses import asdict, dataclass
@@ -26,7 +25,7 @@ import psutil
 from kazoo.client import KazooClient
 
 from bench.common import table
-from scrutiny.testing.churn import ChurnCluster
+from scrutiny.testing.churn import ChurnCluster, churning, populated, spark_children_mb
 from scrutiny.testing.localzk import LocalZooKeeper, free_port
 
 BOOKIES = [f"127.0.6.{n}:3181" for n in range(1, 6)]
@@ -55,19 +54,9 @@ def value(text: str, pattern: str) -> float:
 
 
 def usage(proc: psutil.Process, run: int, t0: float, metrics: str) -> Sample:
-    jvm = workers = 0
-    for child in proc.children(recursive=True):
-        try:
-            rss = child.memory_info().rss
-            if "java" in child.name():
-                jvm += rss
-            else:
-                workers += rss
-        except psutil.Error:
-            continue
     return Sample(run, round(time.monotonic() - t0, 1), proc.memory_info().rss / 2**20,
                   value(metrics, "scrutiny_python_allocated_blocks") / 1000, proc.num_fds(), proc.num_threads(),
-                  jvm / 2**20, workers / 2**20)
+                  *spark_children_mb(proc))
 
 
 def config(uri: str, engine: str, port: int, metrics_port: int, reports: str) -> str:
@@ -85,53 +74,50 @@ def soak(runs: int, engine: str, seed: int) -> tuple[list[Sample], float]:
     with LocalZooKeeper() as zk, tempfile.TemporaryDirectory() as tmp:
         client = KazooClient(hosts=zk.hosts, timeout=15)
         client.start(timeout=15)
-        uri = f"zk+hierarchical://{zk.hosts}/ledgers"
-        cluster = ChurnCluster(client, "/ledgers", uri, BOOKIES, 0.3, random.Random(seed))
-        for _ in range(60):
-            cluster.create()
-        stop = threading.Event()
+        try:
+            return soak_on(client, zk.hosts, Path(tmp), runs, engine, seed)
+        finally:
+            client.stop()
+            client.close()
 
-        def churn() -> None:
-            while not stop.wait(0.05):
-                cluster.step()
 
-        churner = threading.Thread(target=churn, daemon=True)
-        churner.start()
-        port, metrics_port = free_port(), free_port()
-        cfg = Path(tmp) / "scrutiny.yaml"
-        cfg.write_text(config(uri, engine, port, metrics_port, str(Path(tmp) / "reports")))
-        log = (Path(tmp) / "auditor.log").open("w")
+def soak_on(client: KazooClient, hosts: str, tmp: Path, runs: int, engine: str, seed: int
+            ) -> tuple[list[Sample], float]:
+    uri = f"zk+hierarchical://{hosts}/ledgers"
+    cluster = populated(ChurnCluster(client, "/ledgers", uri, BOOKIES, 0.3, random.Random(seed)))
+    port, metrics_port = free_port(), free_port()
+    cfg = tmp / "scrutiny.yaml"
+    cfg.write_text(config(uri, engine, port, metrics_port, str(tmp / "reports")))
+    with churning(cluster), (tmp / "auditor.log").open("w") as log:
         auditor = subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(cfg)],
                                    stdout=subprocess.DEVNULL, stderr=log)
-        proc = psutil.Process(auditor.pid)
-        samples: list[Sample] = []
-        reported = 0.0
         try:
-            t0, seen = time.monotonic(), 0.0
-            deadline = t0 + runs * 30
-            while len(samples) < runs and time.monotonic() < deadline and auditor.poll() is None:
-                time.sleep(0.1)
-                try:
-                    text = scrape(metrics_port)
-                except OSError:
-                    continue
-                done = value(text, r'scrutiny_runs_total\{kind="full",outcome="complete"\}')
-                if done > seen:
-                    seen = done
-                    reported = sum(float(v) for v in re.findall(r"^scrutiny_violations_reported_total\{[^}]*\} (\S+)$",
-                                                                  text, re.M))
-                    samples.append(usage(proc, int(done), t0, text))
-                    if len(samples) % 100 == 0:
-                        print(f"{engine}: {len(samples)} runs, RSS {samples[-1].rss_mb:.0f} MB", file=sys.stderr)
+            return watch(auditor, metrics_port, runs, engine)
         finally:
             auditor.terminate()
             auditor.wait(60)
-            log.close()
-            stop.set()
-            churner.join()
-            cluster.close()
-            client.stop()
-            client.close()
+
+
+def watch(auditor: subprocess.Popen[bytes], metrics_port: int, runs: int, engine: str) -> tuple[list[Sample], float]:
+    proc = psutil.Process(auditor.pid)
+    samples: list[Sample] = []
+    reported = 0.0
+    t0, seen = time.monotonic(), 0.0
+    deadline = t0 + runs * 30
+    while len(samples) < runs and time.monotonic() < deadline and auditor.poll() is None:
+        time.sleep(0.1)
+        try:
+            text = scrape(metrics_port)
+        except OSError:
+            continue
+        done = value(text, r'scrutiny_runs_total\{kind="full",outcome="complete"\}')
+        if done > seen:
+            seen = done
+            reported = sum(float(v) for v in re.findall(r"^scrutiny_violations_reported_total\{[^}]*\} (\S+)$",
+                                                          text, re.M))
+            samples.append(usage(proc, int(done), t0, text))
+            if len(samples) % 100 == 0:
+                print(f"{engine}: {len(samples)} runs, RSS {samples[-1].rss_mb:.0f} MB", file=sys.stderr)
     return samples, reported
 
 

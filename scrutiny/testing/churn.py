@@ -23,6 +23,7 @@ reporting. Every run must report nothing; at the end, with the churn stopped, on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
@@ -372,12 +373,12 @@ class Sample:
     workers_rss_mb: float  # Spark's Python workers, where the per-range work runs
 
 
-def _usage(run: int) -> Sample:
+def spark_children_mb(proc: Any) -> tuple[float, float]:
+    """RSS of a process's Spark JVM and of its Python workers (MB): the processes under it."""
     import psutil
 
-    me = psutil.Process()
     jvm = workers = 0
-    for child in me.children(recursive=True):
+    for child in proc.children(recursive=True):
         try:
             rss = child.memory_info().rss
             if "java" in child.name():
@@ -386,7 +387,39 @@ def _usage(run: int) -> Sample:
                 workers += rss
         except psutil.Error:
             continue
-    return Sample(run, me.memory_info().rss / 2**20, me.num_fds(), me.num_threads(), jvm / 2**20, workers / 2**20)
+    return jvm / 2**20, workers / 2**20
+
+
+def _usage(run: int) -> Sample:
+    import psutil
+
+    me = psutil.Process()
+    return Sample(run, me.memory_info().rss / 2**20, me.num_fds(), me.num_threads(), *spark_children_mb(me))
+
+
+def populated(cluster: ChurnCluster, ledgers: int = 60) -> ChurnCluster:
+    for _ in range(ledgers):
+        cluster.create()
+    return cluster
+
+
+@contextlib.contextmanager
+def churning(cluster: ChurnCluster, period: float = 0.05) -> Iterator[ChurnCluster]:
+    """The cluster changing on a thread of its own, a step every `period` s, until the block ends; then closed."""
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.wait(period):
+            cluster.step()
+
+    churner = threading.Thread(target=churn, daemon=True, name="churn")
+    churner.start()
+    try:
+        yield cluster
+    finally:
+        stop.set()
+        churner.join()
+        cluster.close()
 
 
 def auditor_soak(client: KazooClient, root: str, hosts: str, runs: int, engine: Engine, reports_dir: str,
@@ -397,40 +430,28 @@ def auditor_soak(client: KazooClient, root: str, hosts: str, runs: int, engine: 
     from scrutiny.config import AuditorSettings
 
     uri = f"zk+hierarchical://{hosts}{root}"
-    cluster = ChurnCluster(client, root, uri, [f"127.0.5.{n}:3181" for n in range(1, 6)], recheck_delay,
-                           random.Random(seed))
-    for _ in range(60):
-        cluster.create()
+    cluster = populated(ChurnCluster(client, root, uri, [f"127.0.5.{n}:3181" for n in range(1, 6)], recheck_delay,
+                                     random.Random(seed)))
     scan = ScanSettings(metadata_service_uri=uri, placement_policy="none", recheck_delay=recheck_delay,
                         underreplicated_grace_period=1, bookie_deadline_seconds=2.0, zk_session_timeout=10)
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=reports_dir, full_interval_seconds=1,
                                underreplication_interval_seconds=0, insecure_open_rescan=True, reports_keep=5)
     auditor = Auditor(scan, settings, engine=engine).start()
-    stop = threading.Event()
-
-    def churn() -> None:
-        while not stop.wait(0.05):
-            cluster.step()
-
-    churner = threading.Thread(target=churn, daemon=True)
-    churner.start()
     samples: list[Sample] = []
-    try:
-        seen = ""
-        deadline = time.monotonic() + runs * 30
-        while len(samples) < runs and time.monotonic() < deadline:
-            last = auditor.last.get("full")
-            if last is not None and last.run_id != seen and last.report is not None:
-                seen = last.run_id
-                if last.report.violations:
-                    raise AssertionError(f"false alarm in run {seen}: {last.report.violations[0].to_json()}")
-                samples.append(_usage(len(samples) + 1))
-            time.sleep(0.05)
-    finally:
-        stop.set()
-        churner.join()
-        auditor.stop()
-        cluster.close()
+    with churning(cluster):
+        try:
+            seen = ""
+            deadline = time.monotonic() + runs * 30
+            while len(samples) < runs and time.monotonic() < deadline:
+                last = auditor.last.get("full")
+                if last is not None and last.run_id != seen and last.report is not None:
+                    seen = last.run_id
+                    if last.report.violations:
+                        raise AssertionError(f"false alarm in run {seen}: {last.report.violations[0].to_json()}")
+                    samples.append(_usage(len(samples) + 1))
+                time.sleep(0.05)
+        finally:
+            auditor.stop()
     return samples
 
 
