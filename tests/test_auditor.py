@@ -221,6 +221,7 @@ def test_failover_keeps_the_cadence_and_the_alerts(cluster: tuple[DemoCluster, s
         t0 = time.monotonic()
         wait_for(lambda: _status(b).role == auditor_pb2.LEADER, 20)
         assert time.monotonic() - t0 < 10  # within the 4 s session timeout, plus slack
+        wait_for(lambda: "full" in _status(b).next_runs, 10)  # scheduled once it has inherited the last runs
         status = _status(b)
         # the new leader keeps the cadence: next full run one interval after the last, not now
         due = datetime.fromisoformat(status.next_runs["full"])
