@@ -25,6 +25,7 @@ class Category(enum.StrEnum):
     WOULD_HAVE_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY = "WOULD_HAVE_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"
     CORRUPT_ENTRY = "CORRUPT_ENTRY"
     DIVERGENT_COPIES = "DIVERGENT_COPIES"
+    WEAK_DURABILITY_POLICY = "WEAK_DURABILITY_POLICY"
 
 
 class Severity(enum.StrEnum):
@@ -115,6 +116,10 @@ def _ranges(ranges: list[list[int]]) -> str:
     return shown + (", ..." if len(ranges) > 5 else "")
 
 
+def _policy(d: Mapping[str, Any]) -> list[str]:
+    return [f"E {d['ensemble_size']}, WQ {d['write_quorum']}, AQ {d['ack_quorum']}: {r}" for r in d.get("reasons", [])]
+
+
 def _error(d: Mapping[str, Any]) -> list[str]:
     return [str(d["error"])] if "error" in d else []
 
@@ -159,6 +164,9 @@ REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
                  "digest, after a re-read", _corrupt, rank=0.8),
     CategorySpec(Category.DIVERGENT_COPIES, Phase.DEEP, Severity.ERROR, _ANSWERED,
                  "deep: verified copies of one entry whose payloads differ", _divergent, rank=0.9),
+    CategorySpec(Category.WEAK_DURABILITY_POLICY, Phase.LEDGERS, Severity.WARNING, _ANALYSED,
+                 "the ledger's write or ack quorum is below the operator's minimum (min_write_quorum, "
+                 "min_ack_quorum): one bookie's loss can lose acknowledged entries", _policy, rank=9),
 )}
 assert set(REGISTRY) == set(Category), "every category needs its registry entry"
 

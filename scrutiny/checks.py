@@ -246,6 +246,25 @@ def check_ensemble(policy: PlacementPolicy, ensemble: Sequence[str], wq: int,
     raise ValueError(f"unknown placement policy {policy.kind!r}")
 
 
+def check_durability_policy(md: LedgerMetadata, min_write_quorum: int, min_ack_quorum: int) -> Violation | None:
+    """A ledger whose policy cannot survive the loss of one bookie, by design: a write quorum of one (that
+    copy is the only one), or an ack quorum below the operator's minimum (an entry acknowledged on fewer
+    copies). Kafka's replication factor and min.insync.replicas, in BookKeeper's words."""
+    reasons = []
+    if md.write_quorum < min_write_quorum:
+        reasons.append(f"write quorum {md.write_quorum} < min_write_quorum {min_write_quorum}: "
+                       + ("every entry has one copy" if md.write_quorum == 1 else "fewer copies than required"))
+    if md.ack_quorum < min_ack_quorum:
+        reasons.append(f"ack quorum {md.ack_quorum} < min_ack_quorum {min_ack_quorum}: an entry is acknowledged "
+                       f"with {md.ack_quorum} cop{'y' if md.ack_quorum == 1 else 'ies'}")
+    if not reasons:
+        return None
+    return Violation(Category.WEAK_DURABILITY_POLICY, md.ledger_id, (), {
+        "ensemble_size": md.ensemble_size, "write_quorum": md.write_quorum, "ack_quorum": md.ack_quorum,
+        "min_write_quorum": min_write_quorum, "min_ack_quorum": min_ack_quorum, "reasons": reasons},
+        md.znode_version)
+
+
 def check_placement(md: LedgerMetadata, policy: PlacementPolicy, locations: Mapping[str, str]) -> Violation | None:
     """Every segment of the ledger; a ledger with any FAIL is not adhering, else any MEETS_SOFT is soft."""
     worst = PlacementResult.MEETS_STRICT

@@ -59,6 +59,9 @@ class ScanSettings(ClusterSettings):
     bookie_tls_ca: str = ""  # verify the agents' certificates (TLS); empty: plaintext
     bookie_tls_cert: str = ""  # this client's certificate, for agents that require mutual TLS
     bookie_tls_key: str = ""
+    # durability policy: a ledger below these is WEAK_DURABILITY_POLICY (Kafka: replication factor, min ISR)
+    min_write_quorum: int = 2
+    min_ack_quorum: int = 2
     # placement (BookKeeper's names in the README)
     placement_policy: str = "rackaware"
     min_racks_per_write_quorum: int = 2
@@ -118,6 +121,8 @@ class ScanSettings(ClusterSettings):
              "0 (three times bookie_deadline_seconds) or at least bookie_deadline_seconds"),
             (0 < self.bookie_ledgers_per_call <= 100_000, "bookie_ledgers_per_call", "1..100000"),
             (self.bookie_calls_per_bookie >= 1, "bookie_calls_per_bookie", "at least 1"),
+            (self.min_write_quorum >= 1, "min_write_quorum", "at least 1 (1: no ledger is too weak)"),
+            (self.min_ack_quorum >= 1, "min_ack_quorum", "at least 1 (1: no ledger is too weak)"),
             (self.zk_max_in_flight >= 1, "zk_max_in_flight", "at least 1"),
             (self.zk_multi_read in ("auto", "on", "off"), "zk_multi_read", "auto, on or off"),
             (self.deep_slices >= 1, "deep_slices", "at least 1"),

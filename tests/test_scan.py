@@ -191,3 +191,43 @@ def test_a_cluster_behind_pulsars_metadata_store_driver_on_zookeeper(
     assert report.complete, report.errors
     assert found(report.violations) == cluster.expected
     assert report.ledgers["seen"] == cluster.healthy + 13
+
+
+def test_weak_durability_policies_are_named_per_ledger_and_per_topic(
+        zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, tmp_path: Path) -> None:
+    """WQ 1 (one copy of everything) and AQ 1 (acknowledged on one copy) are at risk by design: a
+    warning per ledger, and in `owners` the topic that writes that way."""
+    from scrutiny.testing.demo import pulsar_keys
+
+    root = f"{zk_namespace}/ledgers"
+    w = ClusterWriter(zk_client, root)
+    w.init_cluster()
+    bookies = [bookie(n) for n in (1, 2, 3)]
+    store = SyntheticStoreWriter()
+    policies = {1: (3, 1, 1), 2: (3, 2, 1), 3: (3, 2, 2), 6: (3, 3, 2)}  # ledger -> E, WQ, AQ
+    mds = [LedgerMetadata(lid, LedgerState.CLOSED, e, wq, aq, 29, 0, (Segment(0, tuple(bookies)),),
+                          custom_metadata=pulsar_keys(lid)) for lid, (e, wq, aq) in policies.items()]
+    w.write_ledgers(mds)
+    for b in bookies:
+        w.register_bookie(BookieRegistration(b, False))
+        for md in mds:
+            store.add(b, md.ledger_id, expected_share(md, b))
+    paths = store.write_all(tmp_path)
+    agents = [BookieAgent(SyntheticStore(paths[b]), bind="127.0.0.1:0").start() for b in bookies]
+    try:
+        endpoints = {b: f"127.0.0.1:{a.port}" for b, a in zip(bookies, agents, strict=True)}
+        settings = dataclasses.replace(only_coverage(zk_server, root), bookie_endpoints=endpoints)
+        report = ScrutinyRun(settings, LocalEngine()).execute()
+        stricter = ScrutinyRun(dataclasses.replace(settings, min_write_quorum=3), LocalEngine()).execute()
+    finally:
+        for a in agents:
+            a.stop(grace=0)
+    assert found(report.violations) == {("WEAK_DURABILITY_POLICY", 1), ("WEAK_DURABILITY_POLICY", 2)}
+    assert report.exit_status() == 0  # a warning
+    reasons = {v.ledger_id: v.details["reasons"] for v in report.violations}
+    assert "every entry has one copy" in reasons[1][0] and "acknowledged with 1 copy" in reasons[1][1]
+    assert len(reasons[2]) == 1 and "ack quorum 1" in reasons[2][0]
+    topics = {o["name"]: o["counts"] for o in report.owners}
+    assert topics == {"persistent://public/demo/topic-1": {"WEAK_DURABILITY_POLICY": 1},
+                      "persistent://public/demo/topic-2": {"WEAK_DURABILITY_POLICY": 1}}
+    assert found(stricter.violations) == {("WEAK_DURABILITY_POLICY", i) for i in (1, 2, 3)}  # WQ 2 < 3

@@ -33,6 +33,7 @@ from scrutiny.checks import (
     blast_radius,
     check_coverage,
     check_deep,
+    check_durability_policy,
     check_placement,
     coverage_without,
     healthy_coverage,
@@ -267,6 +268,9 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
     returns what each bookie said (as the checks counted it) and its coverage. In a deep run a corrupt
     copy is no copy. `held`: every bookie is known to hold exactly its share (`held_exactly_their_shares`)."""
     if ctx.placement and not ctx.without:
+        weak = check_durability_policy(md, ctx.settings.min_write_quorum, ctx.settings.min_ack_quorum)
+        if weak is not None:
+            violations.append(weak)
         v = check_placement(md, policy, ctx.locations)
         if v is not None:
             violations.append(v)

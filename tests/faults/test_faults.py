@@ -146,7 +146,8 @@ def test_hung_agent_costs_its_deadlines_then_bookie_unavailable(zk_server: Local
     proc, port = slow_agent(store, 60)  # accepts, never answers in time
     try:
         settings = ScanSettings(metadata_service_uri=f"zk+hierarchical://{zk_server.hosts}{root}", engine="local",
-                                placement_policy="none", recheck_delay=0.2, bookie_deadline_seconds=1.0,
+                                placement_policy="none", min_write_quorum=1, min_ack_quorum=1,
+                                recheck_delay=0.2, bookie_deadline_seconds=1.0,
                                 bookie_endpoints={bookie(1): f"127.0.0.1:{port}"})
         t0 = time.monotonic()
         report = ScrutinyRun(settings, LocalEngine()).execute()
@@ -168,7 +169,8 @@ def test_an_agent_slower_than_the_first_deadline_gets_a_longer_one_at_the_delaye
     proc, port = slow_agent(store, 0.4)  # 2 s for the five ledgers: past the first deadline, within the second
     try:
         settings = ScanSettings(metadata_service_uri=f"zk+hierarchical://{zk_server.hosts}{root}", engine="local",
-                                placement_policy="none", recheck_delay=0.2, bookie_deadline_seconds=1.0,
+                                placement_policy="none", min_write_quorum=1, min_ack_quorum=1,
+                                recheck_delay=0.2, bookie_deadline_seconds=1.0,
                                 bookie_recheck_deadline_seconds=6.0, bookie_endpoints={bookie(1): f"127.0.0.1:{port}"})
         report = ScrutinyRun(settings, LocalEngine()).execute()
     finally:
@@ -193,7 +195,8 @@ def test_huge_answers_are_invalid_and_memory_is_bounded(zk_server: LocalZooKeepe
     agent = BookieAgent(SyntheticStore(store.write_all(tmp_path)[bookie(1)]), bind="127.0.0.1:0").start()
     try:
         settings = ScanSettings(metadata_service_uri=f"zk+hierarchical://{zk_server.hosts}{root}", engine="local",
-                                placement_policy="none", recheck_delay=0.2, bookie_max_message_bytes=1 << 20,
+                                placement_policy="none", min_write_quorum=1, min_ack_quorum=1,
+                                recheck_delay=0.2, bookie_max_message_bytes=1 << 20,
                                 bookie_endpoints={bookie(1): f"127.0.0.1:{agent.port}"})
         report = ScrutinyRun(settings, LocalEngine()).execute()
     finally:
@@ -227,7 +230,8 @@ def test_hostile_metadata_is_invalid_metadata_and_the_run_goes_on(zk_server: Loc
     agent = BookieAgent(SyntheticStore(store), bind="127.0.0.1:0").start()
     try:
         settings = ScanSettings(metadata_service_uri=f"zk+hierarchical://{zk_server.hosts}{root}", engine="local",
-                                placement_policy="none", bookie_endpoints={bookie(1): f"127.0.0.1:{agent.port}"})
+                                placement_policy="none", min_write_quorum=1, min_ack_quorum=1,
+                                bookie_endpoints={bookie(1): f"127.0.0.1:{agent.port}"})
         report = ScrutinyRun(settings, LocalEngine()).execute()
     finally:
         agent.stop(grace=0)
@@ -247,6 +251,7 @@ def test_leader_killed_mid_run_the_standby_redoes_it_once(zk_server: LocalZooKee
         for i in range(2):
             cfg = tmp_path / f"a{i}.yaml"
             cfg.write_text(f"metadata_service_uri: {uri}\nengine: local\nplacement_policy: none\n"
+                           "min_write_quorum: 1\nmin_ack_quorum: 1\n"
                            f"zk_session_timeout: 4\nbookie_endpoints: {{'{bookie(1)}': '127.0.0.1:{port}'}}\n"
                            f"auditor:\n  listen: 127.0.0.1:0\n  reports_dir: {tmp_path / f'reports{i}'}\n"
                            "  full_interval_seconds: 3600\n  underreplication_interval_seconds: 0\n"

@@ -79,7 +79,8 @@ def auditor_stub(zk_server: LocalZooKeeper, tmp_path_factory: pytest.TempPathFac
     tmp = tmp_path_factory.mktemp("a")
     agent = BookieAgent(SyntheticStore(store.write_all(tmp)[BOOKIE]), bind="127.0.0.1:0").start()
     scan = ScanSettings(metadata_service_uri=f"zk+hierarchical://{zk_server.hosts}{root}", engine="local",
-                        placement_policy="none", bookie_endpoints={BOOKIE: f"127.0.0.1:{agent.port}"})
+                        placement_policy="none", min_write_quorum=1, min_ack_quorum=1,
+                        bookie_endpoints={BOOKIE: f"127.0.0.1:{agent.port}"})
     auditor = Auditor(scan, AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp / "r"), full_interval_seconds=0,
                                             underreplication_interval_seconds=0, insecure_open_rescan=True,
                                             max_rescan_ledgers=100), engine=LocalEngine()).start()

@@ -128,7 +128,7 @@ def test_auditor_tls_mtls_token_acls_and_no_secret_leaks(pki: dict, secured_zk: 
     token = tmp_path / "token"
     token.write_text("t0p-s3cret-t0ken")
     scan = ScanSettings(metadata_service_uri=uri, engine="local", recheck_delay=0.2, zk_auth_file=str(auth),
-                        placement_policy="none", bookie_deadline_seconds=2)
+                        placement_policy="none", min_write_quorum=1, min_ack_quorum=1, bookie_deadline_seconds=2)
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), token_file=str(token),
                                tls_cert=str(server.cert), tls_key=str(server.key), tls_client_ca=str(pki["ca"]),
                                full_interval_seconds=3600, underreplication_interval_seconds=0)
@@ -180,7 +180,8 @@ def test_scan_over_zookeeper_tls(pki: dict, tmp_path: Path, store: Path) -> None
         agent = BookieAgent(SyntheticStore(store), bind="127.0.0.1:0").start()
         try:
             settings = ScanSettings(metadata_service_uri=f"zk+hierarchical://127.0.0.1:{zk.secure_port}/ledgers",
-                                    engine="local", placement_policy="none", zk_tls_ca=str(pki["ca"]),
+                                    engine="local", placement_policy="none", min_write_quorum=1, min_ack_quorum=1,
+                                    zk_tls_ca=str(pki["ca"]),
                                     recheck_delay=0.1, bookie_endpoints={BOOKIE: f"127.0.0.1:{agent.port}"})
             report = ScrutinyRun(settings, LocalEngine()).execute()
             assert report.complete and report.ledgers["seen"] == 3
