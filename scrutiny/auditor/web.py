@@ -17,6 +17,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+import grpc
+
 from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.auditor.runqueue import Ticket
 from scrutiny.auditor.service import Status
@@ -27,6 +29,9 @@ from scrutiny.prometheus import Request, Response
 from scrutiny.report import Report
 
 KINDS = ("full", "underreplication", "rescan", "whatif", "deep")
+HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.UNAUTHENTICATED: 401,
+               grpc.StatusCode.NOT_FOUND: 404, grpc.StatusCode.FAILED_PRECONDITION: 409,
+               grpc.StatusCode.RESOURCE_EXHAUSTED: 429, grpc.StatusCode.UNAVAILABLE: 503}
 MAX_PAGE_SIZE = 1000
 BLAST_COLUMNS = ("ledgers_below_aq", "ledgers_without_a_copy", "topics_below_aq", "topics_without_a_copy")
 
@@ -79,8 +84,8 @@ class AuditorWeb:
                 _html(exc.status, "error", f"<p class=error>{_e(str(exc))}</p>")
         except NotLeader as exc:
             return _json(409, {"error": one_line(exc), "leader_address": exc.leader})
-        except ScrutinyError as exc:
-            return _json(400, {"error": one_line(exc)})
+        except ScrutinyError as exc:  # each kind of error once, as the RPC maps it to its gRPC code
+            return _json(HTTP_STATUS.get(exc.grpc_code, 500), {"error": one_line(exc)})
 
     def _authenticate(self, req: Request) -> None:
         if not self.token:
