@@ -169,6 +169,7 @@ REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
                  "min_ack_quorum): one bookie's loss can lose acknowledged entries", _policy, rank=9),
 )}
 assert set(REGISTRY) == set(Category), "every category needs its registry entry"
+CATEGORY_NAMES = frozenset(str(c) for c in REGISTRY)  # a summary from a newer auditor may name more
 
 
 def worst_first() -> list[Category]:

@@ -217,7 +217,7 @@ def a_summary(kind: str = "full", finished_ms: int = 1_700_000_000_000) -> RunSu
                   Violation(Category.BOOKIE_UNAVAILABLE, 8, ("b2:3181",))]
     report = Report("r1", "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", True, {"checked": 40}, violations,
                     stats={"first_pass_ms": 1500}, blast_radius={"bookies": {"b1:3181": {"ledgers_below_aq": 5}}})
-    return FinishedRun(kind, report, 60_000, tuple(REGISTRY), finished_ms=finished_ms).summary("a1:3192")
+    return FinishedRun(kind, report, 60_000, tuple(REGISTRY), finished_ms=finished_ms, ran_by="a1:3192").summary
 
 
 def test_the_last_run_summary_round_trips_and_bad_ones_are_named() -> None:

@@ -95,8 +95,8 @@ def test_a_new_leader_exports_the_inherited_run_with_its_true_age_until_it_has_i
     try:
         sink.leadership(True)
         ten_minutes_ago = int(time.time() * 1000) - 600_000
-        sink.restored(FinishedRun("full", a_run().report, 2500, tuple(REGISTRY), finished_ms=ten_minutes_ago)
-                      .summary("a1:3192"))
+        sink.restored(FinishedRun("full", a_run().report, 2500, tuple(REGISTRY), finished_ms=ten_minutes_ago,
+                                  ran_by="a1:3192").summary)
         text = scrape(sink.endpoint.port)
         assert sample(text, "auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY") == 1
         assert sample(text, "scrutiny_bookie_unavailable_ledgers", '{bookie="b2:3181",silence="down"}') == 2
@@ -104,8 +104,8 @@ def test_a_new_leader_exports_the_inherited_run_with_its_true_age_until_it_has_i
         assert 599 < (sample(text, "scrutiny_last_complete_run_age_seconds", '{kind="full"}') or 0) < 700
         assert sample(text, "scrutiny_runs_total", '{kind="full",outcome="complete"}') is None  # not run here
         sink.published(FinishedRun("full", Report("r2", "s", "f", True, {"checked": 1}, []), 5, tuple(REGISTRY)))
-        sink.restored(FinishedRun("full", a_run().report, 2500, tuple(REGISTRY), finished_ms=ten_minutes_ago)
-                      .summary("a1:3192"))  # older than its own run: ignored
+        sink.restored(FinishedRun("full", a_run().report, 2500, tuple(REGISTRY), finished_ms=ten_minutes_ago,
+                                  ran_by="a1:3192").summary)  # older than its own run: ignored
         text = scrape(sink.endpoint.port)
         assert sample(text, "auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY") == 0
         assert (sample(text, "scrutiny_last_complete_run_age_seconds", '{kind="full"}') or 999) < 60

@@ -210,7 +210,7 @@ def test_a_standbys_page_names_the_leader_and_its_api_redirects(
 
 
 def test_with_status_requires_auth_the_pages_need_the_token_too() -> None:
-    from scrutiny.auditor.service import Status
+    from scrutiny.auditor.service import Authenticator, Status
     from scrutiny.auditor.web import AuditorWeb
     from scrutiny.prometheus import Request
 
@@ -221,7 +221,7 @@ def test_with_status_requires_auth_the_pages_need_the_token_too() -> None:
         def last_run(self, kind: str) -> None:
             return None
 
-    web = AuditorWeb(Api(), TOKEN, True, False, 5.0)  # type: ignore[arg-type]
+    web = AuditorWeb(Api(), Authenticator(TOKEN, False, False), True, 5.0)  # type: ignore[arg-type]
     for path in ("/", "/api/v1/status", "/findings"):
         refused = web(Request("GET", path, {}, {}))
         assert refused is not None and refused.status == 401

@@ -93,6 +93,11 @@ def check_rescan_ids(ledger_ids: list[int], most: int, store: MetadataStore) -> 
                            + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""))
 
 
+def authenticator(token: str, s: AuditorSettings) -> Authenticator:
+    """The RPC's and the HTTP API's one rule for who may call what."""
+    return Authenticator(token, bool(s.tls_client_ca), s.insecure_open_rescan)
+
+
 def _engine_settings(s: ScanSettings) -> tuple[str, str, tuple[tuple[str, str], ...]]:
     return s.engine, s.spark_master, tuple(sorted(s.spark_conf.items()))
 
@@ -140,8 +145,7 @@ class Auditor:
         self.sinks = build_sinks(self.config)
         self._serve_pages()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="auditor-rpc"))
-        servicer = AuditorServicer(self, Authenticator(self._token, bool(s.tls_client_ca), s.insecure_open_rescan),
-                                   s.rescan_wait_seconds, s.status_requires_auth)
+        servicer = AuditorServicer(self, authenticator(self._token, s), s.rescan_wait_seconds, s.status_requires_auth)
         auditor_pb2_grpc.add_AuditorServicer_to_server(servicer, self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -217,7 +221,7 @@ class Auditor:
         s = self.config.auditor
         for sink in self.sinks:
             if isinstance(sink, PrometheusSink):
-                sink.endpoint.app = AuditorWeb(self, self._token, s.status_requires_auth, s.insecure_open_rescan,
+                sink.endpoint.app = AuditorWeb(self, authenticator(self._token, s), s.status_requires_auth,
                                                s.rescan_wait_seconds)
 
     # -- leadership ---------------------------------------------------------------------------
@@ -335,7 +339,7 @@ class Auditor:
             self._record_deep_run(ticket, report)
         run = FinishedRun(ticket.kind, report, ticket.finished_ms - ticket.started_ms, KIND_CATEGORIES[ticket.kind],
                           whole_cluster=ticket.kind in WHOLE_CLUSTER_KINDS and ticket.ledger_ids is None
-                          and not ticket.bookie_id, finished_ms=ticket.finished_ms)
+                          and not ticket.bookie_id, finished_ms=ticket.finished_ms, ran_by=self.address)
         for sink in self.sinks:
             try:
                 sink.published(run)
@@ -343,7 +347,7 @@ class Auditor:
                 log.exception("report sink %s failed", type(sink).__name__)
         if report.complete and run.whole_cluster and self.leading.is_set():
             self.inherited.pop(ticket.kind, None)
-            bequeath(self.leadership.connected_store(), run.summary(self.address))  # type: ignore[union-attr]
+            bequeath(self.leadership.connected_store(), run.summary)  # type: ignore[union-attr]
         if ticket.kind in PERIODIC and report.complete and self.leading.is_set() and self.periodic is not None:
             self.periodic.record(ticket.kind, ticket.started_ms)
 

@@ -59,6 +59,10 @@ class RunSummary:
                    dict(sorted(unavailable.items())), tuple(sorted(set(unavailable) - down)), report.blast_radius,
                    ran_by)
 
+    @property
+    def finished_at(self) -> str:
+        return iso_seconds(self.finished_ms / 1000)
+
     def looked_at(self, category: Category) -> bool:
         return str(category) in self.counts
 
@@ -94,7 +98,7 @@ class RunSummary:
         """The report of the contract as far as the summary knows it: counts, stats and blast radius,
         no per-ledger findings (`summary_only`), and which auditor ran it."""
         return {"run_id": self.run_id, "started_at": self.started_at,
-                "finished_at": iso_seconds(self.finished_ms / 1000), "complete": True, "summary_only": True,
+                "finished_at": self.finished_at, "complete": True, "summary_only": True,
                 "ran_by": self.ran_by, "ledgers": self.ledgers, "counts": self.counts, "stats": self.stats,
                 **({"blast_radius": self.blast_radius} if self.blast_radius is not None else {})}
 

@@ -36,6 +36,11 @@ class Status:
     runs_awaiting_recheck: int = 0
     inherited: tuple[RunSummary, ...] = ()  # newer than this auditor's own runs of their kinds
 
+    def own_last(self) -> tuple[Ticket, ...]:
+        """This auditor's last runs of the kinds it has inherited no newer run of."""
+        replaced = {i.kind for i in self.inherited}
+        return tuple(t for t in self.last if t.kind not in replaced)
+
 
 class AuditorApi(Protocol):
     def rescan(self, ledger_ids: list[int] | None, bookie_id: str) -> tuple[Ticket, bool]: ...
@@ -54,20 +59,19 @@ class Authenticator:
         self.token, self.client_ca, self.insecure_open = token, client_ca, insecure_open
 
     def check(self, context: grpc.ServicerContext) -> None:
-        if not self._allowed(context):
+        given = dict(context.invocation_metadata()).get("authorization", "")
+        if isinstance(given, bytes):
+            given = given.decode("utf-8", "replace")
+        if not self.allows(given, bool(self.client_ca) and verified_peer(context)):
             raise Unauthenticated("a valid bearer token is required")
 
-    def _allowed(self, context: grpc.ServicerContext) -> bool:
+    def allows(self, authorization: str, verified_client: bool = False) -> bool:
+        """The one rule, for the RPC and the HTTP API: `authorization` is the header's value."""
         if not self.token and not self.client_ca:
             return self.insecure_open
-        if self.client_ca and verified_peer(context):
+        if verified_client:
             return True
-        if self.token:
-            given = dict(context.invocation_metadata()).get("authorization", "")
-            if isinstance(given, bytes):
-                given = given.decode("utf-8", "replace")
-            return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
-        return False
+        return bool(self.token) and hmac.compare_digest(authorization.encode(), f"Bearer {self.token}".encode())
 
 
 def run_info(ticket: Ticket) -> Any:
@@ -84,7 +88,7 @@ def run_info(ticket: Ticket) -> Any:
 
 def inherited_run_info(summary: RunSummary) -> Any:
     return auditor_pb2.RunInfo(run_id=summary.run_id, kind=summary.kind, started_at=summary.started_at,
-                               finished_at=iso_seconds(summary.finished_ms / 1000), complete=True,
+                               finished_at=summary.finished_at, complete=True,
                                counts=summary.counts, ran_by=summary.ran_by)
 
 
@@ -151,7 +155,7 @@ class AuditorServicer(auditor_pb2_grpc.AuditorServicer):
         resp = auditor_pb2.GetStatusResponse(role=auditor_pb2.LEADER if s.leading else auditor_pb2.STANDBY,
                                              leader_address=s.leader_address, queued_runs=s.queued_runs,
                                              runs_awaiting_recheck=s.runs_awaiting_recheck)
-        resp.last_runs.extend(run_info(t) for t in s.last if t.kind not in {i.kind for i in s.inherited})
+        resp.last_runs.extend(run_info(t) for t in s.own_last())
         resp.last_runs.extend(inherited_run_info(i) for i in s.inherited)
         resp.skipped_runs.update(s.skipped)
         resp.next_runs.update(s.next_runs)

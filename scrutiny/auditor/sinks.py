@@ -3,6 +3,7 @@ changes of leadership; a new destination (a metrics system, say) is one new clas
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -10,23 +11,22 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import statsd
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from scrutiny.auditor.lastrun import RunSummary
-from scrutiny.categories import REGISTRY, Category, spec
+from scrutiny.categories import CATEGORY_NAMES, REGISTRY, Category, spec
 from scrutiny.prometheus import PREFIX, MetricsEndpoint
 from scrutiny.report import Report
 
 log = logging.getLogger(__name__)
 
-CATEGORY_NAMES = frozenset(str(c) for c in REGISTRY)  # a summary from a newer auditor may name more
 PHASES = ("first_pass_ms", "recheck_ms", "verify_ms")  # the stats that time a run's phases
 
 
@@ -38,9 +38,12 @@ class FinishedRun:
     categories: tuple[Category, ...]  # those the run looked at
     whole_cluster: bool = True  # every ledger (or every mark), not a rescan of some
     finished_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    ran_by: str = ""  # the auditor that ran it
 
-    def summary(self, ran_by: str = "") -> RunSummary:
-        return RunSummary.of(self.kind, self.report, self.finished_ms, self.duration_ms, self.categories, ran_by)
+    @functools.cached_property
+    def summary(self) -> RunSummary:
+        """What outlives the run (computed once, for every sink and the store)."""
+        return RunSummary.of(self.kind, self.report, self.finished_ms, self.duration_ms, self.categories, self.ran_by)
 
 
 class ReportSink:
@@ -111,15 +114,13 @@ class StatsdSink(ReportSink):
         return self.where
 
     def published(self, run: FinishedRun) -> None:
-        counts, report, kind = run.report.counts, run.report, run.kind
+        report, kind = run.report, run.kind
         try:
             # A pipeline packs several metrics per datagram: fewer packets to drop under load.
             with self.client.pipeline() as pipe:
-                for cat in run.categories:
-                    pipe.incr(f"violations.{cat}", counts[str(cat)])
-                    gauge = spec(cat).bookkeeper_gauge
-                    if gauge:
-                        pipe.gauge(f"auditor.{gauge}", counts[str(cat)])
+                for cat, n in run.summary.counts.items():  # the categories the run looked at
+                    pipe.incr(f"violations.{cat}", n)
+                _bookkeeper_gauges(pipe, run.summary.counts)
                 pipe.timing(f"run.{kind}.duration", run.duration_ms)
                 for phase in PHASES:
                     if phase in report.stats:
@@ -133,10 +134,7 @@ class StatsdSink(ReportSink):
     def restored(self, summary: RunSummary) -> None:
         try:
             with self.client.pipeline() as pipe:
-                for cat, n in summary.counts.items():
-                    gauge = _bookkeeper_gauge(cat)
-                    if gauge:
-                        pipe.gauge(f"auditor.{gauge}", n)
+                _bookkeeper_gauges(pipe, summary.counts)
         except OSError as exc:
             log.warning("StatsD: %s", exc)
 
@@ -185,7 +183,7 @@ class PrometheusSink(ReportSink):
             for v in report.violations:
                 self._reported[str(v.category)] += 1
             if report.complete and run.whole_cluster:
-                self._last[run.kind] = run.summary()
+                self._last[run.kind] = run.summary
 
     def restored(self, summary: RunSummary) -> None:
         with self._lock:
@@ -325,3 +323,11 @@ def _blast_families(blast: dict[str, dict[str, dict[str, int]]]) -> Iterator[Met
 
 def _bookkeeper_gauge(category: str) -> str:
     return spec(Category(category)).bookkeeper_gauge if category in CATEGORY_NAMES else ""
+
+
+def _bookkeeper_gauges(pipe: Any, counts: Mapping[str, int]) -> None:
+    """StatsD gauges under BookKeeper's auditor names, for the categories that have one."""
+    for cat, n in counts.items():
+        gauge = _bookkeeper_gauge(cat)
+        if gauge:
+            pipe.gauge(f"auditor.{gauge}", n)

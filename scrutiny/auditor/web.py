@@ -9,7 +9,6 @@ what the Auditor RPC asks it (`AuditorApi`), with the same rules: the state-chan
 
 from __future__ import annotations
 
-import hmac
 import html
 import json
 import time
@@ -21,14 +20,13 @@ import grpc
 
 from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.auditor.runqueue import Ticket
-from scrutiny.auditor.service import Status
-from scrutiny.categories import REGISTRY, Category, spec, worst_first
+from scrutiny.auditor.service import KINDS, Authenticator, Status
+from scrutiny.categories import CATEGORY_NAMES, REGISTRY, Category, spec, worst_first
 from scrutiny.checks import Violation
 from scrutiny.errors import NotLeader, RequestError, ScrutinyError, one_line
 from scrutiny.prometheus import Request, Response
 from scrutiny.report import Report
 
-KINDS = ("full", "underreplication", "rescan", "whatif", "deep")
 HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.UNAUTHENTICATED: 401,
                grpc.StatusCode.NOT_FOUND: 404, grpc.StatusCode.FAILED_PRECONDITION: 409,
                grpc.StatusCode.RESOURCE_EXHAUSTED: 429, grpc.StatusCode.UNAVAILABLE: 503}
@@ -55,11 +53,9 @@ class HttpError(Exception):
 class AuditorWeb:
     """The application `MetricsEndpoint` serves beside /metrics."""
 
-    def __init__(self, api: WebApi, token: str, reads_need_token: bool, insecure_open: bool,
-                 max_wait_seconds: float) -> None:
-        self.api, self.token = api, token
-        self.reads_need_token, self.insecure_open = reads_need_token, insecure_open
-        self.max_wait_seconds = max_wait_seconds
+    def __init__(self, api: WebApi, auth: Authenticator, reads_need_token: bool, max_wait_seconds: float) -> None:
+        self.api, self.auth = api, auth
+        self.reads_need_token, self.max_wait_seconds = reads_need_token, max_wait_seconds
 
     def __call__(self, req: Request) -> Response | None:
         routes: dict[tuple[str, str], Callable[[Request], Response]] = {
@@ -88,13 +84,10 @@ class AuditorWeb:
             return _json(HTTP_STATUS.get(exc.grpc_code, 500), {"error": one_line(exc)})
 
     def _authenticate(self, req: Request) -> None:
-        if not self.token:
-            if self.insecure_open:
-                return
-            raise HttpError(401, "this auditor has no token_file: its HTTP API accepts no state-changing call")
         given = req.headers.get("Authorization") or req.headers.get("authorization") or ""
-        if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
-            raise HttpError(401, "a valid bearer token is required (Authorization: Bearer <token>)")
+        if not self.auth.allows(given):  # no client certificates here: plain HTTP
+            raise HttpError(401, "a valid bearer token is required (Authorization: Bearer <token>)"
+                            if self.auth.token else "this auditor has no token_file: its HTTP API refuses this call")
 
     # -- what a request asks for -----------------------------------------------------------------
 
@@ -218,7 +211,7 @@ class AuditorWeb:
             age = _age(run)
             by = f" (by {_e(run.ran_by)})" if isinstance(run, RunSummary) else ""
             rows.append(f"<tr><td><a href='/findings?kind={kind}'>{kind}</a></td><td>{_e(run.run_id)}{by}</td>"
-                        f"<td>{_e(_finished(run))}</td><td>{age}</td><td>"
+                        f"<td>{_e(run.finished_at)}</td><td>{age}</td><td>"
                         + ", ".join(f"<a href='/findings?kind={kind}&category={c}'>{c}</a> {n}" for c, n in
                                     sorted(bad.items(), key=lambda cn: spec(Category(cn[0])).rank
                                            if cn[0] in CATEGORY_NAMES else 99))
@@ -309,7 +302,6 @@ class AuditorWeb:
         return _html(200, f"blast radius per {scope[:-1]}", body)
 
 
-CATEGORY_NAMES = frozenset(str(c) for c in REGISTRY)
 STYLE = ("body{font:14px sans-serif;margin:1.5em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
          "padding:3px 8px;text-align:left;vertical-align:top}.ok{color:#060}.warn{color:#a50}.error{color:#b00}"
          "small{color:#555}")
@@ -360,15 +352,11 @@ def _finding_row(v: Violation, run: str = "") -> str:
             f"</small></td>{f'<td>{_e(run)}</td>' if run else ''}</tr>")
 
 
-def _finished(run: Report | RunSummary) -> str:
-    return run.report_json()["finished_at"] if isinstance(run, RunSummary) else run.finished_at
-
-
 def _age(run: Report | RunSummary) -> str:
     from datetime import datetime
 
     try:
-        finished = datetime.fromisoformat(_finished(run).replace("Z", "+00:00")).timestamp()
+        finished = datetime.fromisoformat(run.finished_at.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return "?"
     return _duration(time.time() - finished)
@@ -392,6 +380,6 @@ def _status_json(s: Status) -> dict[str, Any]:
                                            | {"kind": i.kind, "complete": True} for i in s.inherited)
     return {"role": "leader" if s.leading else "standby", "leader_address": s.leader_address,
             "current_run": ticket(s.current) if s.current else None,
-            "last_runs": [ticket(t) for t in s.last if t.kind not in {i.kind for i in s.inherited}] + list(inherited),
+            "last_runs": [ticket(t) for t in s.own_last()] + list(inherited),
             "next_runs": dict(s.next_runs), "skipped_runs": dict(s.skipped), "queued_runs": s.queued_runs,
             "runs_awaiting_recheck": s.runs_awaiting_recheck}
