@@ -11,6 +11,7 @@ from concurrent import futures
 from typing import Any
 
 import grpc
+import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_AGENT_PORT", "BookieAgent", "BookieServicer"]
 MAX_LEDGERS_PER_CALL = 100_000
+LIST_PAGE = 250_000  # ledger ids per ListLedgers call when the caller names no page size
+MAX_LIST_PAGE = 1_000_000
+IDS_PER_MESSAGE = 65_536  # 512 KiB of ledger ids per ListLedgers message
 # Answers per stream message, and about how many bytes: a message costs the scan a fixed ~150 us on
 # top of its answers, and a large answer (a fragmented ledger) must not swell a message past the limit.
 ANSWERS_PER_MESSAGE = 1000
@@ -143,12 +147,53 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         if negative is not None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger_id {negative} is negative")
         failed = self.refresh("GetListOfEntriesOfLedgers")
+        sizes = getattr(self.source, "stored_bytes", None) if request.with_stored_bytes else None
         for i in range(0, len(ids), self.answers_per_message):
             if not context.is_active():
                 return
-            for batch in in_messages(self.answers(ids[i:i + self.answers_per_message], failed),
-                                     lambda a: len(a.availability_of_entries_of_ledger) + 16, self.answers_per_message):
+            answers = self.answers(ids[i:i + self.answers_per_message], failed)
+            if sizes is not None:
+                self._add_stored_bytes(sizes, answers)
+            for batch in in_messages(answers, lambda a: len(a.availability_of_entries_of_ledger) + 16,
+                                     self.answers_per_message):
                 yield bookie_pb2.GetListOfEntriesOfLedgersResponse(ledgers=batch)
+
+    def _add_stored_bytes(self, sizes: Callable[..., int | None], answers: list[Any]) -> None:
+        """The bytes stored for each ledger that lists entries, read at the deep scrub's rate."""
+        for a in answers:
+            if a.status not in (bookie_pb2.EOK, bookie_pb2.EUNKNOWNLEDGERSTATE):
+                continue
+            try:
+                n = sizes(a.ledger_id, throttle=self.deep_rate.take)
+            except Exception:  # unknown, not an error: the answer itself stands
+                log.exception("stored bytes of ledger %d", a.ledger_id)
+                n = None
+            if n is not None:
+                a.stored_bytes = n
+
+    def ListLedgers(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        lister = getattr(self.source, "list_ledgers", None)
+        if lister is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                          f"a {type(self.source).__name__} cannot list the bookie's ledgers")
+            return
+        if request.from_ledger_id < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"from_ledger_id {request.from_ledger_id} is negative")
+        if not 0 <= request.max_ledgers <= MAX_LIST_PAGE:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"max_ledgers {request.max_ledgers}: 0 (the agent's page, {LIST_PAGE}) .. {MAX_LIST_PAGE}")
+        failed = self.refresh("ListLedgers")
+        if failed:
+            context.abort(grpc.StatusCode.UNAVAILABLE, failed)
+        try:
+            ids, complete = lister(request.from_ledger_id, request.max_ledgers or LIST_PAGE)
+        except SourceError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        packed = np.asarray(ids, dtype=">i8").tobytes()
+        step = 8 * IDS_PER_MESSAGE
+        for i in range(0, max(len(packed), 1), step):
+            yield bookie_pb2.ListLedgersResponse(ledger_ids=packed[i:i + step], last_page=complete and
+                                                 i + step >= len(packed))
 
     def answers(self, ids: list[int], failed: str) -> list[Any]:
         """One stream message's answers; a source that answers many ledgers at once is asked so."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent import futures
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 import numpy as np
@@ -32,6 +32,14 @@ log = logging.getLogger(__name__)
 
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE,)
 HEALTH_CHECK_SECONDS = 2.0  # after a call timed out: is the agent there at all?
+LIST_PAGE = 250_000  # ledger ids per ListLedgers call: 2 MB, a second or so of the agent's time
+
+
+class Held(NamedTuple):
+    """What a bookie holds of one ledger: its entries, and the bytes stored for them where known."""
+
+    entries: int
+    stored_bytes: int | None
 
 
 # EUNKNOWNLEDGERSTATE: a limbo ledger (BP-46); what it lists is held, the rest is unknown.
@@ -299,6 +307,23 @@ class BookieClient:
                 else:
                     got.other[lid] = BookieAnswer(Outcome.UNAVAILABLE, reason=f"{exc.code().name}: {exc.details()}")
 
+    def _retried(self, call: Callable[[], None]) -> str:
+        """`call` again after a transient failure, at most `retries` times: "" once it succeeds, else why not."""
+        delays = self.backoff.delays()
+        reason = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(next(delays))
+            try:
+                call()
+                return ""
+            except grpc.RpcError as exc:
+                self.failed_calls += 1
+                reason = f"{exc.code().name}: {exc.details()}"
+                if exc.code() not in _TRANSIENT:
+                    break
+        return reason
+
     # -- deep scrub -------------------------------------------------------------------------------
 
     def verify_many(self, wanted: Mapping[str, Sequence[LedgerMetadata]],
@@ -320,25 +345,76 @@ class BookieClient:
 
     def _verify_chunk(self, bookie_id: str, asks: list[Any]) -> dict[int, DeepAnswer]:
         got: dict[int, DeepAnswer] = {}
-        reason = "the agent's stream ended without it"
+
+        def verify() -> None:
+            remaining = [a for a in asks if a.ledger_id not in got]
+            if remaining:
+                req = bookie_pb2.VerifyEntriesOfLedgersRequest(ledgers=remaining)
+                for msg in self._stub(bookie_id).VerifyEntriesOfLedgers(req, timeout=self.deep_deadline):
+                    for v in msg.ledgers:
+                        got.setdefault(v.ledger_id, interpret_verification(bookie_id, v))
+
         with self._slot(bookie_id):
-            delays = self.backoff.delays()
-            for attempt in range(self.retries + 1):
-                remaining = [a for a in asks if a.ledger_id not in got]
-                if not remaining:
-                    break
-                if attempt:
-                    time.sleep(next(delays))
-                try:
-                    req = bookie_pb2.VerifyEntriesOfLedgersRequest(ledgers=remaining)
-                    for msg in self._stub(bookie_id).VerifyEntriesOfLedgers(req, timeout=self.deep_deadline):
-                        for v in msg.ledgers:
-                            got.setdefault(v.ledger_id, interpret_verification(bookie_id, v))
-                    break
-                except grpc.RpcError as exc:
-                    self.failed_calls += 1
-                    reason = f"{exc.code().name}: {exc.details()}"
-                    if exc.code() not in _TRANSIENT:
-                        break
+            reason = self._retried(verify) or "the agent's stream ended without it"
         return {a.ledger_id: got.get(a.ledger_id) or DeepAnswer(reason=f"bookie {bookie_id}: {reason}")
                 for a in asks}
+
+
+class HoldingsClient:
+    """The reverse check's calls (what each bookie holds, beyond what the metadata says), on a
+    BookieClient's channels, per-bookie bounds and retries."""
+
+    def __init__(self, client: BookieClient) -> None:
+        self.client = client
+
+    def list_many(self, bookie_ids: Iterable[str], page: int = LIST_PAGE) -> dict[str, np.ndarray | str]:
+        """Every ledger each bookie holds (ascending ids), bookies in parallel; or why it could not be listed."""
+        tasks = {b: self.client._pool.submit(self._list, b, page) for b in sorted(set(bookie_ids))}
+        return {b: fut.result() for b, fut in tasks.items()}
+
+    def _list(self, bookie_id: str, page: int) -> np.ndarray | str:
+        pages = [np.empty(0, np.int64)]
+        done = False
+
+        def next_page() -> None:  # from the last id listed on; a retry asks for the same page again
+            nonlocal done
+            start = int(pages[-1][-1]) + 1 if len(pages) > 1 else 0
+            req = bookie_pb2.ListLedgersRequest(from_ledger_id=start, max_ledgers=page)
+            msgs = list(self.client._stub(bookie_id).ListLedgers(req, timeout=self.client.deadline))
+            data = b"".join(m.ledger_ids for m in msgs)
+            ids = np.frombuffer(data[:len(data) // 8 * 8], dtype=">i8").astype(np.int64)
+            if len(data) % 8 or (ids.size and (ids[0] < start or np.any(ids[1:] <= ids[:-1]))):
+                raise ValueError(f"bookie {bookie_id}: not ascending 8-byte ledger ids from {start}")
+            pages.append(ids)
+            done = any(m.last_page for m in msgs) or not ids.size
+
+        with self.client._slot(bookie_id):
+            while not done:
+                try:
+                    failed = self.client._retried(next_page)
+                except ValueError as exc:
+                    return str(exc)
+                if failed:
+                    return f"bookie {bookie_id}: {failed}"
+        return np.concatenate(pages)
+
+    def held(self, bookie_id: str, ledger_ids: Collection[int]) -> dict[int, Held | None]:
+        """What the bookie holds of these ledgers now (entries, and stored bytes where its agent knows
+        them), None for a ledger it does not hold; a ledger it did not answer for is left out (unknown)."""
+        out: dict[int, Held | None] = {}
+
+        def ask() -> None:
+            req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=sorted(set(ledger_ids) - out.keys()),
+                                                              with_stored_bytes=True)
+            for msg in self.client._stub(bookie_id).GetListOfEntriesOfLedgers(req, timeout=self.client.deadline):
+                for ans in msg.ledgers:
+                    answer = interpret(bookie_id, ans)
+                    if answer.outcome is Outcome.NO_LEDGER:
+                        out[ans.ledger_id] = None
+                    elif answer.availability is not None:
+                        out[ans.ledger_id] = Held(answer.availability.count, ans.stored_bytes
+                                                  if ans.HasField("stored_bytes") else None)
+
+        with self.client._slot(bookie_id):
+            self.client._retried(ask)
+        return out

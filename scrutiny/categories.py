@@ -26,6 +26,8 @@ class Category(enum.StrEnum):
     CORRUPT_ENTRY = "CORRUPT_ENTRY"
     DIVERGENT_COPIES = "DIVERGENT_COPIES"
     WEAK_DURABILITY_POLICY = "WEAK_DURABILITY_POLICY"
+    ENTRIES_PAST_THE_CLOSE = "ENTRIES_PAST_THE_CLOSE"
+    ORPHAN_LEDGER = "ORPHAN_LEDGER"
 
 
 class Severity(enum.StrEnum):
@@ -40,6 +42,7 @@ class Phase(enum.StrEnum):
     MARKS = "marks"  # the under-replication marks (also the cheap periodic job)
     WHATIF = "whatif"  # only a what-if run: were these bookies (racks) down, what would be at risk?
     DEEP = "deep"  # only a deep run: the stored bytes of the copies, read and verified by the agents
+    HOLDINGS = "holdings"  # a whole-cluster run: what every bookie holds, against the metadata (reverse check)
 
 
 class Fact(enum.StrEnum):
@@ -51,6 +54,7 @@ class Fact(enum.StrEnum):
     MARK = "mark"  # the under-replication mark itself, with the same ctime
     RACKS = "racks"  # the racks of the ledger's bookies
     REGISTRATIONS = "registrations"  # a blamed bookie still registered; one whose copies count as gone still not
+    ABSENT = "absent"  # the ledger still absent from the metadata, still held by the bookie, absent since long enough
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,20 @@ def _policy(d: Mapping[str, Any]) -> list[str]:
     return [f"E {d['ensemble_size']}, WQ {d['write_quorum']}, AQ {d['ack_quorum']}: {r}" for r in d.get("reasons", [])]
 
 
+def _past_the_close(d: Mapping[str, Any]) -> list[str]:
+    (first, last), = d["entries"]
+    return [f"entries {first}-{last} ({d['count']}) above lastEntryId {d['last_entry_id']} have at least "
+            f"{d['least_copies']} copies (AQ {d['ack_quorum']}) on {', '.join(d['ensemble'])}: a writer may have had "
+            f"them acknowledged; readers never see them"]
+
+
+def _orphan(d: Mapping[str, Any]) -> list[str]:
+    held = [f"{b}: {h['entries']} entries" + (f", {h['bytes']:,} bytes" if "bytes" in h else "")
+            for b, h in sorted(d.get("held_by", {}).items())]
+    return [*held, f"absent from the metadata since at least {d['absent_since']} ({d['absent_seconds']} s, grace "
+                   f"{d['grace_period_seconds']} s)"]
+
+
 def _error(d: Mapping[str, Any]) -> list[str]:
     return [str(d["error"])] if "error" in d else []
 
@@ -167,6 +185,13 @@ REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
     CategorySpec(Category.WEAK_DURABILITY_POLICY, Phase.LEDGERS, Severity.WARNING, _ANALYSED,
                  "the ledger's write or ack quorum is below the operator's minimum (min_write_quorum, "
                  "min_ack_quorum): one bookie's loss can lose acknowledged entries", _policy, rank=9),
+    CategorySpec(Category.ENTRIES_PAST_THE_CLOSE, Phase.LEDGERS, Severity.WARNING, _ANSWERED,
+                 "entries above the closed ledger's lastEntryId, from lastEntryId + 1 on, each with at least AQ "
+                 "copies on its write set: a writer may have had them acknowledged, and the ledger does not "
+                 "contain them", _past_the_close, rank=6.5),
+    CategorySpec(Category.ORPHAN_LEDGER, Phase.HOLDINGS, Severity.WARNING, frozenset({Fact.ABSENT}),
+                 "a bookie holds a ledger the metadata has not had for longer than the grace period: disk held "
+                 "for nothing, or a garbage collector that stopped", _orphan, rank=10),
 )}
 assert set(REGISTRY) == set(Category), "every category needs its registry entry"
 CATEGORY_NAMES = frozenset(str(c) for c in REGISTRY)  # a summary from a newer auditor may name more

@@ -439,6 +439,84 @@ def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> C
     return CoverageResult(least, violation, frozenset(unavailable), invalid, frozenset(limbo))
 
 
+@dataclass(frozen=True)
+class PastTheClose:
+    """What the bookies hold above a closed ledger's lastEntryId: the finding, if any, and whether
+    some copy there is the residue of unacknowledged writes (counted, never reported)."""
+
+    violation: Violation | None
+    residue: bool
+
+
+NOTHING_PAST_THE_CLOSE = PastTheClose(None, False)
+
+
+def check_past_the_close(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> PastTheClose:
+    """ENTRIES_PAST_THE_CLOSE: entries above lastEntryId that may have been acknowledged to a writer
+    (apache/bookkeeper #4812). A writer acknowledges entries in order, each once it has AQ copies on its
+    write set, so an entry past the close may have been acknowledged only if it and every entry from
+    lastEntryId + 1 up to it have AQ copies on the write sets they would have had (those of the last
+    segment starting at or before them). Those entries are reported; any other copy past the close is
+    the residue of a close or a recovery with writes in flight (docs/entries-past-the-close.md). Only
+    copies known from answers count: a silent bookie's are unknown."""
+    last = md.last_entry_id
+    top = max((a.availability.highest for a in answers.values() if a.availability is not None), default=-1)
+    if top <= last:
+        return NOTHING_PAST_THE_CLOSE
+    wq, aq = md.write_quorum, md.ack_quorum
+    segments = sorted(md.segments, key=lambda s: s.first_entry_id)
+    end = last  # the last entry of the run from lastEntryId + 1 that has AQ copies everywhere
+    least = wq
+    holders: set[str] = set()
+    ensemble: tuple[str, ...] = ()
+    for i, seg in enumerate(segments):
+        lo = max(seg.first_entry_id, end + 1)
+        hi = top if i + 1 == len(segments) else min(top, segments[i + 1].first_entry_id - 1)
+        if lo > hi or not seg.ensemble:
+            continue
+        if lo > end + 1:
+            break
+        e = len(seg.ensemble)
+        held: list[list[Intervals]] = [a.availability.residue_intervals(e, lo, hi) if (a := answers.get(b)) is not None
+                and a.availability is not None else [[] for _ in range(e)] for b in seg.ensemble]
+        gap = hi + 1  # the first entry in [lo, hi] with fewer than AQ copies
+        for r in range(e):
+            k, k_hi = -((r - lo) // e), (hi - r) // e
+            for k0, k1, copies in _copies([held[(r + w) % e][r] for w in range(wq)]):
+                if k0 > k or copies < aq:
+                    break
+                least = min(least, copies)
+                k = k1 + 1
+            if k <= k_hi:
+                gap = min(gap, k * e + r)
+        if gap > lo:
+            ensemble = ensemble or seg.ensemble
+            holders |= {b for p, b in enumerate(seg.ensemble)
+                        if any(k0 * e + r < gap for r, ivs in enumerate(held[p]) for k0, _ in ivs[:1])}
+            end = gap - 1
+        if gap <= hi:
+            break
+    residue = top > end
+    if end == last:
+        return PastTheClose(None, residue)
+    details = {"last_entry_id": last, "entries": [[last + 1, end]], "count": end - last, "least_copies": least,
+               "ack_quorum": aq, "write_quorum": wq, "ensemble": list(ensemble), "highest_entry_held": top}
+    return PastTheClose(Violation(Category.ENTRIES_PAST_THE_CLOSE, md.ledger_id, tuple(sorted(holders)), details,
+                                  md.znode_version), residue)
+
+
+def _copies(per_position: Sequence[Intervals]) -> list[tuple[int, int, int]]:
+    """Elementary k-intervals, ascending, where at least one of the positions holds the entries, and how
+    many do."""
+    points = sorted({p for ivs in per_position for k0, k1 in ivs for p in (k0, k1 + 1)})
+    out = []
+    for a, b in itertools.pairwise(points):
+        n = sum(1 for ivs in per_position for k0, k1 in ivs if k0 <= a <= k1)
+        if n:
+            out.append((a, b - 1, n))
+    return out
+
+
 def coverage_without(md: LedgerMetadata, answers: Mapping[str, BookieAnswer], gone: Collection[str]) -> CoverageResult:
     """The replicas check as it would be if the `gone` bookies had lost every copy (a what-if)."""
     return check_coverage(md, {**answers, **{b: NO_LEDGER for b in gone}})

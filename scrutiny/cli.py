@@ -146,6 +146,11 @@ def _scan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rack", action="append", type=_pairs("--rack"), metavar="BOOKIE_ID=/LOCATION")
     p.add_argument("--underreplicated-grace-period", type=int, metavar="SECONDS", help="0 = off")
     p.add_argument("--recheck-delay", type=float, metavar="SECONDS")
+    p.add_argument("--orphan-grace-period", type=int, metavar="SECONDS",
+                   help="ORPHAN_LEDGER once a ledger has been seen held and absent from the metadata this long "
+                        "(the auditor's sightings; default 3600; 0: at once)")
+    p.add_argument("--no-orphan-check", dest="orphan_check", action="store_false", default=None,
+                   help="do not list what the bookies hold (the reverse check of whole-cluster runs)")
     p.add_argument("--write-cache-grace", dest="write_cache_grace_seconds", type=float, metavar="SECONDS",
                    help="re-check instead of report ledgers closed less than this ago (bookie write cache)")
     p.add_argument("--ledger", action="append", type=int, metavar="ID", help="scan only these (repeatable)")

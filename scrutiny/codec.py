@@ -352,6 +352,14 @@ class Availability:
         # uint64: one group may hold up to 2^63 ids; the sum is taken in Python ints.
         return sum((seqs.astype(np.uint64) * size.astype(np.uint64)).tolist())
 
+    @property
+    def highest(self) -> int:
+        """The highest entry id held (-1 when none)."""
+        if self._rows is not None:
+            return max((r[1] + r[2] - 1 for r in self._rows), default=-1)
+        first, last, size, _ = self._cols
+        return int((last + size - 1).max()) if first.size else -1
+
     def same_groups(self, groups: Sequence[Row]) -> bool:
         """Held as exactly these groups? Cheap; the same set in another grouping is not seen here."""
         if self._rows is None and len(groups) != self._cols[0].size:

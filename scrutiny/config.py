@@ -77,6 +77,9 @@ class ScanSettings(ClusterSettings):
     write_cache_grace_seconds: float = 0.0
     verify_rounds: int = 3
     blast_radius: bool = True  # full runs: per bookie and rack, what would fall below AQ were it down
+    # the reverse check (whole-cluster runs): ledgers the bookies hold that the metadata does not have
+    orphan_check: bool = True
+    orphan_grace_period: int = 3600  # seconds seen held and absent before ORPHAN_LEDGER (> gcWaitTime)
     # deep scrub: the stored bytes read and verified by the agents (DbLedgerStorage)
     deep: bool = False
     deep_slices: int = 1  # a deep pass in this many slices of the ledgers; a run verifies one
@@ -115,6 +118,7 @@ class ScanSettings(ClusterSettings):
             (self.min_racks_per_write_quorum >= 1, "min_racks_per_write_quorum", "at least 1"),
             (self.underreplicated_grace_period >= 0, "underreplicated_grace_period", "0 (off) or more seconds"),
             (self.recheck_delay >= 0, "recheck_delay", "0 or more seconds"),
+            (self.orphan_grace_period >= 0, "orphan_grace_period", "0 or more seconds"),
             (self.bookie_deadline_seconds > 0, "bookie_deadline_seconds", "more than 0"),
             (self.bookie_recheck_deadline_seconds == 0 or self.bookie_recheck_deadline_seconds
              >= self.bookie_deadline_seconds, "bookie_recheck_deadline_seconds",

@@ -12,8 +12,10 @@
 
 Every source answers `availability(ledger_id)` what the bookie itself would serve: a `Holding` (the
 BP-34 encoding, and whether the ledger is in limbo), None for "no such ledger" (ENOLEDGER), or
-SourceError when it cannot tell (the agent answers EIO). DbLedgerStorageSource also answers
-`verify(...)` (the deep scrub): the entries the index lists, read from the entry logs and verified.
+SourceError when it cannot tell (the agent answers EIO). A source that can list its ledgers answers
+`list_ledgers(from_id, limit)` (the reverse check: ledgers the metadata no longer has); the bridge cannot
+(BookKeeper's protocol has no such request). DbLedgerStorageSource also answers `verify(...)` (the deep
+scrub) and `stored_bytes(ledger_id)`: the entries the index lists, read from the entry logs.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class Verification(NamedTuple):
 
 
 MAX_ENTRY_BYTES = 64 * 1024 * 1024  # larger than any entry a bookie accepts (nettyMaxFrameSizeBytes)
+STORED_BYTES_MOST_ENTRIES = 1_000_000  # a ledger's stored bytes are summed entry by entry up to this many
+PAGE_BYTES = 4096
 
 
 class EntrySource(Protocol):
@@ -201,6 +205,51 @@ class DbLedgerStorageSource:
         got = self.entry_ids(ledger_id)
         return None if got is None else Holding(codec.encode(got[0]), got[1])
 
+    def list_ledgers(self, from_id: int, limit: int) -> tuple[np.ndarray, bool]:
+        """The ledgers the `ledgers` indexes hold from `from_id` on, ascending, at most `limit`; and
+        whether that is all of them. Keys only: a ledger's value is never read."""
+        found: list[np.ndarray] = []
+        complete = True
+        with self._lock:
+            for ledgers, locations in self.indexes:
+                if ledgers._handle is None:
+                    ledgers.catch_up()
+                    locations.catch_up()
+                keys: list[bytes] = []
+                for key in ledgers._handle.keys(from_key=_LEDGER_KEY.pack(from_id)):
+                    if len(keys) == limit:
+                        complete = False
+                        break
+                    keys.append(key)
+                found.append(np.frombuffer(b"".join(keys), dtype=">i8").astype(np.int64))
+        ids = np.unique(np.concatenate(found)) if found else np.empty(0, np.int64)
+        ids = ids[ids >= 0]  # bytewise order puts negative ids after the others: none is a ledger
+        return ids[:limit], complete and ids.size <= limit
+
+    def stored_bytes(self, ledger_id: int, most_entries: int = STORED_BYTES_MOST_ENTRIES,
+                     throttle: Callable[[int], None] = lambda n: None) -> int | None:
+        """The bytes the bookie stores for the ledger's entries (each entry's size field in its entry
+        log); None when unknown: no such ledger, too many entries to look up, or a log not readable."""
+        where = self._locations(ledger_id)
+        if where is None or len(where) > most_entries:
+            return None
+        total = 0
+        logs: dict[tuple[int, int], int | None] = {}
+        try:
+            for d, _, location in where:
+                size = self._stored_size(d, location, logs)
+                throttle(PAGE_BYTES)  # a random read of a size field costs the disk a page
+                if size is None:
+                    return None
+                total += size
+        except OSError:
+            return None
+        finally:
+            for fd in logs.values():
+                if fd is not None:
+                    os.close(fd)
+        return total
+
     # -- deep scrub --------------------------------------------------------------------------------
 
     def _locations(self, ledger_id: int) -> list[tuple[int, int, int]] | None:
@@ -229,9 +278,8 @@ class DbLedgerStorageSource:
             value = locations.get(_KEY.pack(ledger_id, entry_id))
         return None if value is None else int(struct.unpack(">q", value)[0])
 
-    def _read(self, d: int, location: int, logs: dict[tuple[int, int], int | None]) -> tuple[bytes, str, str]:
-        """The stored bytes at a location, or why they cannot be read (read-only; nothing changes)."""
-        log_id, pos = entrylog.split_location(location)
+    def _log(self, d: int, log_id: int, logs: dict[tuple[int, int], int | None]) -> int | None:
+        """An entry log opened read-only (once per call: `logs`), None when it does not exist."""
         key = (d, log_id)
         if key not in logs:
             path = entrylog.log_path(self.ledger_dirs[d], log_id)
@@ -241,7 +289,23 @@ class DbLedgerStorageSource:
                 logs[key] = os.open(path, os.O_RDONLY)
             except FileNotFoundError:
                 logs[key] = None
-        fd = logs[key]
+        return logs[key]
+
+    def _stored_size(self, d: int, location: int, logs: dict[tuple[int, int], int | None]) -> int | None:
+        log_id, pos = entrylog.split_location(location)
+        fd = self._log(d, log_id, logs)
+        if fd is None or pos < entrylog.LOG_HEADER_BYTES + entrylog.ENTRY_SIZE.size:
+            return None
+        head = os.pread(fd, entrylog.ENTRY_SIZE.size, pos - entrylog.ENTRY_SIZE.size)
+        if len(head) < entrylog.ENTRY_SIZE.size:
+            return None
+        (size,) = entrylog.ENTRY_SIZE.unpack(head)
+        return size if 0 <= size <= MAX_ENTRY_BYTES else None
+
+    def _read(self, d: int, location: int, logs: dict[tuple[int, int], int | None]) -> tuple[bytes, str, str]:
+        """The stored bytes at a location, or why they cannot be read (read-only; nothing changes)."""
+        log_id, pos = entrylog.split_location(location)
+        fd = self._log(d, log_id, logs)
         if fd is None:
             return b"", entrylog.MISSING_LOG, f"no entry log {log_id:x}.log"
         if pos < entrylog.LOG_HEADER_BYTES + entrylog.ENTRY_SIZE.size:
@@ -438,6 +502,10 @@ class SyntheticStore:
 
     def availability(self, ledger_id: int) -> Holding | None:
         return self.availability_many([ledger_id])[0]
+
+    def list_ledgers(self, from_id: int, limit: int) -> tuple[np.ndarray, bool]:
+        at = int(np.searchsorted(self._ids, from_id))
+        return np.array(self._ids[at:at + limit], dtype=np.int64), at + limit >= self._ids.size
 
     def availability_many(self, ledger_ids: Sequence[int]) -> list[Holding | None]:
         """Many answers at once: the groups of every ledger asked encoded in one numpy pass, then cut."""

@@ -17,12 +17,16 @@ from scrutiny.owners import UNKNOWN, Owner
 RUN_STATS = ("underreplicated_marks", "first_pass_ms", "recheck_ms", "verify_ms", "potentially_faulty",
              "rechecked_again", "left_unsettled_after_rechecks", "reanalyzed_after_metadata_change",
              "reanalyzed_after_rack_change", "relooked_after_registration_change", "dropped_marked_during_run",
-             "marks_gone_before_reporting", "dropped_offloaded", "ledgers_with_limbo_copies", "bookie_calls_failed")
+             "marks_gone_before_reporting", "dropped_offloaded", "ledgers_with_limbo_copies",
+             "ledgers_with_residue_past_the_close", "bookie_calls_failed")
 # Deep runs add these. Units: ledgers (deep_ledgers_verified), copies of a ledger on one bookie
 # (deep_copies_unverified, deep_copies_digest_unchecked), entry copies (deep_entries_verified,
 # deep_entries_corrupt: an entry on two bookies counts twice), bytes (deep_bytes_read).
 DEEP_STATS = ("deep_ledgers_verified", "deep_entries_verified", "deep_bytes_read", "deep_entries_corrupt",
               "deep_copies_unverified", "deep_copies_digest_unchecked")
+# Runs with the reverse check (whole-cluster runs) add these: bookies, and (bookie, ledger) pairs.
+HOLDINGS_STATS = ("orphan_bookies_listed", "orphan_bookies_not_listed", "orphan_candidates",
+                  "orphan_sightings_untracked")
 MARKS_STATS = ("underreplicated_marks", "marks_gone_before_reporting")  # the periodic age check of the marks
 
 

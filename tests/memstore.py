@@ -32,6 +32,7 @@ class MemoryCluster:
     agents: dict[str, str] = field(default_factory=dict)
     cadence: dict[str, int] = field(default_factory=dict)
     deep_pass: bytes | None = None
+    orphan_sightings: bytes | None = None
     last_runs: dict[str, bytes] = field(default_factory=dict)
     replication_disabled: bool = False
     up: bool = True
@@ -155,6 +156,12 @@ class MemoryStore(MetadataStore):
 
     def set_deep_pass(self, data: bytes) -> None:
         self._check().deep_pass = data
+
+    def orphan_sightings(self) -> bytes | None:
+        return self._check().orphan_sightings
+
+    def set_orphan_sightings(self, data: bytes) -> None:
+        self._check().orphan_sightings = data
 
     def on_session_lost(self, callback: Callable[[], None]) -> None:
         pass

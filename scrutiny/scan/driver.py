@@ -21,12 +21,17 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import numpy as np
+
+from scrutiny.bookieclient import BookieClient, HoldingsClient
 from scrutiny.categories import Category, Fact, resting_on
 from scrutiny.checks import Violation, check_underreplication_age
 from scrutiny.config import ScanSettings
+from scrutiny.errors import DataError
 from scrutiny.metadata import UnderreplicationMark
+from scrutiny.orphans import Sightings, orphan
 from scrutiny.owners import UNKNOWN, owner_from_custom_metadata
-from scrutiny.report import DEEP_STATS, MARKS_STATS, RUN_STATS, Report, with_every_stat
+from scrutiny.report import DEEP_STATS, HOLDINGS_STATS, MARKS_STATS, RUN_STATS, Report, with_every_stat
 from scrutiny.scan.engines import Engine, Progress, make_engine
 from scrutiny.scan.work import LEDGER_COUNTERS, Blast, Pass, RangeResult, RunContext
 from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, open_store
@@ -64,12 +69,14 @@ class PendingRun:
     stats: Counter[str] = field(default_factory=Counter)
     faulty: dict[int, tuple[str, ...]] = field(default_factory=dict)
     blast: dict[str, Blast] = field(default_factory=dict)
+    enumerated: list[np.ndarray] = field(default_factory=list)  # every ledger id of the first pass (`holdings`)
 
     def absorb(self, result: RangeResult, first_look: bool = True) -> None:
         """A pass's result. Ledgers looked at again were counted at their first look: only their
         deletions count again."""
         if first_look:
             self.counts.update(result.counts)
+            self.enumerated += result.enumerated
         else:
             self.counts["deleted_during_run"] += result.counts.get("deleted_during_run", 0)
         for k, v in result.stats.items():
@@ -90,8 +97,10 @@ class PendingRun:
 
 class ScrutinyRun:
     def __init__(self, settings: ScanSettings, engine: Engine | None = None, progress: Progress | None = None,
-                 sleep: Callable[[float], None] = time.sleep, run_id: str | None = None, kind: str = "scan") -> None:
+                 sleep: Callable[[float], None] = time.sleep, run_id: str | None = None, kind: str = "scan",
+                 record_sightings: bool = False) -> None:
         self.settings = settings.validate()
+        self.record_sightings = record_sightings  # the auditor keeps the orphan sightings from run to run
         self.kind = kind  # named in every log line of the run: the auditor runs several kinds
         self.engine = engine or make_engine(settings)
         self.progress = progress
@@ -137,7 +146,7 @@ class ScrutinyRun:
             scoped = bool(wanted)
             whole = not (scoped or only or s.topics)
             ctx = RunContext(s, locations, frozenset(marks), addresses, started, only, without=gone,
-                             blast_radius=whole and s.blast_radius)
+                             blast_radius=whole and s.blast_radius, holdings=whole and s.orphan_check)
             if s.topics and ledger_ids is None:
                 topics = store.pulsar_owners(s.topics)
                 problems += topics.problems
@@ -174,6 +183,10 @@ class ScrutinyRun:
             # Findings that could not be re-read are not presented as a complete report.
             pending.errors.append(f"re-check and re-read before reporting: {exc}")
         try:
+            self._holdings(pending)
+        except MetadataStoreUnavailable as exc:
+            pending.errors.append(f"the reverse check (what the bookies hold): {exc}")
+        try:
             aged = [m for lid, m in pending.marks.items() if pending.scope is None or lid in pending.scope]
             for v in aged_marks(pending.store, aged, self.settings.underreplicated_grace_period, pending.stats):
                 pending.violations[(v.category, v.ledger_id)] = v
@@ -190,7 +203,8 @@ class ScrutinyRun:
             complete=not pending.errors, ledgers={k: pending.counts[k] for k in LEDGER_COUNTERS},
             violations=sorted(pending.violations.values(), key=lambda v: (v.category, v.ledger_id)),
             errors=pending.errors,
-            stats=with_every_stat(dict(pending.stats), RUN_STATS + (DEEP_STATS if self.settings.deep else ())),
+            stats=with_every_stat(dict(pending.stats), RUN_STATS + (DEEP_STATS if self.settings.deep else ())
+                                  + (HOLDINGS_STATS if pending.ctx.holdings else ())),
             blast_radius=blast_radius_json(pending.blast) if pending.ctx.blast_radius else None,
         )
         for v in report.violations:
@@ -263,13 +277,67 @@ class ScrutinyRun:
             for lid in reanalyse:
                 pending.drop(lid)
             # (the blast radius counted these ledgers at their first look already)
-            again = self._pass(dataclasses.replace(pending.ctx, blast_radius=False), store.ranges_of(reanalyse),
-                               Pass.FIRST)
+            again = self._pass(dataclasses.replace(pending.ctx, blast_radius=False, holdings=False),
+                               store.ranges_of(reanalyse), Pass.FIRST)
             pending.absorb(again, first_look=False)
             if again.potentially_faulty:
                 self.sleep(self.settings.recheck_delay)
             self._recheck(pending, {**again.potentially_faulty, **relook})
         pending.errors.append(f"facts kept changing for some findings after {self.settings.verify_rounds} re-reads")
+
+    def _holdings(self, pending: PendingRun) -> None:
+        """The reverse check (`scrutiny.orphans`): every bookie lists its ledgers; those the first pass did
+        not enumerate are read again, and those still absent are sighted. A ledger sighted for longer than
+        the grace period is asked about again (still held? how much?) and read again once more: only a
+        ledger still held and still absent is reported."""
+        if not pending.ctx.holdings:
+            return
+        s, store, stats = self.settings, pending.store, pending.stats
+        regs = store.registrations()
+        addresses = {**store.agent_addresses(), **s.bookie_endpoints}
+        known = np.unique(np.concatenate(pending.enumerated)) if pending.enumerated else np.empty(0, np.int64)
+        with BookieClient.from_settings(s, addresses) as agents:
+            client = HoldingsClient(agents)
+            listed = client.list_many(set(regs.writable) | set(regs.readonly) | set(addresses))
+            held = {b: np.setdiff1d(ids, known) for b, ids in listed.items() if not isinstance(ids, str)}
+            for b, why in sorted((b, why) for b, why in listed.items() if isinstance(why, str)):
+                log.info("run %s: cannot list what %s holds: %s", self.run_id, b, why)
+            suspects = np.unique(np.concatenate([np.empty(0, np.int64), *held.values()])).tolist()
+            absent = {r.ledger_id for r in store.read_ledgers(suspects) if r.deleted}
+            candidates = {b: [lid for lid in ids.tolist() if lid in absent] for b, ids in held.items()}
+            now = now_ms()
+            sightings = self._sightings(store).seen(candidates, now)
+            stats.update(orphan_bookies_listed=len(held), orphan_bookies_not_listed=len(listed) - len(held),
+                         orphan_candidates=sum(map(len, candidates.values())),
+                         orphan_sightings_untracked=sightings.untracked)
+            due = {b: per for b, per in sightings.due(s.orphan_grace_period * 1000, now).items() if b in held}
+            held_by: dict[int, dict[str, dict[str, int]]] = {}
+            first_seen: dict[int, int] = {}
+            for b, per in sorted(due.items()):
+                for lid, h in client.held(b, per).items():
+                    if h is not None:  # else collected meanwhile
+                        held_by.setdefault(lid, {})[b] = {"entries": h.entries} | (
+                            {"bytes": h.stored_bytes} if h.stored_bytes is not None else {})
+                        first_seen[lid] = min(first_seen.get(lid, now), per[lid])
+        for read in store.read_ledgers(sorted(held_by)):
+            if read.deleted:
+                lid = read.ledger_id
+                pending.violations[(Category.ORPHAN_LEDGER, lid)] = dataclasses.replace(
+                    orphan(lid, held_by[lid], first_seen[lid], now, s.orphan_grace_period, iso(first_seen[lid])),
+                    owner=UNKNOWN)  # its metadata, and the owner it named, are gone
+        if self.record_sightings:
+            try:
+                store.set_orphan_sightings(sightings.to_bytes())
+            except Exception as exc:  # the next run sights them again: later, never early
+                log.warning("run %s: could not record the orphan sightings: %s", self.run_id, exc)
+
+    def _sightings(self, store: MetadataStore) -> Sightings:
+        data = store.orphan_sightings()
+        try:
+            return Sightings.parse(data, "the stored orphan sightings") if data else Sightings()
+        except DataError as exc:
+            log.error("%s: sighting every orphan anew", exc)
+            return Sightings()
 
     def _attach_owners(self, pending: PendingRun) -> None:
         """Pulsar's managed-ledger records, read once and only when needed: for findings on ledgers

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
 from scrutiny.bookieclient import BookieClient
 from scrutiny.categories import Category
 from scrutiny.checks import (
@@ -34,6 +36,7 @@ from scrutiny.checks import (
     check_coverage,
     check_deep,
     check_durability_policy,
+    check_past_the_close,
     check_placement,
     coverage_without,
     healthy_coverage,
@@ -73,6 +76,7 @@ class RunContext:
     placement: bool = True
     without: frozenset[str] = frozenset()  # a what-if: these bookies down (their copies gone)
     blast_radius: bool = False  # count, per bookie and per rack, what would fall below AQ without it
+    holdings: bool = False  # the reverse check: bring back every ledger id enumerated (the first pass)
     # FINAL passes only:
     lost_bookies: frozenset[str] = frozenset()  # unregistered at every look: their copies are gone
     registered: frozenset[str] = frozenset()  # registered now
@@ -110,6 +114,7 @@ class RangeResult:
     stats: Mapping[str, int] = field(default_factory=dict)  # keys with "peak" merge by max, others by sum
     # "bookie:<id>" / "rack:<name>" -> (ledgers below AQ, ledgers without a copy, their topics, ...) if it went down
     blast: Mapping[str, Blast] = field(default_factory=dict)
+    enumerated: tuple[np.ndarray, ...] = ()  # the ledger ids of the ranges, when the run asked (`holdings`)
 
     @staticmethod
     def merge(results: Iterable[RangeResult]) -> RangeResult:
@@ -121,7 +126,9 @@ class RangeResult:
         marked: list[int] = []
         errors: list[str] = []
         blast: dict[str, Blast] = {}
+        enumerated: list[np.ndarray] = []
         for r in results:
+            enumerated += r.enumerated
             for key, b in r.blast.items():
                 blast[key] = b.plus(blast[key]) if key in blast else b
             counts.update(r.counts)
@@ -133,7 +140,7 @@ class RangeResult:
             marked += r.marked_in_scope
             errors += r.errors
         return RangeResult(dict(counts), tuple(violations), faulty, tuple(deleted), tuple(marked), tuple(errors),
-                           dict(stats), blast)
+                           dict(stats), blast, tuple(enumerated))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,7 +211,7 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     grace_ms = int(ctx.settings.write_cache_grace_seconds * 1000)
     violations: list[Violation] = []
     faulty: dict[int, tuple[str, ...]] = {}
-    limbo = 0
+    limbo = residue = 0
     below_keys: list[tuple[str, str]] = []  # the blast radius, per (scope, name) as blast_radius says it
     without_keys: list[tuple[str, str]] = []
     topics_below: dict[tuple[str, str], set[str]] = {}
@@ -217,7 +224,13 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     for md, held in zip(ledgers, healthy, strict=True):
         found: list[Violation] = []
         per, cov = analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty, deep_answers, held)
-        limbo += bool(mode is Pass.FINAL and md.ledger_id not in faulty and cov.limbo)
+        settled = md.ledger_id not in faulty
+        limbo += bool(mode is Pass.FINAL and settled and cov.limbo)
+        if settled and not held and not ctx.without:
+            past = check_past_the_close(md, per)
+            residue += past.residue
+            if past.violation is not None:
+                found.append(past.violation)
         owner = owner_from_custom_metadata(md.custom_metadata)
         if found:
             violations += [dataclasses.replace(v, owner=owner) for v in found] if owner else found
@@ -238,7 +251,8 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     blast = {f"{scope}:{name}": Blast(n, without_copy[scope, name], frozenset(topics_below.get((scope, name), ())),
                                       frozenset(topics_without.get((scope, name), ())))
              for (scope, name), n in below.items()}
-    stats = {"ledgers_with_limbo_copies": limbo} if limbo else {}
+    stats = {k: n for k, n in (("ledgers_with_limbo_copies", limbo),
+                               ("ledgers_with_residue_past_the_close", residue)) if n}
     return RangeResult(counts={"checked": len(ledgers)}, violations=tuple(violations), potentially_faulty=faulty,
                        stats={**stats, **deep_stats(deep)} if deep is not None else stats, blast=blast)
 
@@ -388,7 +402,9 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
     try:
         store, client = EXECUTOR.get(ctx)
         reads_before, failed_before = store.reads, client.failed_calls
-        selection = select(ctx, store.read_ledgers(store.ledger_ids(rng)))
+        ids = store.ledger_ids(rng)
+        enumerated = (np.array(ids, dtype=np.int64),) if ctx.holdings and mode is Pass.FIRST else ()
+        selection = select(ctx, store.read_ledgers(ids))
         s = ctx.settings
         deadline = s.recheck_deadline if mode is Pass.FINAL else s.bookie_deadline_seconds
         answers = client.fetch_many(wanted(selection.candidates), deadline) if selection.candidates else {}
@@ -402,6 +418,6 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
         return RangeResult(errors=(f"range {rng.describe()}: {exc}",))
     return RangeResult.merge([
         RangeResult(selection.counts, selection.violations, deleted=selection.deleted,
-                    marked_in_scope=selection.marked_in_scope, stats=io_stats),
+                    marked_in_scope=selection.marked_in_scope, stats=io_stats, enumerated=enumerated),
         checked,
     ])

@@ -3,7 +3,7 @@
 Everything scrutiny reads or writes in the cluster's coordination store goes through `MetadataStore`:
 enumeration of ledgers as opaque range tokens, ledger reads, under-replication marks, bookie
 registrations, racks, the bookie agents' registry, and for the auditor its election, cadence, last
-complete runs and deep-scrub cursor.
+complete runs, deep-scrub cursor and orphan sightings.
 ZooKeeper (`scrutiny.store.zookeeper`) is the one implementation; another store (etcd, Oxia: Pulsar's
 PIP-45) is one new module implementing this class plus its URI scheme in `BACKENDS`.
 """
@@ -170,6 +170,13 @@ class MetadataStore(ABC):
 
     @abstractmethod
     def set_deep_pass(self, data: bytes) -> None: ...
+
+    @abstractmethod
+    def orphan_sightings(self) -> bytes | None:
+        """When each orphan candidate was first seen (`scrutiny.orphans.Sightings`), as the leaders record it."""
+
+    @abstractmethod
+    def set_orphan_sightings(self, data: bytes) -> None: ...
 
     @abstractmethod
     def on_session_lost(self, callback: Callable[[], None]) -> None:

@@ -364,6 +364,13 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
     def set_deep_pass(self, data: bytes) -> None:
         self._put(f"{self._auditor_path}/deep-pass", data)
 
+    def orphan_sightings(self) -> bytes | None:
+        got = self.get(f"{self._auditor_path}/orphan-sightings")
+        return None if got is None else got[0]
+
+    def set_orphan_sightings(self, data: bytes) -> None:
+        self._put(f"{self._auditor_path}/orphan-sightings", data)
+
     def _put(self, path: str, data: bytes) -> None:
         if self.exists(path):
             self.client.set(path, data)

@@ -86,6 +86,11 @@ class MutableHoldings:
             ids = self._ledgers.get(ledger_id)
         return None if ids is None else Holding(codec.encode(ids))
 
+    def list_ledgers(self, from_id: int, limit: int) -> tuple[np.ndarray, bool]:
+        with self._lock:
+            ids = sorted(lid for lid in self._ledgers if lid >= from_id)
+        return np.array(ids[:limit], dtype=np.int64), len(ids) <= limit
+
     def close(self) -> None:
         pass
 

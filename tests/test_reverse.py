@@ -1,0 +1,194 @@
+"""The other direction: what the bookies hold that the metadata does not say. Real DbLedgerStorage
+indexes and entry logs written while the agents read them, a real ZooKeeper, the agents over gRPC,
+the Spark job: entries past a close that a writer may have had acknowledged, the residue of a recovery,
+orphans older than the grace period and ledgers merely awaiting garbage collection."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from kazoo.client import KazooClient
+
+from scrutiny import entrylog
+from scrutiny.agent import BookieAgent
+from scrutiny.bookieclient import BookieClient, EndpointResolver, HoldingsClient
+from scrutiny.codec import SequenceGroup
+from scrutiny.config import ScanSettings
+from scrutiny.entrysources import DbLedgerStorageSource, SyntheticStore
+from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
+from scrutiny.orphans import Sightings
+from scrutiny.report import HOLDINGS_STATS
+from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.engines import LocalEngine
+from scrutiny.testing import store_on
+from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
+from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.synthetic import SyntheticStoreWriter
+from scrutiny.v1 import bookie_pb2
+
+BOOKIES = [f"127.0.6.{n}:3181" for n in range(1, 4)]
+LAST = 19  # every ledger here closes at entry 19 (E 3, WQ 2, AQ 2)
+
+
+def ledger(lid: int) -> LedgerMetadata:
+    return LedgerMetadata(lid, LedgerState.CLOSED, 3, 2, 2, LAST, 0, (Segment(0, tuple(BOOKIES)),))
+
+
+def on(bookie: str, eid: int) -> bool:
+    """Is entry `eid` on this bookie's part of the write set (round robin over the one ensemble)?"""
+    return (BOOKIES.index(bookie) - eid) % 3 < 2
+
+
+def stored(lid: int, eid: int) -> bytes:
+    return entrylog.package_entry(lid, eid, eid - 1, 0, f"ledger {lid} entry {eid}".encode() * 4, "CRC32C")
+
+
+@dataclass
+class Cluster:
+    settings: ScanSettings
+    writer: ClusterWriter
+    indexes: dict[str, LiveBookie]
+
+    def collect(self, lid: int) -> None:
+        """The bookies' garbage collector: the deleted ledger leaves every `ledgers` index."""
+        for index in self.indexes.values():
+            index.delete(lid)
+            index.flush()
+
+
+@pytest.fixture
+def cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, tmp_path: Path) -> Iterator[Cluster]:
+    """Ledgers 1..6, all healthy, on three live DbLedgerStorage bookies with agents; and above the close:
+    ledger 2's entries 20-24 on both bookies of each write set (a replaced bookie took the old writer's
+    adds after the close), ledger 3's entry 20 on one bookie and 21 on two (a recovery's residue: 21
+    came after an entry that never reached AQ)."""
+    root = f"{zk_namespace}/ledgers"
+    writer = ClusterWriter(zk_client, root)
+    writer.init_cluster()
+    writer.write_ledgers([ledger(lid) for lid in range(1, 7)])
+    for b in BOOKIES:
+        writer.register_bookie(BookieRegistration(b, False))
+    uri = f"zk+hierarchical://{zk_server.hosts}{root}"
+    store = store_on(zk_client, uri)
+    past = {2: {b: [e for e in range(20, 25) if on(b, e)] for b in BOOKIES},
+            3: {BOOKIES[1]: [20, 21], BOOKIES[2]: [21]}}
+    indexes, agents = {}, []
+    try:
+        for n, b in enumerate(BOOKIES):
+            path = tmp_path / f"bookie{n}"
+            index = LiveBookie(path)
+            log = EntryLog(path, 1)
+            for lid in range(1, 7):
+                mine = [e for e in range(LAST + 1) if on(b, e)] + past.get(lid, {}).get(b, [])
+                index.write(lid, {e: stored(lid, e) for e in mine}, log)
+            log.finish()
+            index.flush()
+            indexes[b] = index
+            agent = BookieAgent(DbLedgerStorageSource([path], tmp_path / f"scratch{n}"), bind="127.0.0.1:0").start()
+            agent.register(store, b, f"127.0.0.1:{agent.port}")
+            agents.append(agent)
+        settings = ScanSettings(metadata_service_uri=uri, placement_policy="none", recheck_delay=0.1,
+                                orphan_grace_period=2)
+        yield Cluster(settings, writer, indexes)
+    finally:
+        for a in agents:
+            a.stop(grace=0)
+        for index in indexes.values():
+            index.close()
+
+
+def found(report: object) -> set[tuple[str, int]]:
+    return {(str(v.category), v.ledger_id) for v in report.violations}  # type: ignore[attr-defined]
+
+
+def test_writes_after_the_close_are_found_and_a_recovery_residue_is_not(cluster: Cluster,
+                                                                        spark_engine: object) -> None:
+    report = ScrutinyRun(cluster.settings, spark_engine).execute()  # type: ignore[arg-type]
+    assert report.complete, report.errors
+    assert found(report) == {("ENTRIES_PAST_THE_CLOSE", 2)}
+    (v,) = report.violations
+    assert v.details["entries"] == [[20, 24]] and v.details["count"] == 5 and v.details["least_copies"] == 2
+    assert set(v.bookies) == set(BOOKIES) and v.details["ensemble"] == BOOKIES
+    assert report.stats["ledgers_with_residue_past_the_close"] == 1  # ledger 3
+    assert report.exit_status() == 0  # a warning (docs/entries-past-the-close.md)
+    assert "above lastEntryId 19" in report.render_text()
+
+
+def test_an_orphan_older_than_the_grace_is_found_and_a_just_deleted_ledger_is_not(cluster: Cluster) -> None:
+    cluster.writer.delete_ledger(4)  # its bookies never collect it: an orphan once the grace has passed
+    cluster.writer.delete_ledger(6)  # collected before the next run: never an orphan
+    first = ScrutinyRun(cluster.settings, LocalEngine(), record_sightings=True).execute()
+    assert "ORPHAN_LEDGER" not in {c for c, _ in found(first)}  # first seen now
+    assert first.stats["orphan_candidates"] == 6 and first.stats["orphan_bookies_listed"] == 3
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert all(f"`{name}`" in readme and name in first.stats for name in HOLDINGS_STATS)
+    cluster.collect(6)
+    time.sleep(2.2)
+    cluster.writer.delete_ledger(5)  # deleted a moment ago, awaiting the bookies' garbage collection
+    second = ScrutinyRun(cluster.settings, LocalEngine(), record_sightings=True).execute()
+    orphans = {lid: v for (c, lid), v in {(str(v.category), v.ledger_id): v for v in second.violations}.items()
+               if c == "ORPHAN_LEDGER"}
+    assert set(orphans) == {4}, second.violations
+    v = orphans[4]
+    assert v.bookies == tuple(sorted(BOOKIES)) and v.details["absent_seconds"] >= 2
+    expected_bytes = {b: sum(len(stored(4, e)) for e in range(LAST + 1) if on(b, e)) for b in BOOKIES}
+    assert v.details["held_by"] == {b: {"entries": 14 if i == 1 else 13, "bytes": expected_bytes[b]}
+                                    for i, b in enumerate(BOOKIES)}  # entries e with (i - e) % 3 < 2
+    assert second.stats["orphan_candidates"] == 6  # ledgers 4 and 5 on every bookie
+    assert second.exit_status() == 0  # a warning, not a page
+    # the same sightings, read by a plain scan (which records nothing)
+    scan = ScrutinyRun(cluster.settings, LocalEngine()).execute()
+    assert ("ORPHAN_LEDGER", 4) in found(scan) and ("ORPHAN_LEDGER", 5) not in found(scan)
+
+
+def test_an_orphan_collected_or_recreated_before_reporting_is_not_reported(cluster: Cluster) -> None:
+    cluster.writer.delete_ledger(4)
+    ScrutinyRun(cluster.settings, LocalEngine(), record_sightings=True).execute()
+    time.sleep(2.2)
+    cluster.collect(4)  # the garbage collector caught up: nothing left to report
+    report = ScrutinyRun(dataclasses.replace(cluster.settings, orphan_grace_period=0), LocalEngine(),
+                         record_sightings=True).execute()
+    assert not any(c == "ORPHAN_LEDGER" for c, _ in found(report))
+    assert report.stats["orphan_candidates"] == 0
+
+
+def test_the_agents_list_their_ledgers_in_pages(tmp_path: Path) -> None:
+    writer = SyntheticStoreWriter()
+    ids = list(range(5, 2005, 2))
+    for lid in ids:
+        writer.add("b1:3181", lid, [SequenceGroup(0, 0, 3, 0)])
+    path = writer.write_all(tmp_path)["b1:3181"]
+    agent = BookieAgent(SyntheticStore(path), bind="127.0.0.1:0").start()
+    try:
+        with BookieClient(EndpointResolver({"b1:3181": f"127.0.0.1:{agent.port}"})) as client:
+            listed = HoldingsClient(client).list_many(["b1:3181"], page=300)["b1:3181"]
+            assert isinstance(listed, np.ndarray) and listed.tolist() == ids
+            stub = client._stub("b1:3181")
+            for bad in (bookie_pb2.ListLedgersRequest(from_ledger_id=-1),
+                        bookie_pb2.ListLedgersRequest(max_ledgers=10_000_000)):
+                with pytest.raises(grpc.RpcError) as err:
+                    list(stub.ListLedgers(bad, timeout=5))
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        agent.stop(grace=0)
+
+
+def test_sightings_keep_the_first_time_and_survive_their_stored_form() -> None:
+    s = Sightings().seen({"a": [1, 2], "b": [7]}, now_ms=1000)
+    s = s.seen({"a": [2, 3]}, now_ms=5000)  # b not listed this time: kept; a's 1 gone, 2 kept, 3 new
+    assert s.first_seen == {"a": {2: 1000, 3: 5000}, "b": {7: 1000}}
+    assert s.due(3000, 6000) == {"a": {2: 1000}, "b": {7: 1000}}
+    assert Sightings.parse(s.to_bytes(), "x").first_seen == s.first_seen
+    capped = Sightings().seen({"a": list(range(10))}, now_ms=1).seen({"a": list(range(20))}, now_ms=2, most=15)
+    assert len(capped) == 15 and capped.untracked == 5 and all(capped.first_seen["a"][i] == 1 for i in range(10))
+    for bad in (b"", b"not zlib", __import__("zlib").compress(b'{"format": 2}')):
+        with pytest.raises(Exception, match="sightings"):
+            Sightings.parse(bad, "the stored orphan sightings")
