@@ -50,7 +50,10 @@ def sample(text: str, name: str, labels: str = "") -> float | None:
 def a_run(kind: str = "full", whole: bool = True) -> FinishedRun:
     violations = [Violation(Category.NO_REPLICA_OF_AN_ENTRY, 7, ("b1:3181",)),
                   Violation(Category.BOOKIE_UNAVAILABLE, 8, ("b2:3181",)),
-                  Violation(Category.BOOKIE_UNAVAILABLE, 9, ("b2:3181",))]
+                  Violation(Category.BOOKIE_UNAVAILABLE, 9, ("b2:3181",)),
+                  Violation(Category.ORPHAN_LEDGER, 10, ("b1:3181", "b3:3181"),
+                            {"held_by": {"b1:3181": {"entries": 5, "bytes": 500}, "b3:3181": {"entries": 4}}}),
+                  Violation(Category.ORPHAN_LEDGER, 11, ("b1:3181",), {"held_by": {"b1:3181": {"entries": 2}}})]
     report = Report("r1", "s", "f", True, {"checked": 40}, violations,
                     stats={"first_pass_ms": 1500, "bookie_calls_failed": 3, "underreplicated_marks": 2},
                     blast_radius={"bookies": {"b1:3181": {"ledgers_below_aq": 5, "ledgers_without_a_copy": 1,
@@ -101,6 +104,10 @@ def test_a_new_leader_exports_the_inherited_run_with_its_true_age_until_it_has_i
         assert sample(text, "auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY") == 1
         assert sample(text, "scrutiny_bookie_unavailable_ledgers", '{bookie="b2:3181",silence="down"}') == 2
         assert sample(text, "scrutiny_blast_radius_ledgers", '{impact="below_aq",name="b1:3181",scope="bookie"}') == 5
+        assert sample(text, "scrutiny_orphan_ledgers", '{bookie="b1:3181"}') == 2  # a new leader has the orphans
+        assert sample(text, "scrutiny_orphan_entries", '{bookie="b1:3181"}') == 7
+        assert sample(text, "scrutiny_orphan_bytes", '{bookie="b1:3181"}') == 500
+        assert sample(text, "scrutiny_orphan_bytes", '{bookie="b3:3181"}') == 0  # not known there
         assert 599 < (sample(text, "scrutiny_last_complete_run_age_seconds", '{kind="full"}') or 0) < 700
         assert sample(text, "scrutiny_runs_total", '{kind="full",outcome="complete"}') is None  # not run here
         sink.published(FinishedRun("full", Report("r2", "s", "f", True, {"checked": 1}, []), 5, tuple(REGISTRY)))

@@ -41,6 +41,7 @@ class RunSummary:
     slow: tuple[str, ...] = ()  # those of them that answered their health check: overloaded, not down
     blast_radius: dict[str, dict[str, dict[str, int]]] | None = None
     ran_by: str = ""  # the auditor that ran it
+    orphans: dict[str, dict[str, int]] = field(default_factory=dict)  # bookie -> ledgers, entries, bytes held
 
     @classmethod
     def of(cls, kind: str, report: Report, finished_ms: int, duration_ms: int, categories: tuple[Category, ...],
@@ -54,10 +55,16 @@ class RunSummary:
                     unavailable.update(v.bookies)
                     silence = v.details.get("silence", {})
                     down.update(b for b in v.bookies if silence.get(b) != "slow")
+        orphans: dict[str, Counter[str]] = {}
+        if Category.ORPHAN_LEDGER in categories:
+            for v in report.violations:
+                if v.category is Category.ORPHAN_LEDGER:
+                    for b, held in v.details.get("held_by", {}).items():
+                        orphans.setdefault(b, Counter()).update(ledgers=1, **held)
         return cls(kind, report.run_id, report.started_at, finished_ms, duration_ms,
                    {str(c): counts[str(c)] for c in categories}, dict(report.ledgers), dict(report.stats),
                    dict(sorted(unavailable.items())), tuple(sorted(set(unavailable) - down)), report.blast_radius,
-                   ran_by)
+                   ran_by, {b: dict(n) for b, n in sorted(orphans.items())})
 
     @property
     def finished_at(self) -> str:
@@ -70,7 +77,8 @@ class RunSummary:
         return {"format": FORMAT, "kind": self.kind, "run_id": self.run_id, "started_at": self.started_at,
                 "finished_ms": self.finished_ms, "duration_ms": self.duration_ms, "ran_by": self.ran_by,
                 "counts": self.counts, "ledgers": self.ledgers, "stats": self.stats,
-                "unavailable": self.unavailable, "slow": list(self.slow), "blast_radius": self.blast_radius}
+                "unavailable": self.unavailable, "slow": list(self.slow), "blast_radius": self.blast_radius,
+                "orphans": self.orphans}
 
     def to_bytes(self) -> bytes:
         return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True).encode()
@@ -90,7 +98,7 @@ class RunSummary:
             return cls(_str(doc, "kind"), _str(doc, "run_id"), _str(doc, "started_at"), _int(doc, "finished_ms"),
                        _int(doc, "duration_ms"), _ints(doc, "counts"), _ints(doc, "ledgers"), _ints(doc, "stats"),
                        _ints(doc, "unavailable"), _strs(doc, "slow"), _blast(doc.get("blast_radius")),
-                       _str(doc, "ran_by"))
+                       _str(doc, "ran_by"), _per_bookie(doc.get("orphans", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"{where}: {exc}") from None
 
@@ -157,6 +165,13 @@ def _strs(doc: dict[str, Any], key: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise TypeError(f"{key} is not a list of names")
     return tuple(value)
+
+
+def _per_bookie(value: Any) -> dict[str, dict[str, int]]:
+    if not isinstance(value, dict) or not all(
+            isinstance(f, dict) and all(isinstance(n, int) for n in f.values()) for f in value.values()):
+        raise TypeError("orphans is not {bookie: {figure: integer}}")
+    return value
 
 
 def _blast(value: Any) -> dict[str, dict[str, dict[str, int]]] | None:

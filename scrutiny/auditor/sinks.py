@@ -214,8 +214,11 @@ class PrometheusSink(ReportSink):
             unavailable: dict[str, int] = {}
             slow: tuple[str, ...] = ()
             blast: dict[str, dict[str, dict[str, int]]] = {}
+            orphans: dict[str, dict[str, int]] = {}
             deep_pass: dict[str, int] = {}
             for run in runs:
+                if run.looked_at(Category.ORPHAN_LEDGER):
+                    orphans = run.orphans
                 counts.update(run.counts)
                 underreplicated = run.stats.get("underreplicated_marks", underreplicated)
                 if run.looked_at(Category.BOOKIE_UNAVAILABLE):
@@ -249,6 +252,7 @@ class PrometheusSink(ReportSink):
                 unavailable_family.add_metric([bookie, "slow" if bookie in slow else "down"], n)
             yield unavailable_family
             yield from _blast_families(blast)
+            yield from _orphan_families(orphans)
             reported = CounterMetricFamily(f"{PREFIX}violations_reported", "findings reported, every run",
                                            labels=["category"])
             for cat in REGISTRY:
@@ -319,6 +323,22 @@ def _blast_families(blast: dict[str, dict[str, dict[str, int]]]) -> Iterator[Met
             topics.add_metric([s, name, "no_copy"], f.get("topics_without_a_copy", 0))
     yield ledgers
     yield topics
+
+
+def _orphan_families(orphans: dict[str, dict[str, int]]) -> Iterator[Metric]:
+    """The disk orphans hold on each bookie (ORPHAN_LEDGER, last whole-cluster run)."""
+    ledgers = GaugeMetricFamily(f"{PREFIX}orphan_ledgers", "ledgers this bookie holds that the metadata has not "
+                                "had for longer than the grace period, last full run", labels=["bookie"])
+    entries = GaugeMetricFamily(f"{PREFIX}orphan_entries", "their entries on this bookie", labels=["bookie"])
+    stored = GaugeMetricFamily(f"{PREFIX}orphan_bytes", "the bytes this bookie stores for them (DbLedgerStorage "
+                               "agents; a lower bound where some are unknown)", labels=["bookie"])
+    for bookie, f in sorted(orphans.items()):
+        ledgers.add_metric([bookie], f.get("ledgers", 0))
+        entries.add_metric([bookie], f.get("entries", 0))
+        stored.add_metric([bookie], f.get("bytes", 0))
+    yield ledgers
+    yield entries
+    yield stored
 
 
 def _bookkeeper_gauge(category: str) -> str:
