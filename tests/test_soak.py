@@ -1,6 +1,7 @@
 """The churn soak, short and seeded: back-to-back scans on both engines while the cluster does only
-legal BookKeeper operations aimed at the re-check and re-read moments. Nothing may be reported; the
-fault injected at the end must be found. (`make soak` runs it for ten minutes.)"""
+legal BookKeeper operations aimed at the re-check and re-read moments (recoveries leaving residue past
+the close, deletes collected later among them). Nothing may be reported; the faults injected at the end
+(a lost copy, an orphan, adds past a close) must be found. (`make soak` runs it for ten minutes.)"""
 
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ def test_churn_soak_reports_nothing_then_finds_the_fault(zk_server: LocalZooKeep
     assert result.incomplete_runs == 0, summary
     ops = result.operations
     assert ops["create"] and ops["delete"] and ops["rereplicate"] and ops["restart_agent"] and ops["restart_bookie"]
+    assert ops["recover_with_residue"], summary
     assert result.moments["potentially_faulty"], summary  # the churn did reach the re-check moments
+    # ... and the reverse check's: residue past a close, ledgers held and absent awaiting collection
+    assert result.moments["ledgers_with_residue_past_the_close"] and result.moments["orphan_candidates"], summary
+    assert len(result.faults) == 3, summary
     assert result.fault_found and result.fault_report_extra == [], summary
 
 

@@ -14,8 +14,9 @@ that only ever does what BookKeeper does, in BookKeeper's order, racing with bac
 
 Churn is aimed at the moments where false alarms hide: right after a first pass, during the delayed
 re-check (an agent goes down just as the re-check asks), and right before the re-read that precedes
-reporting. Every run must report nothing; at the end, with the churn stopped, one injected fault
-(a bookie's lost copy) must be found, and nothing else.
+reporting. Every run must report nothing; at the end, with the churn stopped, the injected faults (a
+bookie's lost copy, an orphan left by a garbage collector that never runs, adds taken past a close) must be
+found, and nothing else.
 
     python -m scrutiny.testing.churn --seconds 600     # make soak
 """
@@ -59,7 +60,8 @@ RESTART_SPACING = 12.0
 # The run statistics that say a guarded moment was hit (a false alarm would have hidden there).
 MOMENTS = ("potentially_faulty", "rechecked_again", "reanalyzed_after_metadata_change", "dropped_marked_during_run",
            "deleted_during_run", "relooked_after_registration_change", "left_unsettled_after_rechecks",
-           "marks_gone_before_reporting")
+           "marks_gone_before_reporting", "ledgers_with_residue_past_the_close", "orphan_candidates")
+ORPHAN_GRACE = 5  # seconds: longer than the churn's garbage collection takes (at most 3 re-check delays)
 
 
 class MutableHoldings:
@@ -171,7 +173,11 @@ class ChurnCluster:
 
     # -- ledgers -------------------------------------------------------------------------------
 
-    def create(self) -> int:
+    def create(self, past_the_close: int = 0) -> int:
+        """A ledger written and closed; with `past_the_close`, entries written beyond its close: the residue
+        of a recovery (1: the entry after the close on one bookie; 2: and the next one on both bookies of its
+        write set, in flight at the fence and never acknowledged), or (3) adds a replaced bookie took after
+        the close, on every bookie of their write sets (a fault: ENTRIES_PAST_THE_CLOSE)."""
         with self._lock:
             lid, self.next_id = self.next_id, self.next_id + 1
         ens = tuple(self.rng.sample(self.bookies, 3))
@@ -179,12 +185,22 @@ class ChurnCluster:
         opened = LedgerMetadata(lid, LedgerState.OPEN, 3, 2, 2, -1, 0, (Segment(0, ens),))
         self.writer.write_ledgers([opened])
         closed = dataclasses.replace(opened, state=LedgerState.CLOSED, last_entry_id=last, length=(last + 1) * 100)
+        beyond = dataclasses.replace(closed, last_entry_id=last + 5)  # as the writer went on
         for b in ens:
-            self.holdings[b].put(lid, share(closed, b))
+            held = share(closed, b)
+            extra = share(beyond, b)
+            extra = extra[extra > last]
+            if past_the_close == 1 or past_the_close == 2:
+                extra = extra[:1] if b == ens[(last + 1) % 3] else np.empty(0, np.int64)
+                if past_the_close == 2:
+                    extra = np.union1d(extra, [last + 2] if (ens.index(b) - last - 2) % 3 < 2 else [])
+            if past_the_close:
+                held = np.union1d(held, extra).astype(np.int64)
+            self.holdings[b].put(lid, held)
         self.writer.update_ledger(closed)
         with self._lock:
             self.closed[lid] = closed
-        self.ops["create"] += 1
+        self.ops["create" if not past_the_close else "recover_with_residue"] += 1
         return lid
 
     def _pick(self) -> LedgerMetadata | None:
@@ -231,8 +247,10 @@ class ChurnCluster:
 
     def step(self) -> None:
         op = self.rng.random()
-        if op < 0.35 or len(self.closed) < 20:
+        if op < 0.30 or len(self.closed) < 20:
             self.create()
+        elif op < 0.35:
+            self.create(past_the_close=self.rng.choice((1, 2)))
         elif op < 0.55:
             self.delete()
         elif op < 0.85:
@@ -240,14 +258,21 @@ class ChurnCluster:
         else:
             self.restart(whole_bookie=op > 0.95)
 
-    def inject_fault(self) -> int:
-        """A bookie loses its copy of one ledger (nobody repairs it): LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY."""
+    def inject_faults(self) -> set[tuple[str, int]]:
+        """A bookie loses its copy of one ledger (nobody repairs it): LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY; a
+        ledger deleted whose copies the bookies never collect: ORPHAN_LEDGER once sighted for the grace
+        period; adds a replaced bookie took after a close: ENTRIES_PAST_THE_CLOSE."""
         with self._lock:
-            lid = min(self.closed)
-            self.frozen.add(lid)
-            md = self.closed[lid]
-        self.holdings[md.segments[0].ensemble[0]].drop(lid)
-        return lid
+            lost, orphaned = sorted(self.closed)[:2]
+            self.frozen |= {lost, orphaned}
+            md = self.closed[lost]
+            del self.closed[orphaned]
+        self.holdings[md.segments[0].ensemble[0]].drop(lost)
+        self.writer.delete_ledger(orphaned)  # and no garbage collection
+        past = self.create(past_the_close=3)
+        self.frozen.add(past)
+        return {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", lost), ("ORPHAN_LEDGER", orphaned),
+                ("ENTRIES_PAST_THE_CLOSE", past)}
 
     def close(self) -> None:
         for t in self._timers:
@@ -302,7 +327,7 @@ class SoakResult:
     false_alarms: list[dict[str, Any]] = field(default_factory=list)
     incomplete_runs: int = 0
     moments: Counter = field(default_factory=lambda: Counter())  # how often the churn hit each guarded moment
-    fault: int = -1
+    faults: list[str] = field(default_factory=list)
     fault_found: bool = False
     fault_report_extra: list[str] = field(default_factory=list)
 
@@ -314,7 +339,7 @@ class SoakResult:
         return {"runs": self.runs, "runs_by_engine": dict(self.runs_by_engine), "seconds": round(self.seconds, 1),
                 "operations": dict(self.operations), "operations_per_minute": round(self.ops_per_minute),
                 "false_alarms": len(self.false_alarms), "incomplete_runs": self.incomplete_runs,
-                "moments": dict(self.moments),
+                "moments": dict(self.moments), "faults": self.faults,
                 "fault_found": self.fault_found, "fault_report_extra": self.fault_report_extra}
 
 
@@ -325,7 +350,8 @@ def soak(client: KazooClient, root: str, hosts: str, seconds: float, engines: di
     cluster = ChurnCluster(client, root, uri, [f"127.0.4.{n}:3181" for n in range(1, bookies + 1)], recheck_delay,
                            random.Random(seed))
     settings = ScanSettings(metadata_service_uri=uri, placement_policy="none", recheck_delay=recheck_delay,
-                            underreplicated_grace_period=1, bookie_deadline_seconds=2.0, zk_session_timeout=10)
+                            underreplicated_grace_period=1, bookie_deadline_seconds=2.0, zk_session_timeout=10,
+                            orphan_grace_period=ORPHAN_GRACE)
     result = SoakResult()
     for _ in range(40):
         cluster.create()
@@ -345,7 +371,8 @@ def soak(client: KazooClient, root: str, hosts: str, seconds: float, engines: di
         names = list(engines)
         while time.monotonic() - t0 < seconds:
             name = names[result.runs % len(names)]
-            report = ScrutinyRun(settings, AimedEngine(engines[name], cluster), sleep=aimed_sleep(cluster)).execute()
+            report = ScrutinyRun(settings, AimedEngine(engines[name], cluster), sleep=aimed_sleep(cluster),
+                                 record_sightings=True).execute()
             result.runs += 1
             result.runs_by_engine[name] += 1
             result.incomplete_runs += not report.complete
@@ -356,12 +383,14 @@ def soak(client: KazooClient, root: str, hosts: str, seconds: float, engines: di
         result.seconds = time.monotonic() - t0
         result.operations = Counter(cluster.ops)
         time.sleep(recheck_delay * 4)  # every pending garbage collection and restart is done
-        result.fault = cluster.inject_fault()
-        report = ScrutinyRun(settings, engines[names[0]]).execute()
+        faults = cluster.inject_faults()
+        result.faults = sorted(f"{c} {lid}" for c, lid in faults)
+        ScrutinyRun(settings, engines[names[0]], record_sightings=True).execute()  # the orphan is sighted
+        time.sleep(ORPHAN_GRACE)
+        report = ScrutinyRun(settings, engines[names[0]], record_sightings=True).execute()
         got = {(str(v.category), v.ledger_id) for v in report.violations}
-        result.fault_found = ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", result.fault) in got and report.complete
-        result.fault_report_extra = sorted(f"{c} {lid}" for c, lid in got
-                                           if (c, lid) != ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", result.fault))
+        result.fault_found = faults <= got and report.complete
+        result.fault_report_extra = sorted(f"{c} {lid}" for c, lid in got - faults)
     finally:
         stop.set()
         cluster.close()
