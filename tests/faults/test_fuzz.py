@@ -51,6 +51,21 @@ def test_agent_streaming_requests(agent_stub: bookie_pb2_grpc.BookieStub, ledger
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ids, st.integers(min_value=-(2**31), max_value=2**31 - 1))
+def test_agent_list_requests(agent_stub: bookie_pb2_grpc.BookieStub, start: int, most: int) -> None:
+    req = bookie_pb2.ListLedgersRequest(from_ledger_id=start, max_ledgers=most)
+    try:
+        msgs = list(agent_stub.ListLedgers(req, timeout=10))
+    except grpc.RpcError as exc:
+        assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT and (start < 0 or not 0 <= most <= 1_000_000)
+        return
+    listed = [int.from_bytes(m.ledger_ids[i:i + 8], "big", signed=True) for m in msgs
+              for i in range(0, len(m.ledger_ids), 8)]
+    wanted = [lid for lid in range(50) if lid >= start][:most or None]
+    assert listed == wanted and msgs[-1].last_page == (len(wanted) == len([i for i in range(50) if i >= start]))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ids)
 def test_agent_unary_requests(agent_stub: bookie_pb2_grpc.BookieStub, ledger_id: int) -> None:
     try:
