@@ -480,15 +480,17 @@ def check_past_the_close(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]
         held: list[list[Intervals]] = [a.availability.residue_intervals(e, lo, hi) if (a := answers.get(b)) is not None
                 and a.availability is not None else [[] for _ in range(e)] for b in seg.ensemble]
         gap = hi + 1  # the first entry in [lo, hi] with fewer than AQ copies
+        covered: list[tuple[int, int]] = []  # (first entry, copies) of the runs with AQ copies before each gap
         for r in range(e):
             k, k_hi = -((r - lo) // e), (hi - r) // e
             for k0, k1, copies in _copies([held[(r + w) % e][r] for w in range(wq)]):
                 if k0 > k or copies < aq:
                     break
-                least = min(least, copies)
+                covered.append((k0 * e + r, copies))
                 k = k1 + 1
             if k <= k_hi:
                 gap = min(gap, k * e + r)
+        least = min([least, *(copies for first, copies in covered if first < gap)])
         if gap > lo:
             ensemble = ensemble or seg.ensemble
             holders |= {b for p, b in enumerate(seg.ensemble)
