@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import numpy as np
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from scrutiny import codec
 from scrutiny.config import DEFAULT_AGENT_PORT
@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_AGENT_PORT", "BookieAgent", "BookieServicer"]
 MAX_LEDGERS_PER_CALL = 100_000
+UNARY_CATCH_UP_SECONDS = 0.2  # BP-34's one-ledger call catches up with the bookie at most this often
 LIST_PAGE = 250_000  # ledger ids per ListLedgers call when the caller names no page size
 MAX_LIST_PAGE = 1_000_000
 IDS_PER_MESSAGE = 65_536  # 512 KiB of ledger ids per ListLedgers message
@@ -60,23 +61,28 @@ def answer_of(ledger_id: int, held: Holding | None) -> Any:
                   availability_of_entries_of_ledger=held.availability)
 
 
-class ByteRate:
-    """A shared byte-rate limit (HDFS's block scanner and Ceph's scrub sleep do the same): a reader
-    that got ahead of the rate sleeps until the rate has caught up with it."""
+class Rate:
+    """A shared rate limit, in bytes read or entries listed (HDFS's block scanner and Ceph's scrub sleep
+    do the same): a caller that got ahead of the rate sleeps until the rate has caught up with it.
+    A rate of 0 is no limit."""
 
-    def __init__(self, bytes_per_second: float, clock: Any = time.monotonic, sleep: Any = time.sleep) -> None:
-        self.rate = bytes_per_second
+    def __init__(self, per_second: float, clock: Any = time.monotonic, sleep: Any = time.sleep) -> None:
+        self.rate = per_second
         self.clock, self.sleep = clock, sleep
         self._lock = threading.Lock()
-        self._free_at = clock()  # when the bytes read so far will have been paid for
+        self._free_at = clock()  # when what was taken so far will have been paid for
 
-    def take(self, n: int) -> None:
+    def take(self, n: int) -> float:
+        """Take `n` units; the seconds slept for them."""
+        if self.rate <= 0:
+            return 0.0
         with self._lock:
             now = self.clock()
             self._free_at = max(self._free_at, now - 0.1) + n / self.rate  # at most 0.1 s of credit
             wait = self._free_at - now
         if wait > 0:
             self.sleep(wait)
+        return max(wait, 0.0)
 
 
 class AgentMetrics:
@@ -93,28 +99,51 @@ class AgentMetrics:
                                ["reason"], registry=self.registry)
         self.catch_up = Histogram(f"{PREFIX}agent_catch_up_seconds", "catching up with the bookie, per request",
                                   registry=self.registry, buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1, .5))
+        self.entries = Counter(f"{PREFIX}agent_entries_listed", "entries (and ledgers) read from the index to answer",
+                               registry=self.registry)
+        self.throttled = Counter(f"{PREFIX}agent_throttled_seconds", "time answers waited for the CPU budget "
+                                 "(entries_per_second)", registry=self.registry)
+        self.budget = Gauge(f"{PREFIX}agent_entries_per_second_limit", "the CPU budget: entries listed per second, "
+                            "all calls together (0: none)", registry=self.registry)
 
 
 class BookieServicer(bookie_pb2_grpc.BookieServicer):
     def __init__(self, source: EntrySource, max_ledgers_per_call: int = MAX_LEDGERS_PER_CALL,
                  answers_per_message: int = ANSWERS_PER_MESSAGE, metrics: AgentMetrics | None = None,
-                 deep_rate: ByteRate | None = None, accepts_passwords: bool = False) -> None:
+                 deep_rate: Rate | None = None, accepts_passwords: bool = False, entry_rate: Rate | None = None,
+                 unary_catch_up_seconds: float = UNARY_CATCH_UP_SECONDS) -> None:
         self.source = source
         self.max_ledgers_per_call = max_ledgers_per_call
         self.answers_per_message = answers_per_message
         self.metrics = metrics or AgentMetrics()
-        self.deep_rate = deep_rate or ByteRate(32 * 1024 * 1024)
+        self.deep_rate = deep_rate or Rate(32 * 1024 * 1024)
+        self.entry_rate = entry_rate or Rate(0)
+        self.metrics.budget.set(self.entry_rate.rate)
         self.accepts_passwords = accepts_passwords  # HMAC keys travel only over TLS
+        self.unary_catch_up_seconds = unary_catch_up_seconds
+        self._caught_up_at = -float("inf")  # monotonic
 
-    def refresh(self, method: str) -> str:
-        """Catch up with the bookie once per request; the reason when that failed (every answer EIO)."""
+    def refresh(self, method: str, unary: bool = False) -> str:
+        """Catch up with the bookie once per request, and for BP-34's one-ledger call at most every
+        `unary_catch_up_seconds` (a catch-up costs about a millisecond of CPU, as much as thousands of
+        entries); the reason when that failed (every answer EIO)."""
         self.metrics.requests.labels(method).inc()
+        if unary and time.monotonic() - self._caught_up_at < self.unary_catch_up_seconds:
+            return ""
         try:
             with self.metrics.catch_up.time():
                 self.source.refresh()
         except SourceError as exc:
             return str(exc)
+        self._caught_up_at = time.monotonic()
         return ""
+
+    def spend(self, entries: int) -> None:
+        """The CPU budget: `entries` read from the index, paid for (slept for) at entries_per_second."""
+        self.metrics.entries.inc(entries)
+        waited = self.entry_rate.take(entries)
+        if waited:
+            self.metrics.throttled.inc(waited)
 
     def answer(self, ledger_id: int, failed: str = "") -> Any:
         msg = self._answer(ledger_id, failed)
@@ -131,12 +160,14 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         except Exception as exc:  # a source bug must not kill the stream for every other ledger
             log.exception("source failed on ledger %d", ledger_id)
             return Answer(status=bookie_pb2.EIO, ledger_id=ledger_id, message=f"{type(exc).__name__}: {exc}")
+        if held is not None:
+            self.spend(held.entries)
         return answer_of(ledger_id, held)
 
     def GetListOfEntriesOfALedger(self, request: Any, context: grpc.ServicerContext) -> Any:
         if request.ledger_id < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger_id {request.ledger_id} is negative")
-        return self.answer(request.ledger_id, self.refresh("GetListOfEntriesOfALedger"))
+        return self.answer(request.ledger_id, self.refresh("GetListOfEntriesOfALedger", unary=True))
 
     def GetListOfEntriesOfLedgers(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         ids = list(dict.fromkeys(request.ledger_ids))  # one answer per ledger, asked once or twice
@@ -189,6 +220,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
             ids, complete = lister(request.from_ledger_id, request.max_ledgers or LIST_PAGE)
         except SourceError as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        self.spend(len(ids))  # a key read per ledger listed
         packed = np.asarray(ids, dtype=">i8").tobytes()
         step = 8 * IDS_PER_MESSAGE
         for i in range(0, max(len(packed), 1), step):
@@ -205,6 +237,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         except Exception:  # one ledger at a time, each with its own reason
             return [self.answer(lid, failed) for lid in ids]
         out = [answer_of(lid, h) for lid, h in zip(ids, held, strict=True)]
+        self.spend(sum(h.entries for h in held if h is not None))
         for status, n in Tally(a.status for a in out).items():
             self.metrics.answers.labels(bookie_pb2.StatusCode.Name(status)).inc(n)
         return out
@@ -270,7 +303,8 @@ class BookieAgent:
                  max_concurrent_calls: int = 64, max_message_bytes: int = 64 * 1024 * 1024,
                  answers_per_message: int = ANSWERS_PER_MESSAGE,
                  credentials: grpc.ServerCredentials | None = None,
-                 deep_bytes_per_second: float = 32 * 1024 * 1024) -> None:
+                 deep_bytes_per_second: float = 32 * 1024 * 1024, entries_per_second: float = 0,
+                 unary_catch_up_seconds: float = UNARY_CATCH_UP_SECONDS) -> None:
         self.source = source
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent"),
@@ -279,8 +313,10 @@ class BookieAgent:
                      ("grpc.max_receive_message_length", 4 * 1024 * 1024)],
         )
         self.servicer = BookieServicer(source, answers_per_message=answers_per_message,
-                                       deep_rate=ByteRate(deep_bytes_per_second),
-                                       accepts_passwords=credentials is not None)
+                                       deep_rate=Rate(deep_bytes_per_second),
+                                       accepts_passwords=credentials is not None,
+                                       entry_rate=Rate(entries_per_second),
+                                       unary_catch_up_seconds=unary_catch_up_seconds)
         bookie_pb2_grpc.add_BookieServicer_to_server(self.servicer, self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

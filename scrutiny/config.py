@@ -315,6 +315,8 @@ class AgentSettings:
     tls_key: str = ""
     tls_client_ca: str = ""
     deep_bytes_per_second: float = 32 * 1024 * 1024  # deep scrub: entry-log bytes read per second, all calls
+    entries_per_second: float = 0  # the CPU budget: index entries listed per second, all calls (0: none)
+    unary_catch_up_seconds: float = 0.2  # BP-34's one-ledger call catches up with the bookie at most this often
 
     SOURCES = ("dbledgerstorage", "bridge", "synthetic")
 
@@ -334,6 +336,10 @@ class AgentSettings:
             raise ConfigError("agent.workers: must be at least 1")
         if self.deep_bytes_per_second <= 0:
             raise ConfigError("agent.deep_bytes_per_second: must be positive (bytes per second)")
+        if self.entries_per_second < 0:
+            raise ConfigError("agent.entries_per_second: must not be negative (0: no limit)")
+        if self.unary_catch_up_seconds < 0:
+            raise ConfigError("agent.unary_catch_up_seconds: must not be negative (0: at every call)")
         return self
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import signal
 import socket
 import socketserver
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -336,3 +338,58 @@ def test_stream_messages_are_bounded_by_answers_and_by_bytes() -> None:
     # a message closes at the answer that takes it to the byte bound: only that answer can go past it
     assert all(sum(sizes[i] for i in m[:-1]) < MESSAGE_BYTES for m in messages)
     assert [len(m) for m in messages] == [10, 10, 6, 4, 4, 2]  # 3 thirds of MESSAGE_BYTES fall 1 byte short
+
+
+def test_the_cpu_budget_holds_and_is_on_metrics(synthetic: Path) -> None:
+    """entries_per_second caps what a scan costs the bookie host: 2,000 ledgers of 10 entries at 10,000
+    entries a second take two seconds however fast the client asks."""
+    agent = BookieAgent(SyntheticStore(synthetic), bind="127.0.0.1:0", entries_per_second=10_000).start()
+    port = agent.serve_metrics("127.0.0.1:0")
+    try:
+        with client_for(agent.port) as c:
+            t0 = time.monotonic()
+            got = c.fetch("b1:3181", range(100, 2100))
+            elapsed = time.monotonic() - t0
+        assert all(a.availability is not None and a.availability.count == 10 for a in got.values())
+        assert 1.8 <= elapsed < 6, elapsed  # 20,000 entries at 10,000/s, 0.1 s of credit
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert "scrutiny_agent_entries_per_second_limit 10000.0" in text
+        assert "scrutiny_agent_entries_listed_total 20000.0" in text
+        throttled = re.search(r"^scrutiny_agent_throttled_seconds_total (\S+)$", text, re.MULTILINE)
+        assert throttled is not None and float(throttled.group(1)) > 1.5
+    finally:
+        agent.stop(grace=0)
+
+
+class CountingSource:
+    def __init__(self, inner: SyntheticStore) -> None:
+        self.inner, self.refreshes = inner, 0
+
+    def refresh(self) -> None:
+        self.refreshes += 1
+
+    def availability(self, ledger_id: int) -> object:
+        return self.inner.availability(ledger_id)
+
+    def close(self) -> None:
+        pass
+
+
+def test_unary_calls_catch_up_at_most_every_so_often_streams_at_every_call(synthetic: Path) -> None:
+    source = CountingSource(SyntheticStore(synthetic))
+    agent = BookieAgent(source, bind="127.0.0.1:0", unary_catch_up_seconds=0.5).start()  # type: ignore[arg-type]
+    try:
+        with client_for(agent.port, streaming=False, unary_in_flight=1) as unary:
+            assert all(a.outcome is Outcome.ENTRIES for a in unary.fetch("b1:3181", range(100, 300)).values())
+            within = source.refreshes
+            time.sleep(0.6)
+            unary.fetch("b1:3181", [100])
+            assert source.refreshes == within + 1  # the interval passed: the next call catches up
+        assert 1 <= within <= 4, within  # 200 calls in well under 2 s
+        with client_for(agent.port) as streaming:
+            before = source.refreshes
+            for _ in range(3):
+                streaming.fetch("b1:3181", [100, 101])
+            assert source.refreshes == before + 3
+    finally:
+        agent.stop(grace=0)

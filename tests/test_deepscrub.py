@@ -22,7 +22,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from scrutiny import entrylog
-from scrutiny.agent import BookieAgent, ByteRate
+from scrutiny.agent import BookieAgent, Rate
 from scrutiny.auditor import DEEP, Auditor
 from scrutiny.auditor.runqueue import Ticket
 from scrutiny.auditor.sinks import PrometheusSink
@@ -102,7 +102,7 @@ def test_the_byte_rate_limit_sleeps_readers_to_the_rate() -> None:
         slept.append(s)
         now[0] += s
 
-    rate = ByteRate(1000, clock=lambda: now[0], sleep=sleep)
+    rate = Rate(1000, clock=lambda: now[0], sleep=sleep)
     for _ in range(10):
         rate.take(500)
     assert now[0] == pytest.approx(5.0, abs=0.11)  # 5000 bytes at 1000/s, at most 0.1 s of credit
