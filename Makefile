@@ -31,6 +31,7 @@ system-deps:
 	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
+	[ -f /usr/include/rocksdb/c.h ] || missing="$$missing librocksdb-dev"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing with apt:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \

@@ -4,7 +4,7 @@
  *
  *   index_floor <locations dir> <secondary dir> <block cache MiB> <passes> <ledger id>...
  *
- * Prints "<entries listed in the last pass> <CPU seconds of the last pass>". */
+ * Prints "<entries listed> <CPU seconds>" for every pass, a line each. */
 #include <rocksdb/c.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,11 +40,9 @@ int main(int argc, char **argv) {
     rocksdb_try_catch_up_with_primary(db, &err);
     if (err) { fprintf(stderr, "catch up: %s\n", err); return 1; }
     int passes = atoi(argv[4]);
-    long long listed = 0;
     int64_t checksum = 0;
-    double spent = 0;
     for (int pass = 0; pass < passes; pass++) {
-        listed = 0;
+        long long listed = 0;
         double t0 = cpu_seconds();
         for (int a = 5; a < argc; a++) {
             int64_t ledger = atoll(argv[a]);
@@ -65,9 +63,9 @@ int main(int argc, char **argv) {
             rocksdb_iter_destroy(it);
             rocksdb_readoptions_destroy(ro);
         }
-        spent = cpu_seconds() - t0;
+        printf("%lld %.6f\n", listed, cpu_seconds() - t0);
     }
-    printf("%lld %.6f %lld\n", listed, spent, (long long)checksum);
+    if (checksum == 42) fprintf(stderr, "\n"); /* the ids are used: nothing is optimised away */
     rocksdb_close(db);
     rocksdb_options_destroy(options);
     return 0;

@@ -85,7 +85,7 @@ def run_bookie_agent(args: argparse.Namespace) -> int:
     cluster, s, metrics = agent_settings(args)
     source: EntrySource
     if s.source == "dbledgerstorage":
-        source = DbLedgerStorageSource(s.ledger_dirs, s.scratch_dir or None)
+        source = DbLedgerStorageSource(s.ledger_dirs, s.scratch_dir or None, s.index_cache_bytes)
     elif s.source == "bridge":
         host, port = parse_host_port(s.bookie_address, "--bookie-address", ConfigError)
         source = BookieBridgeSource(host, port)

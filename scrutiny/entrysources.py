@@ -62,6 +62,7 @@ class Verification(NamedTuple):
 
 
 MAX_ENTRY_BYTES = 64 * 1024 * 1024  # larger than any entry a bookie accepts (nettyMaxFrameSizeBytes)
+INDEX_CACHE_BYTES = 32 << 20  # the agent's RocksDB block cache, all of a bookie's indexes together
 STORED_BYTES_MOST_ENTRIES = 1_000_000  # a ledger's stored bytes are summed entry by entry up to this many
 PAGE_BYTES = 4096
 
@@ -89,8 +90,9 @@ class _SecondaryIndex:
     symlinks to the live files: RocksDB and rocksdict write only in the scratch directory. Catching up
     links the files the bookie created since (new SSTs, a new MANIFEST), then replays what it wrote."""
 
-    def __init__(self, db: Path, scratch: Path) -> None:
+    def __init__(self, db: Path, scratch: Path, cache: Any = None) -> None:
         self.db, self.scratch = db, scratch
+        self.cache = cache  # rocksdict's block cache, shared by a source's indexes (None: RocksDB's default)
         self._generation = 0
         self._handle: Any = None
 
@@ -103,14 +105,19 @@ class _SecondaryIndex:
                 os.symlink(self.db / name, link)
 
     def _open(self) -> Any:
-        from rocksdict import AccessType, Options, Rdict
+        from rocksdict import AccessType, BlockBasedOptions, Options, Rdict
 
         self._generation += 1
         view = self.scratch / f"view-{self._generation}"
         secondary = self.scratch / f"secondary-{self._generation}"
         view.mkdir(parents=True)
         self._link_new_files(view)
-        return Rdict(str(view), options=Options(raw_mode=True), access_type=AccessType.secondary(str(secondary)))
+        options = Options(raw_mode=True)
+        if self.cache is not None:
+            table = BlockBasedOptions()
+            table.set_block_cache(self.cache)
+            options.set_block_based_table_factory(table)
+        return Rdict(str(view), options=options, access_type=AccessType.secondary(str(secondary)))
 
     def catch_up(self) -> None:
         for attempt in range(3):
@@ -176,7 +183,10 @@ class DbLedgerStorageSource:
     in a directory only while that directory's `ledgers` index has the ledger: a ledger the bookie
     deleted is refused (ENOLEDGER) even while its `locations` keys await the next cleanup."""
 
-    def __init__(self, ledger_dirs: Sequence[str | Path], scratch_dir: str | Path | None = None) -> None:
+    def __init__(self, ledger_dirs: Sequence[str | Path], scratch_dir: str | Path | None = None,
+                 cache_bytes: int = INDEX_CACHE_BYTES) -> None:
+        from rocksdict import Cache
+
         self.ledger_dirs = [Path(d) for d in ledger_dirs]
         dirs = [Path(d) / "current" for d in ledger_dirs]
         missing = [str(d / name) for d in dirs for name in ("ledgers", "locations")
@@ -187,8 +197,9 @@ class DbLedgerStorageSource:
         self._own_scratch = scratch_dir is None
         self.scratch = Path(scratch_dir or tempfile.mkdtemp(prefix="scrutiny-dbls-"))
         self._lock = threading.Lock()
-        self.indexes = [(_SecondaryIndex(d / "ledgers", self.scratch / f"{i}-ledgers"),
-                         _SecondaryIndex(d / "locations", self.scratch / f"{i}-locations"))
+        cache = Cache(cache_bytes)  # one bound for every index: the agent's memory does not grow with the bookie's
+        self.indexes = [(_SecondaryIndex(d / "ledgers", self.scratch / f"{i}-ledgers", cache),
+                         _SecondaryIndex(d / "locations", self.scratch / f"{i}-locations", cache))
                         for i, d in enumerate(dirs)]
 
     def refresh(self) -> None:

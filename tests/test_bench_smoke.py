@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import agentcalls, checks, codec, deepscrub, pipeline, zkreads
+from bench import agent_index, agentcalls, checks, codec, deepscrub, pipeline, zkreads
 
 
 def test_codec_bench_agrees_with_its_baseline() -> None:
@@ -31,3 +31,9 @@ def test_deep_scrub_bench_runs() -> None:
 def test_pipeline_bench_runs_both_ways() -> None:
     rows = pipeline.run(300, repeats=1)
     assert [r["how"].split(",")[0] for r in rows] == ["answers decoded", "answers kept encoded"]
+
+
+def test_agent_index_bench_runs_against_its_native_floor() -> None:
+    (row,) = agent_index.run([100_000], 100, 1)  # builds the C floor against Debian's librocksdb (make setup)
+    assert row["index keys"] == 100_000 and row["native floor us/entry"] > 0 and row["agent us/entry"] > 0
+    assert row["with budget: entries/s"] <= row["budget entries/s"] * 1.2

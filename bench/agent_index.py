@@ -1,0 +1,263 @@
+"""The bookie agent against a bookie's real index: CPU per entry listed, against RocksDB's own iteration
+measured in the same run, and against the agent's earlier path.
+
+The index is a DbLedgerStorage `locations` RocksDB with BookKeeper's options for it (LZ4, 64 KiB blocks,
+a 10-bit bloom filter, format_version 5, dynamic level sizes; `KeyValueStorageRocksDB`), write buffer and
+SST size scaled down (4 MiB) so that 10M keys make several files on several levels as a bigger bookie's
+index has; keys written interleaved across ledgers, in time order, as a bookie flushes them; compactions
+left to settle; then the last 1% written and not flushed (a live bookie's memtable, read from its WAL),
+with the primary still open while the agents read. Its `ledgers` index lists every ledger.
+
+- **native floor**: `bench/index_floor.c`, built here against Debian's librocksdb (`librocksdb-dev`):
+  the same index opened as a secondary, each ledger's keys iterated to its upper bound, ids decoded; the
+  CPU of its second pass (warm, as the agent's);
+- **the agent** (`scrutiny bookie-agent`'s source and server, its own process): every ledger answered
+  through the streaming call, 1,000 ledgers a call as a scan asks; its process CPU per entry listed, gRPC
+  and encoding included, median of --passes warm passes (the floor likewise); and the same for the agent's earlier path
+  (each entry's key and location value read through the iterator, one at a time);
+- **unary**: the agent's CPU per BP-34 one-ledger call (a ledger it does not hold: the catch-up is the
+  cost), catching up at every call (before) and at most every 0.2 s (now);
+- **budget**: the full listing again with `entries_per_second` set to a third of the agent's unbounded
+  rate (measured just before), and the rate it then listed at;
+- **RSS**: the agent's after a full listing, at each index size.
+
+    python -m bench.agent_index [--keys 2000000,10000000] [--ledgers 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+from bench.common import table
+from scrutiny.agent import BookieAgent
+from scrutiny.bookieclient import BookieClient, EndpointResolver
+from scrutiny.entrysources import _LEDGER_KEY, INDEX_CACHE_BYTES, DbLedgerStorageSource, _index_entries
+from scrutiny.testing.dbledgerstorage import ledger_data
+
+BOOKIE = "127.0.7.1:3181"
+FLOOR_SOURCE = Path(__file__).with_name("index_floor.c")
+LOCATION = struct.pack(">q", (1 << 32) | 1024)
+
+
+def bookkeeper_options() -> Any:
+    from rocksdict import BlockBasedOptions, DBCompressionType, Options
+
+    o = Options(raw_mode=True)
+    o.create_if_missing(True)
+    o.set_compression_type(DBCompressionType.lz4())
+    o.set_write_buffer_size(4 << 20)
+    o.set_max_write_buffer_number(4)
+    o.set_target_file_size_base(4 << 20)
+    o.set_max_bytes_for_level_base(16 << 20)
+    o.set_level_zero_file_num_compaction_trigger(4)
+    o.set_level_compaction_dynamic_level_bytes(True)
+    t = BlockBasedOptions()
+    t.set_block_size(64 * 1024)
+    t.set_format_version(5)
+    t.set_bloom_filter(10, False)
+    t.set_cache_index_and_filter_blocks(True)
+    o.set_block_based_table_factory(t)
+    return o
+
+
+class LiveIndex:
+    """A bookie's two indexes, written as it writes them and kept open (the primary) while agents read."""
+
+    def __init__(self, ledger_dir: Path, keys: int, ledgers: int) -> None:
+        from rocksdict import Rdict, WriteBatch
+
+        current = ledger_dir / "current"
+        current.mkdir(parents=True)
+        self.ids = 1_000_000 + np.arange(ledgers, dtype=np.int64) * 37
+        self.ledgers = Rdict(str(current / "ledgers"), options=bookkeeper_options())
+        for lid in self.ids.tolist():
+            self.ledgers[_LEDGER_KEY.pack(lid)] = ledger_data()
+        self.ledgers.flush()
+        self.locations = Rdict(str(current / "locations"), options=bookkeeper_options())
+        per = keys // ledgers
+        unflushed = per - max(1, per // 100)
+        for entry in range(per):
+            if entry == unflushed:  # the rest stays in the memtable (and the WAL), as a live bookie's does
+                self.locations.flush()
+                self._settle()
+            rows = np.empty((ledgers, 2), dtype=">i8")
+            rows[:, 0], rows[:, 1] = self.ids, entry
+            raw = rows.tobytes()
+            batch = WriteBatch(raw_mode=True)
+            for i in range(ledgers):
+                batch.put(raw[16 * i:16 * i + 16], LOCATION)
+            self.locations.write(batch)
+        self.keys = per * ledgers
+        levels = self.locations.property_value("rocksdb.levelstats") or ""
+        per_level = {f"L{r.split()[0]}": int(r.split()[1]) for r in levels.splitlines()[2:] if int(r.split()[1])}
+        self.files = " ".join(f"{lv}:{n}" for lv, n in per_level.items())
+
+    def _settle(self) -> None:
+        while (self.locations.property_int_value("rocksdb.compaction-pending")
+               or self.locations.property_int_value("rocksdb.num-running-compactions")):
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        self.ledgers.close()
+        self.locations.close()
+
+
+def floor(index_dir: Path, ids: list[int], scratch: Path, passes: int) -> tuple[int, float]:
+    """RocksDB's own iteration with the agent's block cache: (entries listed, median CPU seconds of the
+    warm passes, the first pass left out as the agent's is)."""
+    binary = scratch / "index_floor"
+    subprocess.run(["gcc", "-O2", "-o", str(binary), str(FLOOR_SOURCE), "-lrocksdb"], check=True)
+    out = subprocess.run([str(binary), str(index_dir / "current" / "locations"), str(scratch / "floor-secondary"),
+                          str(INDEX_CACHE_BYTES >> 20), str(passes + 1), *map(str, ids)],
+                         check=True, capture_output=True, text=True).stdout
+    runs = [(int(n), float(t)) for n, t in (line.split() for line in out.splitlines()[1:])]
+    return runs[0][0], statistics.median(t for _, t in runs)
+
+
+class EarlierPath(DbLedgerStorageSource):
+    """The agent's path before keys-only listing: each entry's key and location value read through the
+    iterator, one at a time (kept here as the same run's baseline)."""
+
+    def entry_ids(self, ledger_id: int) -> tuple[np.ndarray, bool] | None:
+        found: list[int] = []
+        with self._lock:
+            for ledgers, locations in self.indexes:
+                if ledgers._handle is None:
+                    ledgers.catch_up()
+                    locations.catch_up()
+                if ledgers.get(_LEDGER_KEY.pack(ledger_id)) is None:
+                    continue
+                found += (eid for eid, _ in _index_entries(locations, ledger_id))
+        return np.array(found, dtype=np.int64), False
+
+
+def serve(ledger_dir: str, scratch: str, earlier: bool, entries_per_second: float, unary_catch_up: float) -> None:
+    """An agent process (the bench's subprocess): prints its port, serves until stdin closes."""
+    source = (EarlierPath if earlier else DbLedgerStorageSource)([ledger_dir], scratch)
+    agent = BookieAgent(source, bind="127.0.0.1:0", workers=4, entries_per_second=entries_per_second,
+                        unary_catch_up_seconds=unary_catch_up).start()
+    print(agent.port, flush=True)
+    sys.stdin.read()
+    agent.stop(grace=0)
+
+
+class Agent:
+    def __init__(self, ledger_dir: Path, scratch: Path, earlier: bool = False, entries_per_second: float = 0,
+                 unary_catch_up: float = 0.2) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.agent_index", "serve", str(ledger_dir), str(scratch), str(int(earlier)),
+             str(entries_per_second), str(unary_catch_up)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        port = int(self.proc.stdout.readline())  # type: ignore[union-attr]
+        self.ps = psutil.Process(self.proc.pid)
+        self.client = BookieClient(EndpointResolver({BOOKIE: f"127.0.0.1:{port}"}), deadline=600,
+                                   ledgers_per_call=1000, max_calls_per_bookie=1)
+
+    def cpu(self) -> float:
+        t = self.ps.cpu_times()
+        return t.user + t.system
+
+    def listing(self, ids: list[int]) -> tuple[int, float, float]:
+        """Every ledger answered: (entries listed, the agent's CPU seconds, wall seconds)."""
+        cpu, t0 = self.cpu(), time.perf_counter()
+        got = self.client.fetch(BOOKIE, ids)
+        wall, spent = time.perf_counter() - t0, self.cpu() - cpu
+        assert len(got) == len(ids) and all(a.availability is not None for a in got.values())
+        return sum([a.availability.count for a in got.values() if a.availability is not None]), spent, wall
+
+    def unary_cpu(self, calls: int) -> float:
+        """The agent's CPU per one-ledger call for a ledger it does not hold."""
+        with BookieClient(self.client.resolver, streaming=False, unary_in_flight=1) as unary:
+            unary.fetch(BOOKIE, [1])
+            cpu = self.cpu()
+            unary.fetch(BOOKIE, range(1, calls + 1))
+            return (self.cpu() - cpu) / calls
+
+    def close(self) -> None:
+        self.client.close()
+        self.proc.stdin.close()  # type: ignore[union-attr]
+        self.proc.wait()
+
+
+def run(sizes: list[int], ledgers: int, passes: int) -> Iterator[dict[str, Any]]:
+    for keys in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            t0 = time.perf_counter()
+            index = LiveIndex(root / "bookie", keys, ledgers)
+            ids = index.ids.tolist()
+            row: dict[str, Any] = {"index keys": index.keys, "ledgers": ledgers, "SST files per level": index.files,
+                                   "build s": time.perf_counter() - t0}
+            try:
+                listed, seconds = floor(root / "bookie", ids, root, passes)
+                assert listed == index.keys, (listed, index.keys)  # the memtable's keys are listed too
+                row["native floor us/entry"] = seconds / listed * 1e6
+                for earlier in (True, False):
+                    agent = Agent(root / "bookie", root / f"scratch-{earlier}", earlier=earlier)
+                    try:
+                        agent.listing(ids)  # warm: the block cache, the channel
+                        spent, rates = [], []
+                        for _ in range(passes):
+                            n, cpu, wall = agent.listing(ids)
+                            assert n == index.keys
+                            spent.append(cpu / n * 1e6)
+                            rates.append(n / wall)
+                        name = "earlier path" if earlier else "agent"
+                        row[f"{name} us/entry"] = statistics.median(spent)
+                        row[f"{name} / floor"] = row[f"{name} us/entry"] / row["native floor us/entry"]
+                        if not earlier:
+                            row["agent entries/s"] = statistics.median(rates)
+                            row["agent RSS MB"] = agent.ps.memory_info().rss / 2**20
+                            row["unary CPU us/call"] = agent.unary_cpu(2000) * 1e6
+                    finally:
+                        agent.close()
+                every = Agent(root / "bookie", root / "scratch-every", unary_catch_up=0)
+                try:
+                    row["unary CPU us/call, catch-up every call"] = every.unary_cpu(2000) * 1e6
+                finally:
+                    every.close()
+                budget = round(row["agent entries/s"] / 3, -3)  # a third of what it does unbounded
+                capped = Agent(root / "bookie", root / "scratch-budget", entries_per_second=budget)
+                try:
+                    n, _, wall = capped.listing(ids)
+                    row["budget entries/s"] = budget
+                    row["with budget: entries/s"] = n / wall
+                finally:
+                    capped.close()
+            finally:
+                index.close()
+            yield row
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "serve":
+        serve(sys.argv[2], sys.argv[3], sys.argv[4] == "1", float(sys.argv[5]), float(sys.argv[6]))
+        return
+    p = argparse.ArgumentParser()
+    p.add_argument("--keys", default="2000000,10000000", help="index sizes, entries in all")
+    p.add_argument("--ledgers", type=int, default=2000)
+    p.add_argument("--passes", type=int, default=3)
+    a = p.parse_args()
+    if not shutil.which("gcc") or not Path("/usr/include/rocksdb/c.h").exists():
+        sys.exit("the native floor needs gcc and Debian's librocksdb-dev (make bench-deps)")
+    rows = []
+    for row in run([int(k) for k in a.keys.split(",")], a.ledgers, a.passes):
+        rows.append(row)
+        print(table(rows), flush=True)
+        print(flush=True)
+
+
+if __name__ == "__main__":
+    main()
