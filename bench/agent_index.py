@@ -9,19 +9,20 @@ left to settle; then the last 1% written and not flushed (a live bookie's memtab
 with the primary still open while the agents read. Its `ledgers` index lists every ledger.
 
 - **native floor**: `bench/index_floor.c`, built here against Debian's librocksdb (`librocksdb-dev`):
-  the same index opened as a secondary, each ledger's keys iterated to its upper bound, ids decoded; the
-  CPU of its second pass (warm, as the agent's);
+  the same index opened as a secondary with the agent's block cache, each ledger's keys iterated to its
+  upper bound, ids decoded; the CPU of its second pass (warm, as the agent's);
 - **the agent** (`scrutiny bookie-agent`'s source and server, its own process): every ledger answered
   through the streaming call, 1,000 ledgers a call as a scan asks; its process CPU per entry listed, gRPC
-  and encoding included, median of --passes warm passes (the floor likewise); and the same for the agent's earlier path
-  (each entry's key and location value read through the iterator, one at a time);
+  and encoding included; and the same for the agent's earlier path (each entry's key and location value
+  read through the iterator, one at a time). The floor and both agents are measured in alternation,
+  --rounds times; each ratio is the median of the rounds' ratios;
 - **unary**: the agent's CPU per BP-34 one-ledger call (a ledger it does not hold: the catch-up is the
   cost), catching up at every call (before) and at most every 0.2 s (now);
 - **budget**: the full listing again with `entries_per_second` set to a third of the agent's unbounded
   rate (measured just before), and the rate it then listed at;
 - **RSS**: the agent's after a full listing, at each index size.
 
-    python -m bench.agent_index [--keys 2000000,10000000] [--ledgers 2000]
+    python -m bench.agent_index [--keys 2000000,10000000,20000000] [--ledgers 2000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -115,16 +116,22 @@ class LiveIndex:
         self.locations.close()
 
 
-def floor(index_dir: Path, ids: list[int], scratch: Path, passes: int) -> tuple[int, float]:
-    """RocksDB's own iteration with the agent's block cache: (entries listed, median CPU seconds of the
-    warm passes, the first pass left out as the agent's is)."""
-    binary = scratch / "index_floor"
-    subprocess.run(["gcc", "-O2", "-o", str(binary), str(FLOOR_SOURCE), "-lrocksdb"], check=True)
-    out = subprocess.run([str(binary), str(index_dir / "current" / "locations"), str(scratch / "floor-secondary"),
-                          str(INDEX_CACHE_BYTES >> 20), str(passes + 1), *map(str, ids)],
-                         check=True, capture_output=True, text=True).stdout
-    runs = [(int(n), float(t)) for n, t in (line.split() for line in out.splitlines()[1:])]
-    return runs[0][0], statistics.median(t for _, t in runs)
+class Floor:
+    """RocksDB's own iteration with the agent's block cache (bench/index_floor.c, built here against
+    Debian's librocksdb): one pass's CPU seconds after a warm-up pass, a fresh process each time."""
+
+    def __init__(self, index_dir: Path, ids: list[int], scratch: Path) -> None:
+        self.binary = scratch / "index_floor"
+        subprocess.run(["gcc", "-O2", "-o", str(self.binary), str(FLOOR_SOURCE), "-lrocksdb"], check=True)
+        self.args = [str(index_dir / "current" / "locations"), str(INDEX_CACHE_BYTES >> 20), "2", *map(str, ids)]
+        self.scratch = scratch
+
+    def listing(self) -> tuple[int, float]:
+        secondary = tempfile.mkdtemp(dir=self.scratch)
+        out = subprocess.run([str(self.binary), self.args[0], secondary, *self.args[1:]], check=True,
+                             capture_output=True, text=True).stdout
+        listed, seconds = out.splitlines()[-1].split()
+        return int(listed), float(seconds)
 
 
 class EarlierPath(DbLedgerStorageSource):
@@ -191,7 +198,16 @@ class Agent:
         self.proc.wait()
 
 
-def run(sizes: list[int], ledgers: int, passes: int) -> Iterator[dict[str, Any]]:
+def per_entry(agent: Agent, ids: list[int], keys: int) -> tuple[float, float]:
+    """One warm listing by the agent: (its CPU us per entry, entries per second)."""
+    n, cpu, wall = agent.listing(ids)
+    assert n == keys
+    return cpu / n * 1e6, n / wall
+
+
+def run(sizes: list[int], ledgers: int, rounds: int) -> Iterator[dict[str, Any]]:
+    """Per size: the floor and the agent measured in alternation, `rounds` times (this machine's speed
+    drifts by a third between minutes: a ratio is taken within each round, then the median of them)."""
     for keys in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
@@ -201,28 +217,33 @@ def run(sizes: list[int], ledgers: int, passes: int) -> Iterator[dict[str, Any]]
             row: dict[str, Any] = {"index keys": index.keys, "ledgers": ledgers, "SST files per level": index.files,
                                    "build s": time.perf_counter() - t0}
             try:
-                listed, seconds = floor(root / "bookie", ids, root, passes)
-                assert listed == index.keys, (listed, index.keys)  # the memtable's keys are listed too
-                row["native floor us/entry"] = seconds / listed * 1e6
-                for earlier in (True, False):
-                    agent = Agent(root / "bookie", root / f"scratch-{earlier}", earlier=earlier)
-                    try:
-                        agent.listing(ids)  # warm: the block cache, the channel
-                        spent, rates = [], []
-                        for _ in range(passes):
-                            n, cpu, wall = agent.listing(ids)
-                            assert n == index.keys
-                            spent.append(cpu / n * 1e6)
-                            rates.append(n / wall)
-                        name = "earlier path" if earlier else "agent"
-                        row[f"{name} us/entry"] = statistics.median(spent)
-                        row[f"{name} / floor"] = row[f"{name} us/entry"] / row["native floor us/entry"]
-                        if not earlier:
-                            row["agent entries/s"] = statistics.median(rates)
-                            row["agent RSS MB"] = agent.ps.memory_info().rss / 2**20
-                            row["unary CPU us/call"] = agent.unary_cpu(2000) * 1e6
-                    finally:
-                        agent.close()
+                floor = Floor(root / "bookie", ids, root)
+                agent = Agent(root / "bookie", root / "scratch")
+                earlier = Agent(root / "bookie", root / "scratch-earlier", earlier=True)
+                try:
+                    agent.listing(ids)  # warm: the block cache, the channel
+                    earlier.listing(ids)
+                    floors, agents, earliers, rates = [], [], [], []
+                    for _ in range(rounds):
+                        listed, seconds = floor.listing()
+                        assert listed == index.keys, (listed, index.keys)  # the memtable's keys are listed too
+                        floors.append(seconds / listed * 1e6)
+                        us, rate = per_entry(agent, ids, index.keys)
+                        agents.append(us)
+                        rates.append(rate)
+                        earliers.append(per_entry(earlier, ids, index.keys)[0])
+                    row["native floor us/entry"] = statistics.median(floors)
+                    row["agent us/entry"] = statistics.median(agents)
+                    row["agent / floor"] = statistics.median(a / f for a, f in zip(agents, floors, strict=True))
+                    row["earlier path us/entry"] = statistics.median(earliers)
+                    row["earlier path / floor"] = statistics.median(e / f for e, f in zip(earliers, floors,
+                                                                                            strict=True))
+                    row["agent entries/s"] = statistics.median(rates)
+                    row["agent RSS MB"] = agent.ps.memory_info().rss / 2**20
+                    row["unary CPU us/call"] = agent.unary_cpu(2000) * 1e6
+                finally:
+                    agent.close()
+                    earlier.close()
                 every = Agent(root / "bookie", root / "scratch-every", unary_catch_up=0)
                 try:
                     row["unary CPU us/call, catch-up every call"] = every.unary_cpu(2000) * 1e6
@@ -248,12 +269,12 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--keys", default="2000000,10000000", help="index sizes, entries in all")
     p.add_argument("--ledgers", type=int, default=2000)
-    p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5, help="floor and agent measured in alternation this often")
     a = p.parse_args()
     if not shutil.which("gcc") or not Path("/usr/include/rocksdb/c.h").exists():
         sys.exit("the native floor needs gcc and Debian's librocksdb-dev (make bench-deps)")
     rows = []
-    for row in run([int(k) for k in a.keys.split(",")], a.ledgers, a.passes):
+    for row in run([int(k) for k in a.keys.split(",")], a.ledgers, a.rounds):
         rows.append(row)
         print(table(rows), flush=True)
         print(flush=True)

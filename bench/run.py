@@ -32,7 +32,7 @@ def main() -> None:
     print(table(agentcalls.run(500 if quick else 20_000)) + "\n")
     print("## the agent against a bookie's index, and RocksDB's own iteration (python -m bench.agent_index)\n")
     print(table(list(agent_index.run([200_000] if quick else [10_000_000], 200 if quick else 2000,
-                                     1 if quick else 3))) + "\n")
+                                     1 if quick else 5))) + "\n")
     print("## deep scrub: bytes verified per agent (python -m bench.deepscrub)\n")
     print(table(deepscrub.run(10 if quick else 200, 50 if quick else 500, repeats=1 if quick else 3)) + "\n")
 

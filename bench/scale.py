@@ -14,21 +14,33 @@ entries per ledger, one bookie agent process per bookie on the synthetic store. 
 - the same scan with single pipelined ZooKeeper reads (before multiRead) and the floor it had, and the
   scan with the unary bookie call (upstream's access pattern), up to --old-max ledgers;
 - ledgers per second, peak RSS of the driver and of the executors (Python workers and the JVM),
-  peak ZooKeeper requests in flight.
+  peak ZooKeeper requests in flight; the driver's RSS sampled across the scan (at its start, its middle,
+  its end: flat, or not);
+- what the scan cost ZooKeeper (requests; the server's CPU seconds) and each bookie (its agent's calls,
+  from the agent's own /metrics, and CPU seconds: median and most over the bookies).
+
+`--standalone N` starts a Spark standalone master and N workers from the installed pyspark's own
+`bin/spark-class` (1 core and `--worker-memory` each) and scans on `spark://...`; `--compare-local` scans
+the same cluster on `local[2]` too and checks the two reports agree (counts, blast radius).
 
     python -m bench.scale --sizes 10000,100000,1000000
+    python -m bench.scale --sizes 10000000 --standalone 2 --floor-runs 1 --old-max 0
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,7 +66,7 @@ from scrutiny.store import LedgerRange
 from scrutiny.store.zookeeper import ZooKeeperStore
 from scrutiny.testing import store_at
 from scrutiny.testing.clusterwriter import ClusterWriter
-from scrutiny.testing.localzk import LocalZooKeeper, packets_received
+from scrutiny.testing.localzk import LocalZooKeeper, free_port, packets_received
 from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 BOOKIES = 30
@@ -109,13 +121,17 @@ def build(client: KazooClient, root: str, count: int, entries: int, store_dir: P
 
 
 class PeakRss:
-    """Samples the RSS of this process and of the Spark executors (JVM and Python workers)."""
+    """Samples the RSS of this process (the driver, over time) and of the Spark executors (JVM and Python
+    workers): this process's children in local mode, the workers' children on a standalone cluster."""
 
-    def __init__(self) -> None:
+    def __init__(self, workers: list[int] | None = None) -> None:
         self.executors = 0
         self.jvm = 0
+        self.executor_jvm = 0
         self.driver_base = psutil.Process().memory_info().rss
         self.driver = self.driver_base
+        self.driver_samples: list[int] = []
+        self.workers = workers or []
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._loop, daemon=True)
         self._t.start()
@@ -123,9 +139,13 @@ class PeakRss:
     def _loop(self) -> None:
         me = psutil.Process()
         while not self._stop.wait(0.5):
-            self.driver = max(self.driver, me.memory_info().rss)
+            rss = me.memory_info().rss
+            self.driver = max(self.driver, rss)
+            self.driver_samples.append(rss)
             try:
                 kids = me.children(recursive=True)
+                for w in self.workers:
+                    kids += psutil.Process(w).children(recursive=True)
             except psutil.Error:
                 continue
             for p in kids:
@@ -138,6 +158,13 @@ class PeakRss:
                     self.executors = max(self.executors, rss)
                 elif "java" in cmd and "SparkSubmit" in cmd:
                     self.jvm = max(self.jvm, rss)
+                elif "java" in cmd and "CoarseGrainedExecutorBackend" in cmd:
+                    self.executor_jvm = max(self.executor_jvm, rss)
+
+    def driver_over_time(self) -> str:
+        """The driver's RSS (MB) at the start, the middle and the end of the sampled span."""
+        got = self.driver_samples or [self.driver_base]
+        return " / ".join(str(got[i] >> 20) for i in (0, len(got) // 2, -1))
 
     def stop(self) -> None:
         self._stop.set()
@@ -176,6 +203,56 @@ class ScrutinyCpu:
         return {k: after[k] - self.before[k] for k in after}
 
 
+class Standalone:
+    """A Spark standalone master and workers on this machine, from the installed pyspark's own scripts."""
+
+    def __init__(self, workers: int, memory: str) -> None:
+        import pyspark
+
+        spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+        self.log = tempfile.NamedTemporaryFile(prefix="scrutiny-spark-standalone-", suffix=".log")  # noqa: SIM115
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # the driver too: every process on loopback
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        port = free_port()
+        self.master = f"spark://127.0.0.1:{port}"
+        self.procs = [subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                        "--port", str(port), "--webui-port", str(free_port())],
+                                       stdout=self.log, stderr=subprocess.STDOUT, env=env)]
+        time.sleep(3)
+        for _ in range(workers):
+            self.procs.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", self.master, "--host", "127.0.0.1",
+                 "--cores", "1", "--memory", memory, "--webui-port", str(free_port())],
+                stdout=self.log, stderr=subprocess.STDOUT, env=env))
+        time.sleep(5)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [p.pid for p in self.procs[1:]]
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in self.procs:
+            p.wait()
+        self.log.close()
+
+
+def agent_requests(port: int) -> float:
+    """The calls an agent has served, from its own /metrics."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("scrutiny_agent_requests_total{"))
+
+
+def cpu_seconds(pids: list[int]) -> list[float]:
+    out = []
+    for pid in pids:
+        t = psutil.Process(pid).cpu_times()
+        out.append(t.user + t.system)
+    return out
+
+
 def _read_range(uri: str, rng: LedgerRange, multi_read: str = "on") -> int:
     settings = ScanSettings(metadata_service_uri=uri, zk_multi_read=multi_read)
     store, _ = range_work.EXECUTOR.get(  # through the module: cloudpickle would copy the object (it has a lock)
@@ -201,9 +278,10 @@ def _stream(address: str, ids: list[int]) -> int:
     return n
 
 
-def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: int) -> dict[str, Any]:
-    row: dict[str, Any] = {"ledgers": count}
-    heap = "3g" if count > 300_000 else "1g"
+def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: int, workers: list[int] | None = None,
+             compare_local: bool = False) -> dict[str, Any]:
+    row: dict[str, Any] = {"ledgers": count, "spark": master}
+    heap = "10g" if count > 3_000_000 else "3g" if count > 300_000 else "1g"
     with tempfile.TemporaryDirectory() as tmp, LocalZooKeeper(heap=heap) as zk:
         root = "/ledgers"
         uri = f"zk+hierarchical://{zk.hosts}{root}"
@@ -212,10 +290,12 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
         t0 = time.perf_counter()
         held = build(client, root, count, entries, Path(tmp))
         row["build s"] = time.perf_counter() - t0
+        metrics = {b: free_port() for b in held}
         agents = [subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", b,
                                     "--source", "synthetic", "--synthetic-file",
                                     str(Path(tmp) / f"{b.replace(':', '_')}.synth"), "--bind", "127.0.0.1:0",
-                                    "--metadata-service-uri", uri, "--workers", "4"],
+                                    "--metadata-service-uri", uri, "--workers", "4",
+                                    "--metrics-listen", f"127.0.0.1:{metrics[b]}"],
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                   for b in sorted(held)]
         try:
@@ -243,14 +323,24 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
             row["floor s"] = floor
             # -- the scan
             settings = ScanSettings(metadata_service_uri=uri, recheck_delay=1.0, spark_master=master)
-            peak = PeakRss()  # from here: what the scan itself costs
+            peak = PeakRss(workers)  # from here: what the scan itself costs
             received = packets_received(zk.port)
             cpu = ScrutinyCpu([zk._proc.pid, *(a.pid for a in agents)])  # type: ignore[union-attr]
+            zk_cpu = cpu_seconds([zk._proc.pid])[0]  # type: ignore[union-attr]
+            agent_cpu = cpu_seconds([a.pid for a in agents])
+            calls = {b: agent_requests(port) for b, port in metrics.items()}
             t0 = time.perf_counter()
             report = ScrutinyRun(settings, SparkEngine(session=session)).execute()
             scan = time.perf_counter() - t0
             spent = cpu.spent()
             row["zk requests / ledger"] = (packets_received(zk.port) - received) / count
+            row["zk requests"] = packets_received(zk.port) - received
+            row["zk CPU s"] = cpu_seconds([zk._proc.pid])[0] - zk_cpu  # type: ignore[union-attr]
+            per_bookie = [after - before for before, after in zip(agent_cpu, cpu_seconds([a.pid for a in agents]),
+                                                                 strict=True)]
+            row["agent CPU s per bookie (median; most)"] = f"{statistics.median(per_bookie):.1f}; {max(per_bookie):.1f}"
+            served = [agent_requests(port) - calls[b] for b, port in metrics.items()]
+            row["agent calls per bookie (median; most)"] = f"{statistics.median(served):.0f}; {max(served):.0f}"
             assert report.complete and not report.violations, (report.errors[:3], report.counts)
             assert report.ledgers["checked"] == count
             row["scan s"] = scan
@@ -261,6 +351,13 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
             row["zk peak in flight"] = report.stats.get("zk_peak_in_flight", 0)
             row["driver RSS MB"] = peak.driver_base // (1 << 20)
             row["driver growth in scan MB"] = (peak.driver - peak.driver_base) // (1 << 20)
+            row["driver MB: start / middle / end of scan"] = peak.driver_over_time()
+            if compare_local and master != "local[2]":  # the same cluster, the same report on local[2]
+                local = ScrutinyRun(dataclasses.replace(settings, spark_master="local[2]"),
+                                    SparkEngine("local[2]")).execute()
+                same = (local.counts == report.counts and local.ledgers == report.ledgers
+                        and local.blast_radius == report.blast_radius)
+                row["same report on local[2]"] = "yes" if same else "NO"
             if count <= old_max:  # before multiRead, measured in the same run
                 t0 = time.perf_counter()
                 sc.parallelize(ranges, len(ranges)).map(lambda r: _read_range(uri, r, "off")).sum()
@@ -280,6 +377,8 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
             peak.stop()
             row["executor peak MB"] = peak.executors // (1 << 20)
             row["JVM peak MB"] = peak.jvm // (1 << 20)
+            if workers:
+                row["executor JVM peak MB"] = peak.executor_jvm // (1 << 20)
             session.stop()
         finally:
             range_work.EXECUTOR.close()
@@ -299,13 +398,23 @@ def main() -> None:
     p.add_argument("--old-max", type=int, default=100_000,
                    help="largest size also scanned with single ZooKeeper reads and with unary bookie calls")
     p.add_argument("--spark-master", default="local[2]")
+    p.add_argument("--standalone", type=int, default=0, metavar="WORKERS",
+                   help="start a standalone master and this many workers (pyspark's bin/spark-class) and scan there")
+    p.add_argument("--worker-memory", default="2g")
+    p.add_argument("--compare-local", action="store_true", help="scan on local[2] too; the reports must agree")
     p.add_argument("--floor-runs", type=int, default=2, help="the floor is the fastest of this many runs")
     a = p.parse_args()
+    cluster = Standalone(a.standalone, a.worker_memory) if a.standalone else None
     rows = []
-    for size in (int(s) for s in a.sizes.split(",")):
-        rows.append(run_size(size, a.entries, a.old_max, a.spark_master, a.floor_runs))
-        print(table(rows), flush=True)
-        print(flush=True)
+    try:
+        for size in (int(s) for s in a.sizes.split(",")):
+            rows.append(run_size(size, a.entries, a.old_max, cluster.master if cluster else a.spark_master,
+                                 a.floor_runs, cluster.worker_pids if cluster else None, a.compare_local))
+            print(table(rows), flush=True)
+            print(flush=True)
+    finally:
+        if cluster is not None:
+            cluster.close()
 
 
 if __name__ == "__main__":
