@@ -176,8 +176,9 @@ class ScrutinyCpu:
     leaving out the given processes and theirs (the agents, the ZooKeeper server). A process that
     exits in between is counted by the parent that reaps it."""
 
-    def __init__(self, exclude: list[int]) -> None:
+    def __init__(self, exclude: list[int], workers: list[int] | None = None) -> None:
         self.exclude = set(exclude)
+        self.workers = workers or []  # a standalone cluster's workers: their executors count, they do not
         self.before = self._sample()
 
     def _sample(self) -> dict[str, float]:
@@ -187,7 +188,11 @@ class ScrutinyCpu:
             with contextlib.suppress(psutil.Error):
                 skip |= {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
         out = {"python": 0.0, "jvm": 0.0}
-        for p in [me, *me.children(recursive=True)]:
+        executors = []
+        for pid in self.workers:
+            with contextlib.suppress(psutil.Error):
+                executors += psutil.Process(pid).children(recursive=True)
+        for p in [me, *me.children(recursive=True), *executors]:
             if p.pid in skip:
                 continue
             try:
@@ -325,7 +330,7 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
             settings = ScanSettings(metadata_service_uri=uri, recheck_delay=1.0, spark_master=master)
             peak = PeakRss(workers)  # from here: what the scan itself costs
             received = packets_received(zk.port)
-            cpu = ScrutinyCpu([zk._proc.pid, *(a.pid for a in agents)])  # type: ignore[union-attr]
+            cpu = ScrutinyCpu([zk._proc.pid, *(a.pid for a in agents)], workers)  # type: ignore[union-attr]
             zk_cpu = cpu_seconds([zk._proc.pid])[0]  # type: ignore[union-attr]
             agent_cpu = cpu_seconds([a.pid for a in agents])
             calls = {b: agent_requests(port) for b, port in metrics.items()}

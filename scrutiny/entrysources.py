@@ -137,6 +137,10 @@ class _SecondaryIndex:
         value = self._handle.get(key)
         return None if value is None else bytes(value)
 
+    def keys_from(self, lo: bytes) -> Iterator[bytes]:
+        """Every key from `lo` on, ascending (keys only)."""
+        yield from self._handle.keys(from_key=lo)
+
     def keys_between(self, lo: bytes, hi: bytes) -> bytes:
         """Every key from `lo` up to, not including, `hi`, joined: keys only (no value is read), RocksDB's
         own upper bound ending the iteration."""
@@ -208,15 +212,20 @@ class DbLedgerStorageSource:
                 ledgers.catch_up()
                 locations.catch_up()
 
+    def _opened(self) -> list[tuple[_SecondaryIndex, _SecondaryIndex]]:
+        """Every directory's two indexes, opened if no request has opened them yet (under the lock)."""
+        for ledgers, locations in self.indexes:
+            if ledgers._handle is None:
+                ledgers.catch_up()
+                locations.catch_up()
+        return self.indexes
+
     def entry_ids(self, ledger_id: int) -> tuple[np.ndarray, bool] | None:
         """The entry ids the bookie would serve, and whether the ledger is in limbo; None: no ledger."""
         found: list[np.ndarray] = []
         limbo = False
         with self._lock:
-            for ledgers, locations in self.indexes:
-                if ledgers._handle is None:
-                    ledgers.catch_up()
-                    locations.catch_up()
+            for ledgers, locations in self._opened():
                 value = ledgers.get(_LEDGER_KEY.pack(ledger_id))
                 if value is None:
                     continue
@@ -241,12 +250,9 @@ class DbLedgerStorageSource:
         found: list[np.ndarray] = []
         complete = True
         with self._lock:
-            for ledgers, locations in self.indexes:
-                if ledgers._handle is None:
-                    ledgers.catch_up()
-                    locations.catch_up()
+            for ledgers, _ in self._opened():
                 keys: list[bytes] = []
-                for key in ledgers._handle.keys(from_key=_LEDGER_KEY.pack(from_id)):
+                for key in ledgers.keys_from(_LEDGER_KEY.pack(from_id)):
                     if len(keys) == limit:
                         complete = False
                         break
@@ -267,9 +273,9 @@ class DbLedgerStorageSource:
         logs: dict[tuple[int, int], int | None] = {}
         try:
             for d, _, location in where:
-                size = self._stored_size(d, location, logs)
+                size, reason, _ = self._size(d, location, logs)
                 throttle(PAGE_BYTES)  # a random read of a size field costs the disk a page
-                if size is None:
+                if reason:
                     return None
                 total += size
         except OSError:
@@ -287,10 +293,7 @@ class DbLedgerStorageSource:
         out: list[tuple[int, int, int]] = []
         known = False
         with self._lock:
-            for d, (ledgers, locations) in enumerate(self.indexes):
-                if ledgers._handle is None:
-                    ledgers.catch_up()
-                    locations.catch_up()
+            for d, (ledgers, locations) in enumerate(self._opened()):
                 if ledgers.get(_LEDGER_KEY.pack(ledger_id)) is None:
                     continue
                 known = True
@@ -321,31 +324,30 @@ class DbLedgerStorageSource:
                 logs[key] = None
         return logs[key]
 
-    def _stored_size(self, d: int, location: int, logs: dict[tuple[int, int], int | None]) -> int | None:
-        log_id, pos = entrylog.split_location(location)
-        fd = self._log(d, log_id, logs)
-        if fd is None or pos < entrylog.LOG_HEADER_BYTES + entrylog.ENTRY_SIZE.size:
-            return None
-        head = os.pread(fd, entrylog.ENTRY_SIZE.size, pos - entrylog.ENTRY_SIZE.size)
-        if len(head) < entrylog.ENTRY_SIZE.size:
-            return None
-        (size,) = entrylog.ENTRY_SIZE.unpack(head)
-        return size if 0 <= size <= MAX_ENTRY_BYTES else None
-
-    def _read(self, d: int, location: int, logs: dict[tuple[int, int], int | None]) -> tuple[bytes, str, str]:
-        """The stored bytes at a location, or why they cannot be read (read-only; nothing changes)."""
+    def _size(self, d: int, location: int, logs: dict[tuple[int, int], int | None]) -> tuple[int, str, str]:
+        """The size field of the entry at a location (its log open, the size sane), or why not."""
         log_id, pos = entrylog.split_location(location)
         fd = self._log(d, log_id, logs)
         if fd is None:
-            return b"", entrylog.MISSING_LOG, f"no entry log {log_id:x}.log"
+            return -1, entrylog.MISSING_LOG, f"no entry log {log_id:x}.log"
         if pos < entrylog.LOG_HEADER_BYTES + entrylog.ENTRY_SIZE.size:
-            return b"", entrylog.BAD_SIZE, f"location {pos} inside the log header"
+            return -1, entrylog.BAD_SIZE, f"location {pos} inside the log header"
         head = os.pread(fd, entrylog.ENTRY_SIZE.size, pos - entrylog.ENTRY_SIZE.size)
         if len(head) < entrylog.ENTRY_SIZE.size:
-            return b"", entrylog.TRUNCATED, f"log {log_id:x}.log ends before offset {pos}"
+            return -1, entrylog.TRUNCATED, f"log {log_id:x}.log ends before offset {pos}"
         (size,) = entrylog.ENTRY_SIZE.unpack(head)
         if not 0 <= size <= MAX_ENTRY_BYTES:
-            return b"", entrylog.BAD_SIZE, f"size field {size} at offset {pos} of log {log_id:x}.log"
+            return -1, entrylog.BAD_SIZE, f"size field {size} at offset {pos} of log {log_id:x}.log"
+        return size, "", ""
+
+    def _read(self, d: int, location: int, logs: dict[tuple[int, int], int | None]) -> tuple[bytes, str, str]:
+        """The stored bytes at a location, or why they cannot be read (read-only; nothing changes)."""
+        size, reason, detail = self._size(d, location, logs)
+        if reason:
+            return b"", reason, detail
+        log_id, pos = entrylog.split_location(location)
+        fd = logs[(d, log_id)]
+        assert fd is not None  # _size found the log
         stored = os.pread(fd, size, pos)
         if len(stored) < size:
             return stored, entrylog.TRUNCATED, f"log {log_id:x}.log has {len(stored)} of {size} bytes at {pos}"

@@ -93,6 +93,50 @@ class Sightings:
         return cls(out, untracked)
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerIds:
+    """The ledger ids one range enumerated, compactly: a range's ids are dense (a hierarchical bucket holds
+    up to 10,000 consecutive ids), so a bitmap over their span costs about a bit a ledger, where the ids
+    themselves would cost 64. Ids too sparse for a bitmap are kept as they are."""
+
+    first: int
+    last: int
+    bits: np.ndarray | None = None  # bit i: ledger first + i was enumerated
+    ids: np.ndarray | None = None  # ascending, when sparse
+
+    @classmethod
+    def of(cls, ids: np.ndarray) -> LedgerIds:
+        if not ids.size:
+            return cls(0, -1, ids=ids)
+        first, last = int(ids[0]), int(ids[-1])
+        if last - first + 1 > 64 * ids.size:
+            return cls(first, last, ids=ids)
+        present = np.zeros(last - first + 1, dtype=bool)
+        present[ids - first] = True
+        return cls(first, last, bits=np.packbits(present))
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        """Which of these ids were enumerated."""
+        inside = (ids >= self.first) & (ids <= self.last)
+        if self.bits is None:
+            if self.ids is None or not self.ids.size:
+                return np.zeros(ids.size, dtype=bool)
+            at = np.minimum(np.searchsorted(self.ids, ids), self.ids.size - 1)
+            return inside & (self.ids[at] == ids)
+        offset = np.where(inside, ids - self.first, 0)
+        return inside & (((self.bits[offset >> 3] >> (7 - (offset & 7))) & 1) == 1)
+
+
+def not_enumerated(held: np.ndarray, enumerated: Iterable[LedgerIds]) -> np.ndarray:
+    """The ledger ids in `held` (ascending) that no range enumerated."""
+    missing = np.ones(held.size, dtype=bool)
+    for rng in enumerated:
+        lo, hi = np.searchsorted(held, [rng.first, rng.last + 1])
+        if hi > lo:
+            missing[lo:hi] &= ~rng.contains(held[lo:hi])
+    return held[missing]
+
+
 def _mapping(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise TypeError(f"expected a map, got {type(value).__name__}")

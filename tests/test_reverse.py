@@ -14,6 +14,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kazoo.client import KazooClient
 
 from scrutiny import entrylog
@@ -23,7 +25,7 @@ from scrutiny.codec import SequenceGroup
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources import DbLedgerStorageSource, SyntheticStore
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
-from scrutiny.orphans import Sightings
+from scrutiny.orphans import LedgerIds, Sightings, not_enumerated
 from scrutiny.report import HOLDINGS_STATS
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
@@ -192,3 +194,19 @@ def test_sightings_keep_the_first_time_and_survive_their_stored_form() -> None:
     for bad in (b"", b"not zlib", __import__("zlib").compress(b'{"format": 2}')):
         with pytest.raises(Exception, match="sightings"):
             Sightings.parse(bad, "the stored orphan sightings")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5000), max_size=300), max_size=6), st.lists(st.integers(0, 6000), max_size=400))
+def test_enumerated_ids_kept_compactly_answer_as_the_ids_do(ranges: list[list[int]], held: list[int]) -> None:
+    enumerated = [LedgerIds.of(np.unique(np.array(r, dtype=np.int64))) for r in ranges]
+    bookie = np.unique(np.array(held, dtype=np.int64))
+    every = np.unique(np.array([i for r in ranges for i in r], dtype=np.int64))
+    assert not_enumerated(bookie, enumerated).tolist() == np.setdiff1d(bookie, every).tolist()
+
+
+def test_a_dense_range_costs_a_bit_a_ledger() -> None:
+    dense = LedgerIds.of(np.arange(10_000, 20_000, dtype=np.int64))
+    assert dense.bits is not None and dense.bits.nbytes == 1250
+    sparse = LedgerIds.of(np.array([1, 10**12], dtype=np.int64))
+    assert sparse.ids is not None and sparse.contains(np.array([1, 2, 10**12])).tolist() == [True, False, True]

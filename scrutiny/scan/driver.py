@@ -29,7 +29,7 @@ from scrutiny.checks import Violation, check_underreplication_age
 from scrutiny.config import ScanSettings
 from scrutiny.errors import DataError
 from scrutiny.metadata import UnderreplicationMark
-from scrutiny.orphans import Sightings, orphan
+from scrutiny.orphans import LedgerIds, Sightings, not_enumerated, orphan
 from scrutiny.owners import UNKNOWN, owner_from_custom_metadata
 from scrutiny.report import DEEP_STATS, HOLDINGS_STATS, MARKS_STATS, RUN_STATS, Report, with_every_stat
 from scrutiny.scan.engines import Engine, Progress, make_engine
@@ -69,7 +69,7 @@ class PendingRun:
     stats: Counter[str] = field(default_factory=Counter)
     faulty: dict[int, tuple[str, ...]] = field(default_factory=dict)
     blast: dict[str, Blast] = field(default_factory=dict)
-    enumerated: list[np.ndarray] = field(default_factory=list)  # every ledger id of the first pass (`holdings`)
+    enumerated: list[LedgerIds] = field(default_factory=list)  # every ledger id of the first pass (`holdings`)
 
     def absorb(self, result: RangeResult, first_look: bool = True) -> None:
         """A pass's result. Ledgers looked at again were counted at their first look: only their
@@ -295,11 +295,10 @@ class ScrutinyRun:
         s, store, stats = self.settings, pending.store, pending.stats
         regs = store.registrations()
         addresses = {**store.agent_addresses(), **s.bookie_endpoints}
-        known = np.unique(np.concatenate(pending.enumerated)) if pending.enumerated else np.empty(0, np.int64)
         with BookieClient.from_settings(s, addresses) as agents:
             client = HoldingsClient(agents)
             listed = client.list_many(set(regs.writable) | set(regs.readonly) | set(addresses))
-            held = {b: np.setdiff1d(ids, known) for b, ids in listed.items() if not isinstance(ids, str)}
+            held = {b: not_enumerated(ids, pending.enumerated) for b, ids in listed.items() if not isinstance(ids, str)}
             for b, why in sorted((b, why) for b, why in listed.items() if isinstance(why, str)):
                 log.info("run %s: cannot list what %s holds: %s", self.run_id, b, why)
             suspects = np.unique(np.concatenate([np.empty(0, np.int64), *held.values()])).tolist()

@@ -47,6 +47,7 @@ from scrutiny.checks import (
 from scrutiny.config import ScanSettings
 from scrutiny.errors import DataError, StoreError
 from scrutiny.metadata import LedgerMetadata
+from scrutiny.orphans import LedgerIds
 from scrutiny.owners import owner_from_custom_metadata
 from scrutiny.store import LedgerRange, LedgerRead, MetadataStore, open_store
 
@@ -114,7 +115,7 @@ class RangeResult:
     stats: Mapping[str, int] = field(default_factory=dict)  # keys with "peak" merge by max, others by sum
     # "bookie:<id>" / "rack:<name>" -> (ledgers below AQ, ledgers without a copy, their topics, ...) if it went down
     blast: Mapping[str, Blast] = field(default_factory=dict)
-    enumerated: tuple[np.ndarray, ...] = ()  # the ledger ids of the ranges, when the run asked (`holdings`)
+    enumerated: tuple[LedgerIds, ...] = ()  # the ledger ids of the ranges, when the run asked (`holdings`)
 
     @staticmethod
     def merge(results: Iterable[RangeResult]) -> RangeResult:
@@ -126,7 +127,7 @@ class RangeResult:
         marked: list[int] = []
         errors: list[str] = []
         blast: dict[str, Blast] = {}
-        enumerated: list[np.ndarray] = []
+        enumerated: list[LedgerIds] = []
         for r in results:
             enumerated += r.enumerated
             for key, b in r.blast.items():
@@ -403,7 +404,7 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
         store, client = EXECUTOR.get(ctx)
         reads_before, failed_before = store.reads, client.failed_calls
         ids = store.ledger_ids(rng)
-        enumerated = (np.array(ids, dtype=np.int64),) if ctx.holdings and mode is Pass.FIRST else ()
+        enumerated = (LedgerIds.of(np.array(ids, dtype=np.int64)),) if ctx.holdings and mode is Pass.FIRST else ()
         selection = select(ctx, store.read_ledgers(ids))
         s = ctx.settings
         deadline = s.recheck_deadline if mode is Pass.FINAL else s.bookie_deadline_seconds
