@@ -367,26 +367,29 @@ class HoldingsClient:
     def __init__(self, client: BookieClient) -> None:
         self.client = client
 
-    def list_many(self, bookie_ids: Iterable[str], page: int = LIST_PAGE) -> dict[str, np.ndarray | str]:
-        """Every ledger each bookie holds (ascending ids), bookies in parallel; or why it could not be listed."""
-        tasks = {b: self.client._pool.submit(self._list, b, page) for b in sorted(set(bookie_ids))}
+    def list_many(self, bookie_ids: Iterable[str], keep: Callable[[np.ndarray], np.ndarray] = lambda ids: ids,
+                  page: int = LIST_PAGE) -> dict[str, np.ndarray | str]:
+        """What `keep` keeps of every ledger each bookie holds (ascending ids), bookies in parallel; or why
+        it could not be listed. `keep` runs on each page as it arrives: a caller wanting a few of millions
+        of ids holds a page per bookie in flight, never the bookies' whole lists."""
+        tasks = {b: self.client._pool.submit(self._list, b, page, keep) for b in sorted(set(bookie_ids))}
         return {b: fut.result() for b, fut in tasks.items()}
 
-    def _list(self, bookie_id: str, page: int) -> np.ndarray | str:
-        pages = [np.empty(0, np.int64)]
-        done = False
+    def _list(self, bookie_id: str, page: int, keep: Callable[[np.ndarray], np.ndarray]) -> np.ndarray | str:
+        kept: list[np.ndarray] = []
+        start, done = 0, False
 
         def next_page() -> None:  # from the last id listed on; a retry asks for the same page again
-            nonlocal done
-            start = int(pages[-1][-1]) + 1 if len(pages) > 1 else 0
+            nonlocal start, done
             req = bookie_pb2.ListLedgersRequest(from_ledger_id=start, max_ledgers=page)
             msgs = list(self.client._stub(bookie_id).ListLedgers(req, timeout=self.client.deadline))
             data = b"".join(m.ledger_ids for m in msgs)
             ids = np.frombuffer(data[:len(data) // 8 * 8], dtype=">i8").astype(np.int64)
             if len(data) % 8 or (ids.size and (ids[0] < start or np.any(ids[1:] <= ids[:-1]))):
                 raise ValueError(f"bookie {bookie_id}: not ascending 8-byte ledger ids from {start}")
-            pages.append(ids)
+            kept.append(keep(ids))
             done = any(m.last_page for m in msgs) or not ids.size
+            start = int(ids[-1]) + 1 if ids.size else start
 
         with self.client._slot(bookie_id):
             while not done:
@@ -396,7 +399,7 @@ class HoldingsClient:
                     return str(exc)
                 if failed:
                     return f"bookie {bookie_id}: {failed}"
-        return np.concatenate(pages)
+        return np.concatenate(kept) if kept else np.empty(0, np.int64)
 
     def held(self, bookie_id: str, ledger_ids: Collection[int]) -> dict[int, Held | None]:
         """What the bookie holds of these ledgers now (entries, and stored bytes where its agent knows

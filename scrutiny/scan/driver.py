@@ -297,8 +297,9 @@ class ScrutinyRun:
         addresses = {**store.agent_addresses(), **s.bookie_endpoints}
         with BookieClient.from_settings(s, addresses) as agents:
             client = HoldingsClient(agents)
-            listed = client.list_many(set(regs.writable) | set(regs.readonly) | set(addresses))
-            held = {b: not_enumerated(ids, pending.enumerated) for b, ids in listed.items() if not isinstance(ids, str)}
+            listed = client.list_many(set(regs.writable) | set(regs.readonly) | set(addresses),
+                                      lambda ids: not_enumerated(ids, pending.enumerated))
+            held = {b: ids for b, ids in listed.items() if not isinstance(ids, str)}  # not enumerated
             for b, why in sorted((b, why) for b, why in listed.items() if isinstance(why, str)):
                 log.info("run %s: cannot list what %s holds: %s", self.run_id, b, why)
             suspects = np.unique(np.concatenate([np.empty(0, np.int64), *held.values()])).tolist()
