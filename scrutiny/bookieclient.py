@@ -32,7 +32,6 @@ log = logging.getLogger(__name__)
 
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE,)
 HEALTH_CHECK_SECONDS = 2.0  # after a call timed out: is the agent there at all?
-LIST_PAGE = 250_000  # ledger ids per ListLedgers call: 2 MB, a second or so of the agent's time
 
 
 class Held(NamedTuple):
@@ -368,10 +367,10 @@ class HoldingsClient:
         self.client = client
 
     def list_many(self, bookie_ids: Iterable[str], keep: Callable[[np.ndarray], np.ndarray] = lambda ids: ids,
-                  page: int = LIST_PAGE) -> dict[str, np.ndarray | str]:
+                  page: int = 0) -> dict[str, np.ndarray | str]:
         """What `keep` keeps of every ledger each bookie holds (ascending ids), bookies in parallel; or why
-        it could not be listed. `keep` runs on each page as it arrives: a caller wanting a few of millions
-        of ids holds a page per bookie in flight, never the bookies' whole lists."""
+        it could not be listed. `keep` runs on each page as it arrives (`page` ids, 0: the agent's own page):
+        a caller wanting a few of millions of ids holds a page per bookie in flight, never whole lists."""
         tasks = {b: self.client._pool.submit(self._list, b, page, keep) for b in sorted(set(bookie_ids))}
         return {b: fut.result() for b, fut in tasks.items()}
 
