@@ -302,7 +302,8 @@ def _expected_k(r: int, e: int, lo: int, hi: int) -> tuple[int, int]:
 
 
 def _sweep(per_position: Sequence[Intervals]) -> list[tuple[int, int, frozenset[int]]]:
-    """Elementary k-intervals where a non-empty, constant set of positions misses the entries."""
+    """Elementary k-intervals, ascending, where a non-empty, constant set of the positions' intervals covers
+    them (of entries each position misses, for coverage; holds, past the close)."""
     points = sorted({p for ivs in per_position for k0, k1 in ivs for p in (k0, k1 + 1)})
     cursor = [0] * len(per_position)
     out = []
@@ -483,7 +484,8 @@ def check_past_the_close(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]
         covered: list[tuple[int, int]] = []  # (first entry, copies) of the runs with AQ copies before each gap
         for r in range(e):
             k, k_hi = -((r - lo) // e), (hi - r) // e
-            for k0, k1, copies in _copies([held[(r + w) % e][r] for w in range(wq)]):
+            for k0, k1, holding in _sweep([held[(r + w) % e][r] for w in range(wq)]):
+                copies = len(holding)
                 if k0 > k or copies < aq:
                     break
                 covered.append((k0 * e + r, copies))
@@ -505,18 +507,6 @@ def check_past_the_close(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]
                "ack_quorum": aq, "write_quorum": wq, "ensemble": list(ensemble), "highest_entry_held": top}
     return PastTheClose(Violation(Category.ENTRIES_PAST_THE_CLOSE, md.ledger_id, tuple(sorted(holders)), details,
                                   md.znode_version), residue)
-
-
-def _copies(per_position: Sequence[Intervals]) -> list[tuple[int, int, int]]:
-    """Elementary k-intervals, ascending, where at least one of the positions holds the entries, and how
-    many do."""
-    points = sorted({p for ivs in per_position for k0, k1 in ivs for p in (k0, k1 + 1)})
-    out = []
-    for a, b in itertools.pairwise(points):
-        n = sum(1 for ivs in per_position for k0, k1 in ivs if k0 <= a <= k1)
-        if n:
-            out.append((a, b - 1, n))
-    return out
 
 
 def coverage_without(md: LedgerMetadata, answers: Mapping[str, BookieAnswer], gone: Collection[str]) -> CoverageResult:
