@@ -42,6 +42,14 @@ class ClusterSettings:
     zk_tls_ca: str = ""  # ZooKeeper client TLS (3.5+ secureClientPort)
     zk_tls_cert: str = ""
     zk_tls_key: str = ""
+    # Pulsar's metadata store on etcd (metadata-store:etcd:http://host:2379,...)
+    etcd_timeout: float = 10.0  # seconds one request may take before it is retried (on the next endpoint)
+    etcd_retry_deadline: float = 60.0
+    etcd_lease_ttl: int = 30  # seconds: the lease (etcd's session) of the agents' keys and the election
+    etcd_auth_file: str = ""  # "user:password" for etcd's authentication
+    etcd_tls_ca: str = ""  # etcd client TLS (an https:// endpoint, or these)
+    etcd_tls_cert: str = ""
+    etcd_tls_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -129,6 +137,8 @@ class ScanSettings(ClusterSettings):
             (self.min_ack_quorum >= 1, "min_ack_quorum", "at least 1 (1: no ledger is too weak)"),
             (self.zk_max_in_flight >= 1, "zk_max_in_flight", "at least 1"),
             (self.zk_multi_read in ("auto", "on", "off"), "zk_multi_read", "auto, on or off"),
+            (self.etcd_timeout > 0, "etcd_timeout", "more than 0 seconds"),
+            (self.etcd_lease_ttl >= 2, "etcd_lease_ttl", "at least 2 seconds"),
             (self.deep_slices >= 1, "deep_slices", "at least 1"),
             (0 <= self.deep_slice < self.deep_slices, "deep_slice", f"0 .. {self.deep_slices - 1} (deep_slices - 1)"),
             (0 < self.deep_ledgers_per_call <= 10_000, "deep_ledgers_per_call", "1..10000"),

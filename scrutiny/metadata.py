@@ -87,7 +87,7 @@ class LedgerMetadata:
     ctoken: int = 0
     format_version: int = 3
     znode_version: int = -1
-    modified_ms: int = -1  # the znode's mtime: for a closed ledger, about when it was closed
+    modified_ms: int = -1  # the znode's mtime: for a closed ledger, about when it was closed (-1: unknown, etcd)
     # Derived once: every check asks for them, several times per ledger.
     bookies: frozenset[str] = field(init=False, repr=False, compare=False)
     _ranges: tuple[tuple[Segment, int, int], ...] = field(init=False, repr=False, compare=False)
@@ -366,9 +366,10 @@ def format_layout(layout: Layout) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class MetadataServiceUri:
-    servers: tuple[str, ...]
+    servers: tuple[str, ...]  # host:port for ZooKeeper; http(s)://host:port endpoints for etcd
     root: str
     layout: Layout | None  # None: read it from the LAYOUT znode
+    store: str = "zk"  # zk | etcd (Pulsar's metadata-store:etcd:)
 
     @property
     def hosts(self) -> str:
@@ -427,18 +428,36 @@ def parse_metadata_service_uri(uri: str) -> MetadataServiceUri:
 
 
 def _parse_pulsar_store_uri(uri: str) -> MetadataServiceUri:
+    store = uri[len(PULSAR_STORE_PREFIX):].split(":", 1)[0]
+    if store == "etcd":
+        return _parse_pulsar_etcd_uri(uri)
     m = _PULSAR_ZK.match(uri)
     if not m:
-        store = uri[len(PULSAR_STORE_PREFIX):].split(":", 1)[0]
         if store != "zk":
             raise MetadataError(f"metadata service URI {uri!r}: Pulsar's metadata store on {store!r} is not "
-                                "supported by this version (metadata-store:zk: is)")
+                                "supported by this version (metadata-store:zk: and metadata-store:etcd: are)")
         raise MetadataError(f"metadata service URI {uri!r} is not of the form metadata-store:zk:host:port,.../chroot")
     servers = tuple(s for s in re.split(r"[;,]", m.group("servers")) if s)
     for s in servers:
         parse_host_port(s, f"metadata service URI {uri!r}", MetadataError)
     chroot = (m.group("chroot") or "").rstrip("/")
     return MetadataServiceUri(servers, f"{chroot}{DEFAULT_ROOT}", Layout.HIERARCHICAL)
+
+
+def _parse_pulsar_etcd_uri(uri: str) -> MetadataServiceUri:
+    """`metadata-store:etcd:http://host:2379[,https://host:2379...]` (jetcd's endpoints; a bare host:port is
+    http). Pulsar's etcd store has no chroot: the ledgers are at /ledgers."""
+    endpoints = []
+    for e in (e.strip() for e in uri[len(PULSAR_STORE_PREFIX) + len("etcd:"):].split(",")):
+        scheme, sep, rest = e.partition("://")
+        if not sep:
+            scheme, rest = "http", e
+        host_port = rest.rstrip("/")
+        if scheme not in ("http", "https") or "/" in host_port:
+            raise MetadataError(f"metadata service URI {uri!r}: etcd endpoint {e!r} is not http(s)://host:port")
+        parse_host_port(host_port, f"metadata service URI {uri!r}", MetadataError)
+        endpoints.append(f"{scheme}://{host_port}")
+    return MetadataServiceUri(tuple(endpoints), DEFAULT_ROOT, Layout.HIERARCHICAL, store="etcd")
 
 
 # ---------------------------------------------------------------------------------------------

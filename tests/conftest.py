@@ -6,11 +6,16 @@ import gc
 import itertools
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 
 from scrutiny.scan.work import EXECUTOR
+from scrutiny.store import MetadataStore
+from scrutiny.testing import store_for
+from scrutiny.testing.localetcd import EtcdTree, LocalEtcd
 from scrutiny.testing.localzk import LocalZooKeeper
 
 _counter = itertools.count()
@@ -53,6 +58,54 @@ def zk_client(zk_server: LocalZooKeeper) -> Iterator[KazooClient]:
     yield client
     client.stop()
     client.close()
+
+
+@pytest.fixture(scope="session")
+def etcd_server() -> Iterator[LocalEtcd]:
+    server = LocalEtcd()
+    server.start()
+    yield server
+    EXECUTOR.close()  # stores cached by in-process runs, before their server goes
+    server.close()
+
+
+@pytest.fixture
+def etcd_tree(etcd_server: LocalEtcd) -> Iterator[EtcdTree]:
+    """An empty etcd for this test (Pulsar's etcd store has no chroot: the cluster is at /ledgers), and
+    the writer's view of it."""
+    tree = EtcdTree(etcd_server.endpoint)
+    tree.kv.delete(b"\0", b"\0")  # every key
+    yield tree
+    tree.close()
+
+
+@dataclass
+class Place:
+    """Where a test writes its cluster: `client` writes it (ClusterWriter's client), `uri` names it for
+    scrutiny, `registry` is a store on it for the agents' registrations."""
+
+    store: str
+    client: Any
+    root: str
+    uri: str
+    registry: MetadataStore
+
+
+@pytest.fixture(params=["zk", "etcd"])
+def place(request: pytest.FixtureRequest) -> Iterator[Place]:
+    """The same scenario on ZooKeeper (BookKeeper's own layout) and on etcd (Pulsar's metadata store)."""
+    if request.param == "zk":
+        server, client = request.getfixturevalue("zk_server"), request.getfixturevalue("zk_client")
+        root = f"{request.getfixturevalue('zk_namespace')}/ledgers"
+        uri = f"zk+hierarchical://{server.hosts}{root}"
+        yield Place("zk", client, root, uri, store_for(client, uri))
+        return
+    etcd, tree = request.getfixturevalue("etcd_server"), request.getfixturevalue("etcd_tree")
+    registry = store_for(tree, etcd.uri)
+    try:
+        yield Place("etcd", tree, "/ledgers", etcd.uri, registry)
+    finally:
+        registry.close()
 
 
 @pytest.fixture(scope="session")

@@ -24,22 +24,32 @@ from kazoo.client import KazooClient
 from scrutiny.auditor import Auditor, AuditorSettings
 from scrutiny.config import MetricsSettings, ScanSettings, StatsdSettings
 from scrutiny.scan.engines import LocalEngine
-from scrutiny.testing import store_at, store_on
+from scrutiny.testing import store_at, store_for
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
-from scrutiny.testing.localzk import LocalZooKeeper, free_port
+from scrutiny.testing.localzk import free_port
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 from tests.helpers import auditor_process, wait_for
 from tests.test_prometheus import sample, scrape
 
 
 @pytest.fixture
-def cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
-            tmp_path: Path) -> Iterator[tuple[DemoCluster, str]]:
-    demo = build_demo_cluster(zk_client, f"{zk_namespace}/ledgers", tmp_path / "stores", healthy=60)
-    uri = f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers"
-    with demo_agents(demo, store_on(zk_client, uri)):
-        yield demo, uri
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[DemoCluster, str]]:
+    """The demo cluster on ZooKeeper; on Pulsar's metadata store on etcd where a test asks (indirect "etcd")."""
+    if getattr(request, "param", "zk") == "etcd":
+        client, uri, root = request.getfixturevalue("etcd_tree"), request.getfixturevalue("etcd_server").uri, "/ledgers"
+    else:
+        client, namespace = request.getfixturevalue("zk_client"), request.getfixturevalue("zk_namespace")
+        root = f"{namespace}/ledgers"
+        uri = f"zk+hierarchical://{request.getfixturevalue('zk_server').hosts}{root}"
+    demo = build_demo_cluster(client, root, tmp_path / "stores", healthy=60)
+    registry = store_for(client, uri)
+    try:
+        with demo_agents(demo, registry):
+            yield demo, uri
+    finally:
+        if not isinstance(client, KazooClient):
+            registry.close()
 
 
 def scan_settings(uri: str) -> ScanSettings:
@@ -175,15 +185,18 @@ def test_runs_are_skipped_while_replication_is_disabled(cluster: tuple[DemoClust
         auditor.stop()
 
 
+@pytest.mark.parametrize("cluster", ["zk", "etcd"], indirect=True)
 def test_failover_keeps_the_cadence_and_the_alerts(cluster: tuple[DemoCluster, str], tmp_path: Path) -> None:
     """Leader SIGKILLed after a run with faults: the standby leads, keeps the cadence, and exports the
-    same violation gauges at once with the run's true age, so no data-at-risk alert clears."""
+    same violation gauges at once with the run's true age, so no data-at-risk alert clears. On ZooKeeper
+    and on etcd (its election on a lease of the same 4 s)."""
     _, uri = cluster
     ports, metric_ports = [free_port(), free_port()], [free_port(), free_port()]
     configs = []
     for i, port in enumerate(ports):
         cfg = tmp_path / f"auditor{i}.yaml"
         cfg.write_text(f"metadata_service_uri: {uri}\nengine: local\nrecheck_delay: 0.5\nzk_session_timeout: 4\n"
+                       "etcd_lease_ttl: 4\n"
                        f"auditor:\n  listen: 127.0.0.1:{port}\n  reports_dir: {tmp_path / f'reports{i}'}\n"
                        "  full_interval_seconds: 3600\n  underreplication_interval_seconds: 0\n"
                        f"  insecure_open_rescan: true\nmetrics:\n  listen: 127.0.0.1:{metric_ports[i]}\n")

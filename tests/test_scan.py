@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -28,36 +29,37 @@ from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import DECOMMISSIONED, DemoCluster, bookie, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.synthetic import SyntheticStoreWriter
+from tests.conftest import Place
 from tests.helpers import HookEngine
 
 
-def settings_for(zk_server: LocalZooKeeper, root: str, **kw: object) -> ScanSettings:
-    base = dict(metadata_service_uri=f"zk+hierarchical://{zk_server.hosts}{root}", recheck_delay=0.5,
-                underreplicated_grace_period=3600, bookie_deadline_seconds=5.0)
+def settings_for(uri: str, **kw: object) -> ScanSettings:
+    base = dict(metadata_service_uri=uri, recheck_delay=0.5, underreplicated_grace_period=3600,
+                bookie_deadline_seconds=5.0)
     base.update(kw)
     return ScanSettings(**base)  # type: ignore[arg-type]
 
 
-def only_coverage(zk_server: LocalZooKeeper, root: str) -> ScanSettings:
+def only_coverage(uri: str) -> ScanSettings:
     """The small cluster has no rack data: look at coverage alone."""
-    return settings_for(zk_server, root, placement_policy="none")
+    return settings_for(uri, placement_policy="none")
 
 
 @pytest.fixture
-def demo(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
-         tmp_path: Path) -> Iterator[DemoCluster]:
-    cluster = build_demo_cluster(zk_client, f"{zk_namespace}/ledgers", tmp_path, healthy=300)
-    with demo_agents(cluster, store_on(zk_client, f"zk://x:1{zk_namespace}/ledgers")):
-        yield cluster
+def demo(place: Place, tmp_path: Path) -> Iterator[tuple[DemoCluster, str]]:
+    """The demo cluster, on ZooKeeper and on Pulsar's metadata store on etcd: the same findings."""
+    cluster = build_demo_cluster(place.client, place.root, tmp_path, healthy=300)
+    with demo_agents(cluster, place.registry):
+        yield cluster, place.uri
 
 
 def found(report_violations: list) -> set[tuple[str, int]]:  # type: ignore[type-arg]
     return {(str(v.category), v.ledger_id) for v in report_violations}
 
 
-def test_spark_run_finds_exactly_the_injected_faults(demo: DemoCluster, zk_server: LocalZooKeeper,
-                                                     spark_engine: object) -> None:
-    report = ScrutinyRun(settings_for(zk_server, demo.root), spark_engine).execute()  # type: ignore[arg-type]
+def test_spark_run_finds_exactly_the_injected_faults(demo: tuple[DemoCluster, str], spark_engine: object) -> None:
+    demo, uri = demo  # type: ignore[assignment]
+    report = ScrutinyRun(settings_for(uri), spark_engine).execute()  # type: ignore[arg-type]
     assert report.complete, report.errors
     assert found(report.violations) == demo.expected
     assert report.ledgers["seen"] == demo.healthy + 13
@@ -66,25 +68,26 @@ def test_spark_run_finds_exactly_the_injected_faults(demo: DemoCluster, zk_serve
     assert report.counts["BOOKIE_UNAVAILABLE"] == 2 and report.counts["PLACEMENT_POLICY_SOFTLY_ADHERING"] == 0
     assert report.exit_status() == 1
     # the same findings from the in-process engine
-    local = ScrutinyRun(settings_for(zk_server, demo.root), LocalEngine()).execute()
+    local = ScrutinyRun(settings_for(uri), LocalEngine()).execute()
     assert found(local.violations) == found(report.violations)
 
 
-def test_scope_of_chosen_ledgers_and_of_one_bookie(demo: DemoCluster, zk_server: LocalZooKeeper) -> None:
-    report = ScrutinyRun(settings_for(zk_server, demo.root, ledgers=(9001, 9004, 3, 17)), LocalEngine()).execute()
+def test_scope_of_chosen_ledgers_and_of_one_bookie(demo: tuple[DemoCluster, str]) -> None:
+    _, uri = demo
+    report = ScrutinyRun(settings_for(uri, ledgers=(9001, 9004, 3, 17)), LocalEngine()).execute()
     assert found(report.violations) == {("NO_REPLICA_OF_AN_ENTRY", 9001), ("PLACEMENT_POLICY_NOT_ADHERING", 9004),
                                         ("UNDERREPLICATED_ELAPSED_GRACE_PERIOD", 17)}
     assert report.ledgers["seen"] == 4
-    gone = ScrutinyRun(settings_for(zk_server, demo.root), LocalEngine()).execute(only_bookie=bookie(DECOMMISSIONED))
+    gone = ScrutinyRun(settings_for(uri), LocalEngine()).execute(only_bookie=bookie(DECOMMISSIONED))
     # its ledger, and the one whose metadata nobody can read (it may be one of its ledgers)
     assert found(gone.violations) == {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 9008), ("INVALID_METADATA", 9010)}
     assert gone.ledgers["seen"] == 2
 
 
-def _small_cluster(zk_client: KazooClient, root: str, tmp_path: Path) -> tuple[ClusterWriter, dict[str, Path],
+def _small_cluster(client: Any, root: str, tmp_path: Path) -> tuple[ClusterWriter, dict[str, Path],
                                                                                 LedgerMetadata]:
     """Ledger 1 (E3, WQ2, AQ2) whose third bookie lost its copy; a fourth bookie holds a copy too."""
-    w = ClusterWriter(zk_client, root)
+    w = ClusterWriter(client, root)
     w.init_cluster()
     ens = tuple(bookie(n) for n in (1, 2, 3))
     md = LedgerMetadata(1, LedgerState.CLOSED, 3, 2, 2, 99, 0, (Segment(0, ens),))
@@ -99,53 +102,50 @@ def _small_cluster(zk_client: KazooClient, root: str, tmp_path: Path) -> tuple[C
     return w, store.write_all(tmp_path), md
 
 
-Small = tuple[ClusterWriter, LedgerMetadata, dict[str, BookieAgent], str]
+Small = tuple[ClusterWriter, LedgerMetadata, dict[str, BookieAgent], Place]
 
 
 @pytest.fixture
-def small(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
-          tmp_path: Path) -> Iterator[Small]:
-    root = f"{zk_namespace}/ledgers"
-    w, files, md = _small_cluster(zk_client, root, tmp_path)
-    store = store_on(zk_client, f"zk://x:1{root}")
+def small(place: Place, tmp_path: Path) -> Iterator[Small]:
+    """On ZooKeeper and on etcd: the races between the scan and the cluster are the store's to see."""
+    w, files, md = _small_cluster(place.client, place.root, tmp_path)
     agents = {}
     for b, f in files.items():
         a = BookieAgent(SyntheticStore(f), bind="127.0.0.1:0").start()
-        a.register(store, b, f"127.0.0.1:{a.port}")
+        a.register(place.registry, b, f"127.0.0.1:{a.port}")
         agents[b] = a
-    yield w, md, agents, root
+    yield w, md, agents, place
     for a in agents.values():
         a.stop(grace=0)
 
 
-def test_the_fault_is_reported_when_nothing_changes(small: tuple, zk_server: LocalZooKeeper) -> None:  # type: ignore[type-arg]
-    _, _, _, root = small
-    report = ScrutinyRun(only_coverage(zk_server, root), LocalEngine()).execute()
+def test_the_fault_is_reported_when_nothing_changes(small: Small) -> None:
+    _, _, _, place = small
+    report = ScrutinyRun(only_coverage(place.uri), LocalEngine()).execute()
     assert found(report.violations) == {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 1)}
 
 
-def test_metadata_change_during_the_run_is_no_false_alarm(small: tuple, zk_server: LocalZooKeeper) -> None:  # type: ignore[type-arg]
-    w, md, _, root = small
+def test_metadata_change_during_the_run_is_no_false_alarm(small: Small) -> None:
+    w, md, _, place = small
     rereplicated = dataclasses.replace(md, segments=(Segment(0, (bookie(1), bookie(2), bookie(4))),))
-    run = ScrutinyRun(only_coverage(zk_server, root), HookEngine(lambda: w.update_ledger(rereplicated)))
+    run = ScrutinyRun(only_coverage(place.uri), HookEngine(lambda: w.update_ledger(rereplicated)))
     report = run.execute()
     assert report.violations == [] and report.complete
     assert report.stats["reanalyzed_after_metadata_change"] == 1
 
 
-def test_ledger_marked_or_deleted_during_the_run_is_dropped(small: tuple, zk_server: LocalZooKeeper) -> None:  # type: ignore[type-arg]
-    w, _, _, root = small
+def test_ledger_marked_or_deleted_during_the_run_is_dropped(small: Small) -> None:
+    w, _, _, place = small
     mark = UnderreplicationMark(1, (bookie(3),), None)
-    report = ScrutinyRun(only_coverage(zk_server, root), HookEngine(lambda: w.mark_underreplicated(mark))).execute()
+    report = ScrutinyRun(only_coverage(place.uri), HookEngine(lambda: w.mark_underreplicated(mark))).execute()
     assert report.violations == [] and report.stats["dropped_marked_during_run"] == 1
     w.unmark_underreplicated(1)
-    report = ScrutinyRun(only_coverage(zk_server, root), HookEngine(lambda: w.delete_ledger(1))).execute()
+    report = ScrutinyRun(only_coverage(place.uri), HookEngine(lambda: w.delete_ledger(1))).execute()
     assert report.violations == [] and report.ledgers["deleted_during_run"] == 1
 
 
-def test_an_agent_that_comes_back_before_the_recheck(small: tuple, zk_server: LocalZooKeeper,  # type: ignore[type-arg]
-                                                     zk_client: KazooClient) -> None:
-    _w, md, agents, root = small
+def test_an_agent_that_comes_back_before_the_recheck(small: Small) -> None:
+    _w, md, agents, place = small
     # bookie 3 is healthy this time, but its agent is down when the run starts
     store = SyntheticStoreWriter()
     store.add(bookie(3), 1, expected_share(md, bookie(3)))
@@ -155,28 +155,27 @@ def test_an_agent_that_comes_back_before_the_recheck(small: tuple, zk_server: Lo
 
     def come_back(_: float) -> None:
         a = BookieAgent(SyntheticStore(path[bookie(3)]), bind="127.0.0.1:0").start()
-        a.register(store_on(zk_client, f"zk://x:1{root}"), bookie(3), f"127.0.0.1:{a.port}")
+        a.register(place.registry, bookie(3), f"127.0.0.1:{a.port}")
         revived.append(a)
 
     try:
-        report = ScrutinyRun(only_coverage(zk_server, root), LocalEngine(), sleep=come_back).execute()
+        report = ScrutinyRun(only_coverage(place.uri), LocalEngine(), sleep=come_back).execute()
     finally:
         for a in revived:
             a.stop(grace=0)
     assert report.violations == [] and report.stats["potentially_faulty"] == 1
 
 
-def test_still_silent_registered_bookie_is_reported_unregistered_one_lost(small: Small,
-                                                                          zk_server: LocalZooKeeper) -> None:
-    w, _md, agents, root = small
+def test_still_silent_registered_bookie_is_reported_unregistered_one_lost(small: Small) -> None:
+    w, _md, agents, place = small
     agents[bookie(1)].stop(grace=0)
-    report = ScrutinyRun(only_coverage(zk_server, root), LocalEngine()).execute()
+    report = ScrutinyRun(only_coverage(place.uri), LocalEngine()).execute()
     assert found(report.violations) == {("BOOKIE_UNAVAILABLE", 1), ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 1)}
     unavailable = next(v for v in report.violations if v.category is Category.BOOKIE_UNAVAILABLE)
     assert unavailable.bookies == (bookie(1),)
     # once bookie 1 is no longer registered, its copies count as gone: entries on {1, 3} have none
     w.unregister_bookie(bookie(1))
-    report = ScrutinyRun(only_coverage(zk_server, root), LocalEngine()).execute()
+    report = ScrutinyRun(only_coverage(place.uri), LocalEngine()).execute()
     assert found(report.violations) == {("NO_REPLICA_OF_AN_ENTRY", 1)}
 
 
@@ -187,7 +186,7 @@ def test_a_cluster_behind_pulsars_metadata_store_driver_on_zookeeper(
     uri = f"metadata-store:zk:{zk_server.hosts}{zk_namespace}"
     cluster = build_demo_cluster(zk_client, f"{zk_namespace}/ledgers", tmp_path, healthy=20)
     with demo_agents(cluster, store_on(zk_client, uri)):
-        report = ScrutinyRun(settings_for(zk_server, "", metadata_service_uri=uri), LocalEngine()).execute()
+        report = ScrutinyRun(settings_for(uri), LocalEngine()).execute()
     assert report.complete, report.errors
     assert found(report.violations) == cluster.expected
     assert report.ledgers["seen"] == cluster.healthy + 13
@@ -216,7 +215,8 @@ def test_weak_durability_policies_are_named_per_ledger_and_per_topic(
     agents = [BookieAgent(SyntheticStore(paths[b]), bind="127.0.0.1:0").start() for b in bookies]
     try:
         endpoints = {b: f"127.0.0.1:{a.port}" for b, a in zip(bookies, agents, strict=True)}
-        settings = dataclasses.replace(only_coverage(zk_server, root), bookie_endpoints=endpoints)
+        settings = dataclasses.replace(only_coverage(f"zk+hierarchical://{zk_server.hosts}{root}"),
+                                       bookie_endpoints=endpoints)
         report = ScrutinyRun(settings, LocalEngine()).execute()
         stricter = ScrutinyRun(dataclasses.replace(settings, min_write_quorum=3), LocalEngine()).execute()
     finally:

@@ -25,6 +25,7 @@ from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.synthetic import SyntheticStoreWriter
+from tests.conftest import Place
 from tests.helpers import synthetic_agents
 
 B = [f"127.0.7.{n}:3181" for n in range(1, 7)]
@@ -40,13 +41,16 @@ def share(md: LedgerMetadata, b: str) -> np.ndarray:
     return Availability.of(expected_share(md, b)).entry_ids()
 
 
+Held = dict[str, dict[int, np.ndarray]]
+
+
 @pytest.fixture
-def cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
-            tmp_path: Path) -> Iterator[tuple[str, dict[int, LedgerMetadata], dict[str, dict[int, np.ndarray]]]]:
-    """Random ledgers (E3 with WQ2/AQ2 or WQ3/AQ2) on six bookies in three racks; some copies lost."""
+def cluster(place: Place, tmp_path: Path) -> Iterator[tuple[str, dict[int, LedgerMetadata], Held]]:
+    """Random ledgers (E3 with WQ2/AQ2 or WQ3/AQ2) on six bookies in three racks; some copies lost; on
+    ZooKeeper and on Pulsar's metadata store on etcd."""
     rng = random.Random(5)
-    root = f"{zk_namespace}/ledgers"
-    w = ClusterWriter(zk_client, root)
+    root = place.root
+    w = ClusterWriter(place.client, root)
     w.init_cluster()
     held: dict[str, dict[int, np.ndarray]] = {b: {} for b in B}
     mds: dict[int, LedgerMetadata] = {}
@@ -64,12 +68,11 @@ def cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str
             held[b][lid] = ids
             store.add_entries(b, lid, ids)
     w.write_ledgers(mds.values())
-    w.write_racks(RACKS, f"{zk_namespace}/bookies")
+    w.write_racks(RACKS, f"{root.rsplit('/', 1)[0]}/bookies")
     for b in B:
         w.register_bookie(BookieRegistration(b, False))
-    uri = f"zk+hierarchical://{zk_server.hosts}{root}"
-    with synthetic_agents(store, tmp_path, store_on(zk_client, uri)):
-        yield uri, mds, held
+    with synthetic_agents(store, tmp_path, place.registry):
+        yield place.uri, mds, held
 
 
 def least_without(md: LedgerMetadata, held: dict[str, dict[int, np.ndarray]], gone: set[str]) -> int:

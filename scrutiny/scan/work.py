@@ -305,7 +305,8 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
         violations.append(Violation(Category.INVALID_BOOKIE_RESPONSE, md.ledger_id, tuple(sorted(cov.invalid)),
                                     {"answers": dict(cov.invalid)}, md.znode_version))
     if mode is Pass.FIRST:
-        recent = grace_ms > 0 and ctx.now_ms - md.modified_ms < grace_ms
+        # a store without modification times (etcd) cannot tell how recent a close was: look again
+        recent = grace_ms > 0 and (md.modified_ms < 0 or ctx.now_ms - md.modified_ms < grace_ms)
         if cov.unavailable or cov.limbo or (cov.violation is not None and recent):
             # Copies unknown (or perhaps still in the bookie's write cache): look again after the delay.
             faulty[md.ledger_id] = tuple(sorted(cov.unavailable))

@@ -4,8 +4,9 @@ Everything scrutiny reads or writes in the cluster's coordination store goes thr
 enumeration of ledgers as opaque range tokens, ledger reads, under-replication marks, bookie
 registrations, racks, the bookie agents' registry, and for the auditor its election, cadence, last
 complete runs, deep-scrub cursor and orphan sightings.
-ZooKeeper (`scrutiny.store.zookeeper`) is the one implementation; another store (etcd, Oxia: Pulsar's
-PIP-45) is one new module implementing this class plus its URI scheme in `BACKENDS`.
+ZooKeeper (`scrutiny.store.zookeeper`) and etcd as Pulsar's metadata store keeps it (`scrutiny.store.etcd`,
+PIP-45) implement it; another store (Oxia) is one new module implementing this class plus its URI scheme
+in `BACKENDS`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from scrutiny.config import ClusterSettings
 
 # URI scheme (before any `+layout`) -> module with a `open_store(settings)` function.
-BACKENDS = {"zk": "scrutiny.store.zookeeper"}
+BACKENDS = {"zk": "scrutiny.store.zookeeper", "etcd": "scrutiny.store.etcd"}
 RANGE_SIZE = 10_000  # ledgers per explicit-id range: the size of a level-2 hierarchical bucket
 
 
@@ -202,7 +203,8 @@ def open_store(settings: ClusterSettings) -> MetadataStore:
     scheme = (uri.split(":", 2)[1] if uri.startswith("metadata-store:") else uri.split("://", 1)[0].split("+", 1)[0])
     if scheme not in BACKENDS:
         raise ConfigError(f"metadata service URI {settings.metadata_service_uri!r}: unknown store {scheme!r} "
-                          "(known: zk, as zk+<layout>://host:port;.../root or metadata-store:zk:host:port/chroot)")
+                          "(known: zk, as zk+<layout>://host:port;.../root or metadata-store:zk:host:port/chroot; "
+                          "etcd, as metadata-store:etcd:http://host:2379,...)")
     backend = importlib.import_module(BACKENDS[scheme])
     store: MetadataStore = backend.open_store(settings)
     return store

@@ -9,7 +9,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from scrutiny.config import ClusterSettings
-from scrutiny.store import open_store
+from scrutiny.store import MetadataStore, open_store
 from scrutiny.store.zookeeper import ZooKeeperStore
 
 
@@ -23,3 +23,11 @@ def store_at(uri: str, **settings: Any) -> ZooKeeperStore:
 def store_on(client: KazooClient, uri: str) -> ZooKeeperStore:
     """A store on a client the test already holds (its session, its credentials)."""
     return ZooKeeperStore(client, uri)
+
+
+def store_for(client: Any, uri: str) -> MetadataStore:
+    """The store a writer's cluster is read through: on the writer's own ZooKeeper session, or opened on
+    etcd (the writer there is an `EtcdTree`, no session to share)."""
+    if isinstance(client, KazooClient):
+        return store_on(client, uri)
+    return open_store(ClusterSettings(metadata_service_uri=uri, etcd_lease_ttl=5))

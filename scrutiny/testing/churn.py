@@ -52,7 +52,7 @@ from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import Engine, LocalEngine, Progress
 from scrutiny.scan.work import Pass, RangeResult, RunContext
 from scrutiny.store import LedgerRange
-from scrutiny.testing import store_on
+from scrutiny.testing import store_for
 from scrutiny.testing.clusterwriter import ClusterWriter
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def share(md: LedgerMetadata, bookie: str) -> np.ndarray:
 
 @dataclass
 class ChurnCluster:
-    client: KazooClient
+    client: Any  # the cluster's writer: a KazooClient, or an EtcdTree
     root: str
     uri: str
     bookies: list[str]
@@ -119,7 +119,7 @@ class ChurnCluster:
     def __post_init__(self) -> None:
         self.writer = ClusterWriter(self.client, self.root)
         self.writer.init_cluster()
-        self.store = store_on(self.client, self.uri)
+        self.store = store_for(self.client, self.uri)
         self._lock = threading.RLock()
         self._down_until = 0.0  # one restart at a time
         self._restarted: dict[str, float] = {}
@@ -281,6 +281,8 @@ class ChurnCluster:
             for a in self.agents.values():
                 a.stop(grace=0)
             self.agents.clear()
+        if not isinstance(self.client, KazooClient):
+            self.store.close()  # opened for this cluster (on ZooKeeper it is the writer's own session)
 
 
 class AimedEngine:
@@ -343,15 +345,15 @@ class SoakResult:
                 "fault_found": self.fault_found, "fault_report_extra": self.fault_report_extra}
 
 
-def soak(client: KazooClient, root: str, hosts: str, seconds: float, engines: dict[str, Engine], seed: int = 1,
+def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, Engine], seed: int = 1,
          recheck_delay: float = 0.5, bookies: int = 6) -> SoakResult:
-    """Back-to-back scans on each engine in turn while the cluster churns; then the injected fault."""
-    uri = f"zk+hierarchical://{hosts}{root}"
+    """Back-to-back scans on each engine in turn while the cluster churns; then the injected fault. `client`
+    writes the cluster (a KazooClient, or an EtcdTree for Pulsar's layout on etcd) that `uri` names."""
     cluster = ChurnCluster(client, root, uri, [f"127.0.4.{n}:3181" for n in range(1, bookies + 1)], recheck_delay,
                            random.Random(seed))
     settings = ScanSettings(metadata_service_uri=uri, placement_policy="none", recheck_delay=recheck_delay,
                             underreplicated_grace_period=1, bookie_deadline_seconds=2.0, zk_session_timeout=10,
-                            orphan_grace_period=ORPHAN_GRACE)
+                            etcd_lease_ttl=10, orphan_grace_period=ORPHAN_GRACE)
     result = SoakResult()
     for _ in range(40):
         cluster.create()
@@ -491,6 +493,7 @@ def auditor_soak(client: KazooClient, root: str, hosts: str, runs: int, engine: 
 
 def main(argv: list[str] | None = None) -> int:
     from scrutiny.scan.engines import SparkEngine
+    from scrutiny.testing.localetcd import EtcdTree, LocalEtcd
     from scrutiny.testing.localzk import LocalZooKeeper
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -498,24 +501,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--engines", default="local,spark")
     p.add_argument("--output", help="write the figures as JSON here too")
+    p.add_argument("--store", choices=("zk", "etcd"), default="zk",
+                   help="the metadata store: ZooKeeper, or Pulsar's metadata store on etcd")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    zk = LocalZooKeeper()
-    zk.start()
-    client = KazooClient(hosts=zk.hosts, timeout=15)
-    client.start(timeout=15)
     engines: dict[str, Engine] = {}
     for name in args.engines.split(","):
         engines[name] = LocalEngine() if name == "local" else SparkEngine("local[2]")
         engines[name].open()  # before the agents' gRPC threads exist
-    try:
-        result = soak(client, "/ledgers", zk.hosts, args.seconds, engines, seed=args.seed)
-    finally:
+    with contextlib.ExitStack() as stack:
+        if args.store == "etcd":
+            etcd = stack.enter_context(LocalEtcd())
+            client: Any = EtcdTree(etcd.endpoint)
+            stack.callback(client.close)
+            uri = etcd.uri
+        else:
+            zk = stack.enter_context(LocalZooKeeper())
+            client = KazooClient(hosts=zk.hosts, timeout=15)
+            client.start(timeout=15)
+            stack.callback(client.close)
+            stack.callback(client.stop)
+            uri = f"zk+hierarchical://{zk.hosts}/ledgers"
         for e in engines.values():
-            e.close()
-        client.stop()
-        client.close()
-        zk.close()
+            stack.callback(e.close)
+        result = soak(client, "/ledgers", uri, args.seconds, engines, seed=args.seed)
     figures = json.dumps(result.summary(), indent=2)
     print(figures)
     for alarm in result.false_alarms[:20]:

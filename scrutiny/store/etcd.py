@@ -1,0 +1,374 @@
+"""The metadata store on etcd, as Pulsar's metadata-store driver keeps BookKeeper's metadata there
+(`metadataServiceUri=metadata-store:etcd:http://host:2379,...`, PIP-45).
+
+Pulsar's etcd store keeps one key per ZooKeeper path, with the same values (formats section 16): the
+ledgers at the hybrid hierarchical paths under /ledgers, the marks, the registrations (bound to a lease,
+etcd's ephemeral), Pulsar's records beside them. A "directory" is only a key prefix there, so the tree is
+read by range: buckets found by a skip-scan (one request per bucket of up to 10,000 ledgers), a bucket's
+ledgers by a keys-only range, their metadata by ranges with values (dense) or Txn batches (sparse).
+What etcd does not have: a key's creation and modification times (Pulsar reports 0), so a v3 payload's
+own ctime is the only one, and a ledger's close time is unknown (a write-cache grace then always looks
+again). scrutiny's own keys (agents, election, cadence) sit under /scrutiny, bound to a lease where they
+must go with their owner; its election is etcd's concurrency recipe (keys `<prefix>/<lease hex>`, the
+lowest create revision leads), so `etcdctl elect -l /scrutiny/auditor/election` shows the leader.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from itertools import groupby
+from typing import TYPE_CHECKING
+
+from scrutiny.metadata import (
+    BookieRegistration,
+    Layout,
+    MetadataError,
+    MetadataServiceUri,
+    UnderreplicationMark,
+    decode_agent_registration,
+    decode_bookie_service_info,
+    decode_ledger_metadata,
+    decode_racks,
+    decode_ur_mark,
+    encode_agent_registration,
+    ledger_id_of_mark,
+    ledger_path,
+    parse_metadata_service_uri,
+    ur_mark_path,
+)
+from scrutiny.owners import PulsarOwners, decode_cursor, decode_managed_ledger, managed_ledger_of
+from scrutiny.store import Election, LedgerRange, LedgerRead, MetadataStore, Registration, Registrations
+from scrutiny.store.etcdkv import EtcdKV, Session, prefix_end
+
+if TYPE_CHECKING:
+    from scrutiny.config import ClusterSettings
+
+log = logging.getLogger(__name__)
+# A ledger's key below the root: its bucket (2-4 digits below 2^31, 3-4-4-4 from it) and its leaf.
+_LEDGER_KEY = re.compile(rb"^(\d{2}/\d{4}|\d{3}/\d{4}/\d{4}/\d{4})/L(\d{4})$")
+DENSE = 32  # from this many ledgers of one bucket, one range read between the first and last beats Txn gets
+READ_CHUNK = 10_000
+
+
+def open_store(settings: ClusterSettings) -> EtcdStore:
+    uri = parse_metadata_service_uri(settings.metadata_service_uri)
+    kv = EtcdKV(uri.servers, ca=settings.etcd_tls_ca, cert=settings.etcd_tls_cert, key=settings.etcd_tls_key,
+                auth_file=settings.etcd_auth_file, timeout=settings.etcd_timeout,
+                retry_deadline=settings.etcd_retry_deadline)
+    try:
+        kv.first(b"/", b"/\0")  # reachable at all: fail now, not in the middle of a run
+    except Exception:
+        kv.close()
+        raise
+    return EtcdStore(kv, uri, lease_ttl=settings.etcd_lease_ttl)
+
+
+class EtcdStore(MetadataStore):
+    def __init__(self, kv: EtcdKV, uri: MetadataServiceUri | str, lease_ttl: int = 30) -> None:
+        self.kv = kv
+        self.uri = parse_metadata_service_uri(uri) if isinstance(uri, str) else uri
+        self.root = self.uri.root
+        self._auditor = f"{self.uri.scrutiny_path}/auditor"
+        self._lease_ttl = lease_ttl
+        self._session: Session | None = None
+        self._session_lock = threading.Lock()
+
+    @property
+    def reads(self) -> int:  # type: ignore[override]
+        return self.kv.reads
+
+    @property
+    def session(self) -> Session:
+        """The lease ephemeral keys and the election are bound to, granted when first needed."""
+        with self._session_lock:
+            if self._session is None:
+                self._session = Session(self.kv, self._lease_ttl)
+            return self._session
+
+    def close(self) -> None:
+        try:
+            if self._session is not None:
+                self._session.close()
+        finally:
+            self.kv.close()
+
+    def _get(self, path: str) -> bytes | None:
+        got = self.kv.get(path.encode())
+        return None if got is None else got.value
+
+    def _children(self, path: str) -> Iterator[tuple[str, bytes]]:
+        """(rest of the key, value) of every key below `path/`."""
+        prefix = f"{path}/".encode()
+        for kv in self.kv.scan_prefix(prefix):
+            yield kv.key[len(prefix):].decode("utf-8", "replace"), kv.value
+
+    # -- ledgers --------------------------------------------------------------------------------
+
+    def ledger_ranges(self) -> list[LedgerRange]:
+        """The buckets of the ledger tree, by a skip-scan: the first key from a position, then past its
+        bucket (tokens as ZooKeeper's store makes them: `00/0000`, `000/0000/0000/0001`)."""
+        base = f"{self.root}/".encode()
+        end = prefix_end(base)
+        ranges, pos = [], base
+        while (key := self.kv.first(pos, end)) is not None:
+            rest = key[len(base):]
+            m = _LEDGER_KEY.match(rest)
+            if m:
+                ranges.append(LedgerRange(m.group(1).decode()))
+                pos = prefix_end(base + m.group(1) + b"/")
+                continue
+            child, sep, _ = rest.partition(b"/")
+            # past another subtree (available/, underreplication/...) at once; inside a bucket, key by key
+            pos = prefix_end(base + child + b"/") if sep and not child.isdigit() else key + b"\0"
+        return ranges
+
+    def ledger_ids(self, rng: LedgerRange) -> list[int]:
+        if rng.ids is not None:
+            return list(rng.ids)
+        digits = rng.token.replace("/", "")
+        prefix = f"{self.root}/{rng.token}/".encode()
+        leaves = (kv.key[len(prefix):] for kv in self.kv.scan_prefix(prefix, keys_only=True))
+        return sorted(int(digits + leaf[1:].decode()) for leaf in leaves
+                      if len(leaf) == 5 and leaf[:1] == b"L" and leaf[1:].isdigit())
+
+    def read_ledgers(self, ledger_ids: Iterable[int]) -> Iterator[LedgerRead]:
+        chunk: list[int] = []
+        for lid in ledger_ids:
+            chunk.append(lid)
+            if len(chunk) == READ_CHUNK:
+                yield from self._read_chunk(chunk)
+                chunk = []
+        if chunk:
+            yield from self._read_chunk(chunk)
+
+    def _read_chunk(self, ids: list[int]) -> Iterator[LedgerRead]:
+        path = {lid: ledger_path(Layout.HIERARCHICAL, self.root, lid).encode() for lid in ids}
+        got: dict[bytes, tuple[bytes, int] | None] = {}
+        sparse: list[bytes] = []
+        for _bucket, group in groupby(sorted(path.values()), key=lambda p: p.rsplit(b"/", 1)[0]):
+            keys = list(group)
+            if len(keys) < DENSE:
+                sparse += keys
+                continue
+            wanted = set(keys)
+            for item in self.kv.scan(keys[0], keys[-1] + b"\0"):
+                if item.key in wanted:
+                    got[item.key] = (item.value, item.version)
+        for key, one in self.kv.get_many(sparse):
+            got[key] = None if one is None else (one.value, one.version)
+        for lid in ids:
+            found = got.get(path[lid])
+            if found is None:
+                yield LedgerRead(lid, deleted=True)
+                continue
+            try:  # etcd has no creation or modification time (Pulsar's Stat says 0); version 1 is Stat's 0
+                yield LedgerRead(lid, decode_ledger_metadata(lid, found[0], 0, found[1] - 1))
+            except MetadataError as exc:
+                yield LedgerRead(lid, error=str(exc))
+
+    # -- under-replication --------------------------------------------------------------------------
+
+    def underreplication_marks(self) -> tuple[dict[int, UnderreplicationMark], list[str]]:
+        marks: dict[int, UnderreplicationMark] = {}
+        problems = []
+        for rest, value in self._children(f"{self.root}/underreplication/ledgers"):
+            lid = ledger_id_of_mark(rest.rsplit("/", 1)[-1])
+            if lid is None or rest.count("/") != 4:
+                continue  # the lock keys, a stray key
+            try:
+                marks[lid] = decode_ur_mark(lid, value)
+            except MetadataError as exc:
+                problems.append(str(exc))
+        return marks, problems
+
+    def underreplication_mark(self, ledger_id: int) -> UnderreplicationMark | None:
+        got = self._get(ur_mark_path(self.root, ledger_id))
+        if got is None:
+            return None
+        try:
+            return decode_ur_mark(ledger_id, got)
+        except MetadataError:
+            return UnderreplicationMark(ledger_id, (), None)  # a mark we cannot read is still a mark
+
+    def replication_disabled(self) -> bool:
+        return self._get(f"{self.root}/underreplication/disable") is not None
+
+    # -- bookies ------------------------------------------------------------------------------------
+
+    def registrations(self) -> Registrations:
+        found: dict[bool, dict[str, BookieRegistration]] = {False: {}, True: {}}
+        problems: list[str] = []
+        for rest, value in self._children(f"{self.root}/available"):
+            readonly = rest.startswith("readonly/")
+            bookie = rest.removeprefix("readonly/") if readonly else rest
+            if "/" in bookie or bookie == "readonly":
+                continue
+            try:
+                found[readonly][bookie] = decode_bookie_service_info(bookie, readonly, value)
+            except MetadataError as exc:
+                problems.append(str(exc))
+                found[readonly][bookie] = BookieRegistration(bookie, readonly)
+        cookies = frozenset(rest for rest, _ in self._children(f"{self.root}/cookies") if "/" not in rest)
+        return Registrations(found[False], found[True], cookies, tuple(problems))
+
+    def racks(self, where: str = "") -> tuple[dict[str, str], list[str]]:
+        path = where or self.uri.racks_path
+        got = self._get(path)
+        if got is None:
+            return {}, []
+        try:
+            return decode_racks(got, path)
+        except MetadataError as exc:
+            return {}, [str(exc)]
+
+    def agent_addresses(self) -> dict[str, str]:
+        out = {}
+        base = f"{self.uri.scrutiny_path}/agents"
+        for rest, value in self._children(base):
+            try:
+                bookie_id, address = decode_agent_registration(f"{base}/{rest}", value)
+            except MetadataError as exc:
+                log.warning("ignoring %s", exc)
+                continue
+            out[bookie_id] = address
+        return out
+
+    def register_agent(self, bookie_id: str, address: str) -> Registration:
+        return EphemeralKey(self.session, f"{self.uri.scrutiny_path}/agents/{bookie_id}",
+                            encode_agent_registration(bookie_id, address))
+
+    # -- Pulsar -------------------------------------------------------------------------------------
+
+    def pulsar_owners(self, topics: Iterable[str] | None = None) -> PulsarOwners:
+        """Managed ledgers are the keys whose parent is a `persistent` domain, cursors their children."""
+        base = self.uri.managed_ledgers_path
+        wanted = None if topics is None else {managed_ledger_of(t) for t in topics}
+        records: dict[str, bytes] = {}
+        cursors: dict[str, dict[str, bytes]] = {}
+        scopes = [base] if wanted is None else [f"{base}/{name}" for name in sorted(wanted)]
+        for scope in scopes:
+            if wanted is not None and (value := self._get(scope)) is not None:
+                records[scope.removeprefix(f"{base}/")] = value
+            for rest, value in self._children(scope):
+                name = f"{scope}/{rest}".removeprefix(f"{base}/")
+                parts = name.split("/")
+                if len(parts) >= 2 and parts[-2] == "persistent":
+                    records[name] = value
+                elif len(parts) >= 3 and parts[-3] == "persistent":
+                    cursors.setdefault("/".join(parts[:-1]), {})[parts[-1]] = value
+        found = PulsarOwners()
+        for name, value in sorted(records.items()):
+            try:
+                ml = decode_managed_ledger(name, value)
+            except MetadataError as exc:
+                found.problems.append(str(exc))
+                continue
+            decoded = {}
+            for cursor, data in cursors.get(name, {}).items():
+                try:
+                    decoded[cursor] = decode_cursor(f"{base}/{name}/{cursor}", data)
+                except MetadataError as exc:
+                    found.problems.append(str(exc))
+            found.add(ml, decoded)
+        return found
+
+    # -- the auditor --------------------------------------------------------------------------------
+
+    def election(self, identifier: str, name: str = "") -> Election:
+        return EtcdElection(self, name or f"{self._auditor}/election", identifier)
+
+    def cadence(self, kind: str) -> int | None:
+        got = self._get(f"{self._auditor}/cadence/{kind}")
+        try:
+            return None if got is None else int(got.decode())
+        except ValueError:
+            return None
+
+    def set_cadence(self, kind: str, started_ms: int) -> None:
+        self.kv.put(f"{self._auditor}/cadence/{kind}".encode(), str(started_ms).encode())
+
+    def last_run(self, kind: str) -> bytes | None:
+        return self._get(f"{self._auditor}/last-run/{kind}")
+
+    def set_last_run(self, kind: str, data: bytes) -> None:
+        self.kv.put(f"{self._auditor}/last-run/{kind}".encode(), data)
+
+    def deep_pass(self) -> bytes | None:
+        return self._get(f"{self._auditor}/deep-pass")
+
+    def set_deep_pass(self, data: bytes) -> None:
+        self.kv.put(f"{self._auditor}/deep-pass".encode(), data)
+
+    def orphan_sightings(self) -> bytes | None:
+        return self._get(f"{self._auditor}/orphan-sightings")
+
+    def set_orphan_sightings(self, data: bytes) -> None:
+        self.kv.put(f"{self._auditor}/orphan-sightings".encode(), data)
+
+    def on_session_lost(self, callback: Callable[[], None]) -> None:
+        self.session.on_lost(callback)
+
+
+class EphemeralKey:
+    """A key bound to the session's lease, re-created on each new lease until closed."""
+
+    def __init__(self, session: Session, path: str, data: bytes) -> None:
+        self.session, self.key, self.data = session, path.encode(), data
+        self._closed = False
+        session.on_renewed(self._create)
+        self._create()
+
+    def _create(self) -> None:
+        if not self._closed:
+            try:
+                self.session.kv.put(self.key, self.data, lease=self.session.lease)
+            except Exception as exc:
+                log.warning("could not register %s: %s", self.key.decode(), exc)
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self.session.kv.delete(self.key)
+        except Exception as exc:
+            log.warning("could not remove %s: %s", self.key.decode(), exc)
+
+
+class EtcdElection:
+    """etcd's election recipe: each contender a key `<name>/<lease hex>` on its lease; the lowest create
+    revision leads; the others wait for every key created before theirs to go."""
+
+    POLL = 0.5
+
+    def __init__(self, store: EtcdStore, name: str, identifier: str) -> None:
+        self.store, self.prefix, self.identifier = store, f"{name}/".encode(), identifier
+        self._cancelled = threading.Event()
+
+    def _contenders(self) -> list[tuple[int, bytes, bytes]]:
+        return sorted((kv.create_revision, kv.key, kv.value) for kv in self.store.kv.scan_prefix(self.prefix))
+
+    def contenders(self) -> list[str]:
+        return [value.decode("utf-8", "replace") for _, _, value in self._contenders()]
+
+    def run(self, lead: Callable[[], None]) -> None:
+        self._cancelled.clear()
+        session = self.store.session
+        key = b""
+        try:
+            while not self._cancelled.is_set():
+                lease = session.lease
+                key = self.prefix + f"{lease:x}".encode()
+                self.store.kv.create(key, self.identifier.encode(), lease=lease)
+                contenders = self._contenders()
+                if contenders and contenders[0][1] == key:
+                    lead()
+                    return
+                self._cancelled.wait(self.POLL)  # a lost lease: its key went; the next round re-creates it
+        finally:
+            if key:
+                self.store.kv.delete(key)
+
+    def cancel(self) -> None:
+        self._cancelled.set()

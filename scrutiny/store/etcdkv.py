@@ -1,0 +1,302 @@
+"""etcd requests as scrutiny sends them: etcd's own v3 gRPC API (KV, Lease, Auth) over the project's gRPC
+stack, with deadlines, failover between endpoints and retries until the retry deadline.
+
+Ranges are paged at the revision of their first page (one consistent snapshot however many pages);
+single keys are read in Txn batches (etcd refuses a Txn of more than `--max-txn-ops`, 128 by default)
+with a few in flight. A `Session` is a lease kept alive: what ZooKeeper calls a session, to which
+ephemeral keys and the election are bound. Nothing here knows BookKeeper's tree: that is
+`scrutiny.store.etcd`. This is the one module that speaks to etcd.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+
+from scrutiny import retry
+from scrutiny.errors import ConfigError, StoreError
+from scrutiny.etcd import rpc_pb2 as pb
+from scrutiny.etcd import rpc_pb2_grpc as pb_grpc
+from scrutiny.store import MetadataStoreUnavailable
+from scrutiny.tls import read_secret, redact
+
+log = logging.getLogger(__name__)
+KeyValue = pb.KeyValue
+MAX_TXN_OPS = 128  # etcd's default --max-txn-ops
+TXN_IN_FLIGHT = 8
+PAGE_KEYS = 10_000  # keys-only pages
+PAGE_VALUES = 1_000  # pages with values (a ledger's metadata is a few hundred bytes)
+_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+T = TypeVar("T")
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The end of the range of every key starting with `prefix` (etcd's `clientv3.GetPrefixRangeEnd`)."""
+    end = bytearray(prefix)
+    while end:
+        if end[-1] < 0xFF:
+            end[-1] += 1
+            return bytes(end)
+        end.pop()
+    return b"\0"  # every key
+
+
+class EtcdKV:
+    """One connection to an etcd cluster: a channel to one endpoint at a time, the next on failure."""
+
+    def __init__(self, endpoints: Iterable[str], *, ca: str = "", cert: str = "", key: str = "",
+                 auth_file: str = "", timeout: float = 10.0, retry_deadline: float = 60.0) -> None:
+        self.endpoints = [e.strip() for e in endpoints if e.strip()]
+        if not self.endpoints:
+            raise ConfigError("etcd: no endpoints")
+        self.timeout, self.retry_deadline = timeout, retry_deadline
+        self._tls = any(e.startswith("https://") for e in self.endpoints) or bool(ca or cert)
+        self._credentials = (grpc.ssl_channel_credentials(
+            root_certificates=read_secret(ca, "etcd CA") if ca else None,
+            private_key=read_secret(key, "etcd client key") if key else None,
+            certificate_chain=read_secret(cert, "etcd client certificate") if cert else None)
+            if self._tls else None)
+        self._user: tuple[str, str] | None = None
+        if auth_file:
+            text = read_secret(auth_file, "etcd credentials").decode("utf-8").strip()
+            user, sep, password = text.partition(":")
+            if not sep or not user or not password:
+                raise ConfigError(f"etcd credentials in {auth_file} are not of the form user:password")
+            redact(text, password)
+            self._user = (user, password)
+        self._lock = threading.Lock()
+        self._current = -1
+        self._channel: grpc.Channel | None = None
+        self._token: str | None = None
+        self.reads = 0
+        self._connect()
+
+    # -- connection ----------------------------------------------------------------------------
+
+    def _target(self, endpoint: str) -> str:
+        return endpoint.split("://", 1)[-1].rstrip("/")
+
+    def _connect(self, after_failure: bool = False) -> None:
+        with self._lock:
+            if self._channel is not None:
+                self._channel.close()
+            self._current = (self._current + 1) % len(self.endpoints)
+            target = self._target(self.endpoints[self._current])
+            options = [("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+            self._channel = (grpc.secure_channel(target, self._credentials, options)
+                             if self._credentials is not None else grpc.insecure_channel(target, options))
+            self.kv = pb_grpc.KVStub(self._channel)
+            self.lease = pb_grpc.LeaseStub(self._channel)
+            self.auth = pb_grpc.AuthStub(self._channel)
+            self._token = None
+        if after_failure:
+            log.info("etcd: trying %s", self.endpoints[self._current])
+
+    def _metadata(self) -> list[tuple[str, str]]:
+        if self._user is None:
+            return []
+        if self._token is None:
+            got = self.auth.Authenticate(pb.AuthenticateRequest(name=self._user[0], password=self._user[1]),
+                                         timeout=self.timeout)
+            self._token = got.token
+        return [("token", self._token)]
+
+    def call(self, what: str, method: Callable[[Any], Callable[..., T]], request: Any) -> T:
+        """`method(stubs)(request)`, retried across unavailability (on the next endpoint) until the retry
+        deadline; any other refusal is a StoreError naming `what`."""
+        deadline = time.monotonic() + self.retry_deadline
+        delays = retry.ZOOKEEPER_REQUEST.delays()
+        while True:
+            try:
+                return method(self)(request, timeout=self.timeout, metadata=self._metadata())
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if code is grpc.StatusCode.UNAUTHENTICATED and self._user is not None and self._token is not None:
+                    self._token = None  # expired token: authenticate again
+                    continue
+                if code not in _RETRYABLE:
+                    raise StoreError(f"etcd refused {what}: {code.name} {exc.details()}") from None
+                if time.monotonic() >= deadline:
+                    raise MetadataStoreUnavailable(
+                        f"etcd unreachable at {', '.join(self.endpoints)} for {self.retry_deadline:.0f} s "
+                        f"({what}: {exc.details()})") from None
+                time.sleep(next(delays))
+                self._connect(after_failure=True)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._channel is not None:
+                self._channel.close()
+                self._channel = None
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get(self, key: bytes) -> KeyValue | None:
+        self.reads += 1
+        got = self.call(f"a read of {key!r}", lambda s: s.kv.Range, pb.RangeRequest(key=key))
+        return got.kvs[0] if got.kvs else None
+
+    def scan(self, key: bytes, end: bytes, *, keys_only: bool = False, page: int = 0) -> Iterator[KeyValue]:
+        """Every key in [key, end), ascending, in pages read at one revision."""
+        page = page or (PAGE_KEYS if keys_only else PAGE_VALUES)
+        revision = 0
+        while True:
+            self.reads += 1
+            got = self.call(f"a range read from {key!r}", lambda s: s.kv.Range,
+                            pb.RangeRequest(key=key, range_end=end, limit=page, revision=revision,
+                                            keys_only=keys_only))
+            revision = revision or got.header.revision
+            yield from got.kvs
+            if not got.more or not got.kvs:
+                return
+            key = got.kvs[-1].key + b"\0"
+
+    def scan_prefix(self, prefix: bytes, *, keys_only: bool = False) -> Iterator[KeyValue]:
+        return self.scan(prefix, prefix_end(prefix), keys_only=keys_only)
+
+    def first(self, key: bytes, end: bytes) -> bytes | None:
+        """The first key in [key, end), or None."""
+        self.reads += 1
+        got = self.call(f"a range read from {key!r}", lambda s: s.kv.Range,
+                        pb.RangeRequest(key=key, range_end=end, limit=1, keys_only=True))
+        return got.kvs[0].key if got.kvs else None
+
+    def get_many(self, keys: Iterable[bytes]) -> Iterator[tuple[bytes, KeyValue | None]]:
+        """Each key's value, in order, read in Txn batches with a few in flight."""
+        pending: deque[tuple[list[bytes], Any]] = deque()
+
+        def send(batch: list[bytes]) -> None:
+            self.reads += 1
+            req = pb.TxnRequest(success=[pb.RequestOp(request_range=pb.RangeRequest(key=k)) for k in batch])
+            pending.append((batch, self.kv.Txn.future(req, timeout=self.timeout, metadata=self._metadata())))
+
+        def settle() -> Iterator[tuple[bytes, KeyValue | None]]:
+            batch, future = pending.popleft()
+            try:
+                got = future.result()
+            except grpc.RpcError:  # settle it on its own, with the retry policy
+                req = pb.TxnRequest(success=[pb.RequestOp(request_range=pb.RangeRequest(key=k)) for k in batch])
+                got = self.call(f"a batch of {len(batch)} reads", lambda s: s.kv.Txn, req)
+            for k, r in zip(batch, got.responses, strict=True):
+                kvs = r.response_range.kvs
+                yield k, (kvs[0] if kvs else None)
+
+        batch: list[bytes] = []
+        for k in keys:
+            batch.append(k)
+            if len(batch) == MAX_TXN_OPS:
+                if len(pending) >= TXN_IN_FLIGHT:
+                    yield from settle()
+                send(batch)
+                batch = []
+        if batch:
+            send(batch)
+        while pending:
+            yield from settle()
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def put(self, key: bytes, value: bytes, lease: int = 0) -> None:
+        self.call(f"a write of {key!r}", lambda s: s.kv.Put, pb.PutRequest(key=key, value=value, lease=lease))
+
+    def create(self, key: bytes, value: bytes, lease: int = 0) -> bool:
+        """Put `key` only if absent; False if it exists."""
+        req = pb.TxnRequest(compare=[pb.Compare(result=pb.Compare.EQUAL, target=pb.Compare.CREATE, key=key,
+                                                create_revision=0)],
+                            success=[pb.RequestOp(request_put=pb.PutRequest(key=key, value=value, lease=lease))])
+        return self.call(f"a create of {key!r}", lambda s: s.kv.Txn, req).succeeded
+
+    def put_many(self, items: list[tuple[bytes, bytes]], *, only_new: bool = False) -> bool:
+        """Several puts in one transaction (at most MAX_TXN_OPS); with `only_new`, none unless every key
+        is absent."""
+        compare = [pb.Compare(result=pb.Compare.EQUAL, target=pb.Compare.CREATE, key=k, create_revision=0)
+                   for k, _ in items] if only_new else []
+        req = pb.TxnRequest(compare=compare,
+                            success=[pb.RequestOp(request_put=pb.PutRequest(key=k, value=v)) for k, v in items])
+        return self.call(f"a transaction of {len(items)} writes", lambda s: s.kv.Txn, req).succeeded
+
+    def delete(self, key: bytes, end: bytes = b"") -> int:
+        got = self.call(f"a delete of {key!r}", lambda s: s.kv.DeleteRange,
+                        pb.DeleteRangeRequest(key=key, range_end=end))
+        return got.deleted
+
+    # -- leases --------------------------------------------------------------------------------
+
+    def grant(self, ttl: int) -> int:
+        got = self.call("a lease grant", lambda s: s.lease.LeaseGrant, pb.LeaseGrantRequest(TTL=ttl))
+        if got.error:
+            raise StoreError(f"etcd refused a lease: {got.error}")
+        return got.ID
+
+    def keep_alive(self, lease: int) -> int:
+        """One keep-alive: the lease's remaining TTL (0 or less: it is gone). One attempt, no retry: the
+        session decides what a failure means."""
+        responses = self.lease.LeaseKeepAlive(iter([pb.LeaseKeepAliveRequest(ID=lease)]), timeout=self.timeout,
+                                              metadata=self._metadata())
+        for r in responses:
+            return r.TTL
+        return 0
+
+    def revoke(self, lease: int) -> None:
+        try:
+            self.lease.LeaseRevoke(pb.LeaseRevokeRequest(ID=lease), timeout=self.timeout, metadata=self._metadata())
+        except grpc.RpcError as exc:
+            log.info("etcd: lease %x not revoked (%s): it expires on its own", lease, exc.code())
+
+
+class Session:
+    """A lease kept alive every ttl/3 until closed. When a keep-alive finds it gone, or none succeeds
+    for a whole TTL, it is lost: the callbacks run, and a new lease is granted for what comes next
+    (the ephemeral keys re-created on it, a new election)."""
+
+    def __init__(self, kv: EtcdKV, ttl: int) -> None:
+        self.kv, self.ttl = kv, max(2, int(ttl))
+        self.lease = kv.grant(self.ttl)
+        self._lost: list[Callable[[], None]] = []
+        self._renewed: list[Callable[[], None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep, name="etcd-lease", daemon=True)
+        self._thread.start()
+
+    def on_lost(self, callback: Callable[[], None]) -> None:
+        self._lost.append(callback)
+
+    def on_renewed(self, callback: Callable[[], None]) -> None:
+        self._renewed.append(callback)
+
+    def _keep(self) -> None:
+        last_ok, fired = time.monotonic(), False
+        while not self._stop.wait(self.ttl / 3):
+            try:
+                alive = self.kv.keep_alive(self.lease) > 0
+                if alive:
+                    last_ok = time.monotonic()
+            except grpc.RpcError as exc:
+                alive = time.monotonic() - last_ok < self.ttl
+                log.info("etcd: lease keep-alive failed (%s)", exc.code())
+            if alive or self._stop.is_set():
+                continue
+            if not fired:
+                log.warning("etcd: lease %x lost", self.lease)
+                fired = True
+                for callback in self._lost:
+                    callback()
+            try:
+                self.lease = self.kv.grant(self.ttl)
+            except StoreError as exc:
+                log.warning("etcd: no new lease yet (%s)", exc)
+                continue
+            last_ok, fired = time.monotonic(), False
+            for callback in self._renewed:
+                callback()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.kv.timeout + 1)
+        self.kv.revoke(self.lease)

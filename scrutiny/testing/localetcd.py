@@ -1,0 +1,183 @@
+"""A private etcd from Debian's `etcd-server` (test tooling, like `localzk`), and the cluster's writer's
+view of it: the ZooKeeper-client calls `ClusterWriter` makes, done as Pulsar's etcd store does them (one
+key per path, no parent keys made, ephemeral keys on a lease), so every cluster the tests and the demo
+write on ZooKeeper can be written on etcd as Pulsar would keep it."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from scrutiny.store.etcdkv import MAX_TXN_OPS, EtcdKV, Session
+from scrutiny.testing.localzk import free_port
+
+ETCD = "/usr/bin/etcd"
+
+
+class LocalEtcdError(RuntimeError):
+    pass
+
+
+class LocalEtcd:
+    """Start/stop a one-member etcd on loopback ports with a private data dir."""
+
+    def __init__(self, workdir: str | Path | None = None) -> None:
+        if not Path(ETCD).exists():
+            raise LocalEtcdError(f"no {ETCD}: Debian's etcd-server is missing; run `make setup`")
+        self.port, self.peer_port = free_port(), free_port()
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="scrutiny-etcd-"))
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def uri(self) -> str:
+        """The metadata service URI of a cluster kept here by Pulsar's metadata store."""
+        return f"metadata-store:etcd:{self.endpoint}"
+
+    def start(self, timeout: float = 30.0) -> None:
+        if self.running:
+            return
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        cmd = [ETCD, "--name", "scrutiny-test", "--data-dir", str(self.workdir / "data"),
+               "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
+               "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+               "--initial-cluster", f"scrutiny-test={peer}", "--log-level", "warn"]
+        env = dict(os.environ)
+        if platform.machine() in ("aarch64", "arm64"):
+            env["ETCD_UNSUPPORTED_ARCH"] = "arm64"  # etcd 3.4 runs there only when told to
+        out = open(self.workdir / "etcd.log", "ab")  # noqa: SIM115 - the child keeps it open
+        self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        out.close()
+        kv = EtcdKV([self.endpoint], timeout=0.5, retry_deadline=0)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                if self._proc.poll() is not None:
+                    raise LocalEtcdError(f"etcd exited with status {self._proc.returncode}; "
+                                         f"see {self.workdir}/etcd.log")
+                try:
+                    kv.first(b"/", b"/\0")
+                    return
+                except Exception:
+                    if time.monotonic() > deadline:
+                        self.stop()
+                        raise LocalEtcdError(f"etcd did not answer on {self.endpoint} within {timeout} s") from None
+                    time.sleep(0.1)
+        finally:
+            kv.close()
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> LocalEtcd:
+        self.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+class EtcdTree:
+    """The kazoo calls the cluster's writer makes, on etcd. Ephemeral keys go on this tree's own lease,
+    as a bookie's registration goes on its metadata store's session."""
+
+    def __init__(self, endpoint: str, lease_ttl: int = 10) -> None:
+        self.kv = EtcdKV([endpoint], timeout=10.0, retry_deadline=30.0)
+        self._lease_ttl = lease_ttl
+        self._session: Session | None = None
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            self._session = Session(self.kv, self._lease_ttl)
+        return self._session
+
+    def exists(self, path: str) -> bool:
+        return self.kv.get(path.encode()) is not None
+
+    def get(self, path: str) -> tuple[bytes, Any]:
+        got = self.kv.get(path.encode())
+        if got is None:
+            raise NoNodeError(path)
+        return got.value, got
+
+    def create(self, path: str, value: bytes = b"", makepath: bool = False, ephemeral: bool = False) -> str:
+        if not self.kv.create(path.encode(), value, lease=self.session.lease if ephemeral else 0):
+            raise NodeExistsError(path)
+        return path
+
+    def ensure_path(self, path: str) -> None:
+        self.kv.create(path.encode(), b"")  # the key alone: etcd has no parents to make
+
+    def set(self, path: str, value: bytes) -> None:
+        self.kv.put(path.encode(), value)
+
+    def delete(self, path: str) -> None:
+        if not self.kv.delete(path.encode()):
+            raise NoNodeError(path)
+
+    def transaction(self) -> _Transaction:
+        return _Transaction(self.kv)
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+        self.kv.close()
+
+
+class _Transaction:
+    """kazoo's transaction of creates, as Txns of at most etcd's op limit (each all or nothing)."""
+
+    def __init__(self, kv: EtcdKV) -> None:
+        self.kv = kv
+        self.items: list[tuple[bytes, bytes]] = []
+
+    def create(self, path: str, value: bytes = b"") -> None:
+        self.items.append((path.encode(), value))
+
+    def commit_async(self) -> _Done:
+        results: list[object] = []
+        for i in range(0, len(self.items), MAX_TXN_OPS):
+            chunk = self.items[i:i + MAX_TXN_OPS]
+            ok = self.kv.put_many(chunk, only_new=True)
+            results += [True] * len(chunk) if ok else [NodeExistsError(chunk[0][0].decode())] * len(chunk)
+        return _Done(results)
+
+
+class _Done:
+    def __init__(self, results: list[object]) -> None:
+        self.results = results
+
+    def get(self) -> list[object]:
+        return self.results
