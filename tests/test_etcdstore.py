@@ -5,14 +5,17 @@ versions, marks, registrations and the leases under them, scrutiny's election an
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from scrutiny.config import ClusterSettings
-from scrutiny.errors import ConfigError
+from scrutiny.errors import ConfigError, StoreError
 from scrutiny.metadata import (
     BookieRegistration,
     LedgerMetadata,
@@ -23,10 +26,11 @@ from scrutiny.metadata import (
     ledger_path,
     parse_metadata_service_uri,
 )
-from scrutiny.store import open_store
+from scrutiny.store import MetadataStoreUnavailable, open_store
 from scrutiny.store.etcd import DENSE, EtcdStore
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localetcd import EtcdTree, LocalEtcd
+from tests.certs import CertificateAuthority
 from tests.helpers import wait_for
 
 B = ("127.0.8.1:3181", "127.0.8.2:3181", "127.0.8.3:3181")
@@ -64,7 +68,6 @@ def test_bad_etcd_uris_say_what_is_wrong(uri: str, says: str) -> None:
 
 
 def test_unreachable_etcd_is_a_clear_error() -> None:
-    from scrutiny.store import MetadataStoreUnavailable
     from scrutiny.testing.localzk import free_port
 
     uri = f"metadata-store:etcd:http://127.0.0.1:{free_port()}"
@@ -215,3 +218,41 @@ def test_election_the_first_leads_the_next_takes_over(etcd_server: LocalEtcd, et
     finally:
         for store in (first, second):
             store.close()
+
+
+def test_tls_and_mutual_tls_as_etcd_serves_them(tmp_path: Path) -> None:
+    ca = CertificateAuthority(tmp_path)
+    server, client = ca.issue("etcd", "127.0.0.1", server=True), ca.issue("scrutiny", "scrutiny", server=False)
+    with LocalEtcd(tls=(server.cert, server.key), client_ca=ca.pem) as etcd:
+        uri = f"metadata-store:etcd:{etcd.endpoint}"
+        assert uri.startswith("metadata-store:etcd:https://")
+        settings = {"metadata_service_uri": uri, "etcd_tls_ca": str(ca.pem), "etcd_tls_cert": str(client.cert),
+                    "etcd_tls_key": str(client.key)}
+        with open_store(ClusterSettings(**settings)) as store:  # type: ignore[arg-type]
+            store.set_cadence("full", 42)
+            assert store.cadence("full") == 42
+        # no client certificate: etcd refuses the handshake; the store says it cannot reach etcd
+        with pytest.raises(MetadataStoreUnavailable, match="etcd unreachable"):
+            open_store(ClusterSettings(metadata_service_uri=uri, etcd_tls_ca=str(ca.pem), etcd_timeout=0.5,
+                                       etcd_retry_deadline=1))
+
+
+def test_etcd_authentication_and_an_expired_token(tmp_path: Path) -> None:
+    with LocalEtcd(extra_args=("--auth-token-ttl", "1")) as etcd:
+        for args in (["user", "add", "root:s3cret"], ["auth", "enable"]):
+            subprocess.run(["etcdctl", "--endpoints", etcd.endpoint, *args], check=True, capture_output=True,
+                           env={**os.environ, "ETCDCTL_API": "3"})
+        secret = tmp_path / "etcd-auth"
+        secret.write_text("root:s3cret\n")
+        with open_store(ClusterSettings(metadata_service_uri=etcd.uri, etcd_auth_file=str(secret))) as store:
+            store.set_cadence("full", 7)
+            time.sleep(2.5)  # the simple token expires after 1 s idle: authenticated again, transparently
+            assert store.cadence("full") == 7
+        with pytest.raises(StoreError, match="etcd refused"):
+            open_store(ClusterSettings(metadata_service_uri=etcd.uri))
+        secret.write_text("root:wrong\n")
+        with pytest.raises(StoreError, match="etcd refused"):
+            open_store(ClusterSettings(metadata_service_uri=etcd.uri, etcd_auth_file=str(secret)))
+        secret.write_text("no colon\n")
+        with pytest.raises(ConfigError, match="not of the form user:password"):
+            open_store(ClusterSettings(metadata_service_uri=etcd.uri, etcd_auth_file=str(secret)))

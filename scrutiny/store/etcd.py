@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # A ledger's key below the root: its bucket (2-4 digits below 2^31, 3-4-4-4 from it) and its leaf.
 _LEDGER_KEY = re.compile(rb"^(\d{2}/\d{4}|\d{3}/\d{4}/\d{4}/\d{4})/L(\d{4})$")
-DENSE = 32  # from this many ledgers of one bucket, one range read between the first and last beats Txn gets
+DENSE = 32  # from this many ledgers of one bucket, range reads between the first and last beat Txn gets
+SPAN = 500  # ledgers asked for per range read (the answer whole, about 150 KB), several in flight
 READ_CHUNK = 10_000
 
 
@@ -146,17 +147,17 @@ class EtcdStore(MetadataStore):
 
     def _read_chunk(self, ids: list[int]) -> Iterator[LedgerRead]:
         path = {lid: ledger_path(Layout.HIERARCHICAL, self.root, lid).encode() for lid in ids}
-        got: dict[bytes, tuple[bytes, int] | None] = {}
+        spans: list[tuple[bytes, bytes]] = []
         sparse: list[bytes] = []
         for _bucket, group in groupby(sorted(path.values()), key=lambda p: p.rsplit(b"/", 1)[0]):
             keys = list(group)
             if len(keys) < DENSE:
                 sparse += keys
                 continue
-            wanted = set(keys)
-            for item in self.kv.scan(keys[0], keys[-1] + b"\0"):
-                if item.key in wanted:
-                    got[item.key] = (item.value, item.version)
+            spans += [(keys[i], keys[min(i + SPAN, len(keys)) - 1] + b"\0") for i in range(0, len(keys), SPAN)]
+        wanted = set(path.values())
+        got: dict[bytes, tuple[bytes, int] | None] = {
+            item.key: (item.value, item.version) for item in self.kv.ranges(spans) if item.key in wanted}
         for key, one in self.kv.get_many(sparse):
             got[key] = None if one is None else (one.value, one.version)
         for lid in ids:

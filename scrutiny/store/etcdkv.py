@@ -169,36 +169,51 @@ class EtcdKV:
 
     def get_many(self, keys: Iterable[bytes]) -> Iterator[tuple[bytes, KeyValue | None]]:
         """Each key's value, in order, read in Txn batches with a few in flight."""
-        pending: deque[tuple[list[bytes], Any]] = deque()
+        def batches() -> Iterator[list[bytes]]:
+            batch: list[bytes] = []
+            for k in keys:
+                batch.append(k)
+                if len(batch) == MAX_TXN_OPS:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
 
-        def send(batch: list[bytes]) -> None:
-            self.reads += 1
-            req = pb.TxnRequest(success=[pb.RequestOp(request_range=pb.RangeRequest(key=k)) for k in batch])
-            pending.append((batch, self.kv.Txn.future(req, timeout=self.timeout, metadata=self._metadata())))
-
-        def settle() -> Iterator[tuple[bytes, KeyValue | None]]:
-            batch, future = pending.popleft()
-            try:
-                got = future.result()
-            except grpc.RpcError:  # settle it on its own, with the retry policy
-                req = pb.TxnRequest(success=[pb.RequestOp(request_range=pb.RangeRequest(key=k)) for k in batch])
-                got = self.call(f"a batch of {len(batch)} reads", lambda s: s.kv.Txn, req)
+        requests = ((batch, pb.TxnRequest(success=[pb.RequestOp(request_range=pb.RangeRequest(key=k))
+                                                   for k in batch])) for batch in batches())
+        for batch, got in self._pipelined(requests, lambda s: s.kv.Txn, "a batch of reads"):
             for k, r in zip(batch, got.responses, strict=True):
                 kvs = r.response_range.kvs
                 yield k, (kvs[0] if kvs else None)
 
-        batch: list[bytes] = []
-        for k in keys:
-            batch.append(k)
-            if len(batch) == MAX_TXN_OPS:
-                if len(pending) >= TXN_IN_FLIGHT:
-                    yield from settle()
-                send(batch)
-                batch = []
-        if batch:
-            send(batch)
+    def ranges(self, spans: Iterable[tuple[bytes, bytes]]) -> Iterator[KeyValue]:
+        """Every key of each [start, end) span, each span whole in one answer (keep them small), a few
+        spans in flight."""
+        requests = ((span, pb.RangeRequest(key=span[0], range_end=span[1])) for span in spans)
+        for _, got in self._pipelined(requests, lambda s: s.kv.Range, "a range read"):
+            yield from got.kvs
+
+    def _pipelined(self, requests: Iterable[tuple[T, Any]], method: Callable[[Any], Any],
+                   what: str) -> Iterator[tuple[T, Any]]:
+        """Each request's answer, in order, with TXN_IN_FLIGHT requests outstanding; one that fails is sent
+        again on its own with the retry policy."""
+        pending: deque[tuple[T, Any, Any]] = deque()
+
+        def settle() -> tuple[T, Any]:
+            tag, request, future = pending.popleft()
+            try:
+                return tag, future.result()
+            except grpc.RpcError:
+                return tag, self.call(what, method, request)
+
+        for tag, request in requests:
+            if len(pending) >= TXN_IN_FLIGHT:
+                yield settle()
+            self.reads += 1
+            pending.append((tag, request, method(self).future(request, timeout=self.timeout,
+                                                              metadata=self._metadata())))
         while pending:
-            yield from settle()
+            yield settle()
 
     # -- writes --------------------------------------------------------------------------------
 

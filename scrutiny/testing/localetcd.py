@@ -9,9 +9,12 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -31,17 +34,22 @@ class LocalEtcdError(RuntimeError):
 class LocalEtcd:
     """Start/stop a one-member etcd on loopback ports with a private data dir."""
 
-    def __init__(self, workdir: str | Path | None = None) -> None:
+    def __init__(self, workdir: str | Path | None = None, quota_bytes: int = 2 << 30,
+                 tls: tuple[Path, Path] | None = None, client_ca: Path | None = None,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        """`quota_bytes`: etcd's backend quota (its default, 2 GiB, is a few million ledgers' revisions);
+        `tls`: (certificate, key) to serve https; `client_ca`: require client certificates from it."""
         if not Path(ETCD).exists():
             raise LocalEtcdError(f"no {ETCD}: Debian's etcd-server is missing; run `make setup`")
         self.port, self.peer_port = free_port(), free_port()
+        self.quota_bytes, self.tls, self.client_ca, self.extra_args = quota_bytes, tls, client_ca, extra_args
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="scrutiny-etcd-"))
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def uri(self) -> str:
@@ -55,30 +63,39 @@ class LocalEtcd:
         cmd = [ETCD, "--name", "scrutiny-test", "--data-dir", str(self.workdir / "data"),
                "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-               "--initial-cluster", f"scrutiny-test={peer}", "--log-level", "warn"]
+               "--initial-cluster", f"scrutiny-test={peer}", "--log-level", "warn",
+               "--quota-backend-bytes", str(self.quota_bytes), *self.extra_args]
+        if self.tls:
+            cmd += ["--cert-file", str(self.tls[0]), "--key-file", str(self.tls[1])]
+        if self.client_ca:
+            cmd += ["--client-cert-auth", "--trusted-ca-file", str(self.client_ca)]
         env = dict(os.environ)
         if platform.machine() in ("aarch64", "arm64"):
             env["ETCD_UNSUPPORTED_ARCH"] = "arm64"  # etcd 3.4 runs there only when told to
         out = open(self.workdir / "etcd.log", "ab")  # noqa: SIM115 - the child keeps it open
         self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         out.close()
-        kv = EtcdKV([self.endpoint], timeout=0.5, retry_deadline=0)
         deadline = time.monotonic() + timeout
+        while not self._answers():
+            if self._proc.poll() is not None:
+                raise LocalEtcdError(f"etcd exited with status {self._proc.returncode}; see {self.workdir}/etcd.log")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise LocalEtcdError(f"etcd did not answer on {self.endpoint} within {timeout} s")
+            time.sleep(0.1)
+
+    def _answers(self) -> bool:
+        """etcd's /health on its client port; with TLS the port alone (the client retries until served)."""
         try:
-            while True:
-                if self._proc.poll() is not None:
-                    raise LocalEtcdError(f"etcd exited with status {self._proc.returncode}; "
-                                         f"see {self.workdir}/etcd.log")
-                try:
-                    kv.first(b"/", b"/\0")
-                    return
-                except Exception:
-                    if time.monotonic() > deadline:
-                        self.stop()
-                        raise LocalEtcdError(f"etcd did not answer on {self.endpoint} within {timeout} s") from None
-                    time.sleep(0.1)
-        finally:
-            kv.close()
+            if self.tls:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+            else:
+                urllib.request.urlopen(f"{self.endpoint}/health", timeout=0.5).read()
+            return True
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            return False
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
@@ -94,6 +111,11 @@ class LocalEtcd:
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None, "etcd is not running"
+        return self._proc.pid
 
     def close(self) -> None:
         self.stop()
