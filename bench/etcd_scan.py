@@ -8,7 +8,7 @@ on the synthetic store) written on etcd as Pulsar keeps it. For each size:
   read by one paged range (pages of 1,000 at one revision); by range reads of 500 ledgers each, 8 in
   flight; by single-key gets in Txn batches of 128 (etcd's op limit), 8 in flight. The floor is the
   fastest of the three. Then the store's own enumeration (skip-scan of buckets, a keys-only range per
-  bucket) and reads, decoded, against it;
+  bucket) and reads, decoded, against it, and the decoding alone (from memory: the part that is not I/O);
 - the full scan (`ScrutinyRun` on Spark local[2]) against its floor: the raw range reads of every bucket
   as Spark tasks, plus every (bookie, ledger) answer streamed from the agents (as `bench.scale`);
 - etcd's requests for the scan (the store's own count, every process) and the server's CPU seconds.
@@ -31,7 +31,7 @@ from typing import Any
 from bench.common import table
 from bench.scale import _stream, build, cpu_seconds
 from scrutiny.config import ScanSettings
-from scrutiny.metadata import Layout, ledger_path
+from scrutiny.metadata import Layout, decode_ledger_metadata, ledger_path
 from scrutiny.scan import work as range_work
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import SparkEngine, spark_session
@@ -58,6 +58,11 @@ def txn_gets(kv: EtcdKV, ids: list[int]) -> int:
     return sum(1 for _, item in kv.get_many(keys) if item is not None)
 
 
+def decoding(values: list[tuple[int, bytes, int]]) -> int:
+    """The part of the store's reads that is not I/O: each ledger's metadata decoded, from memory."""
+    return len([decode_ledger_metadata(lid, value, 0, version - 1) for lid, value, version in values])
+
+
 def store_reads(store: EtcdStore) -> int:
     return sum(1 for rng in store.ledger_ranges() for r in store.read_ledgers(store.ledger_ids(rng))
                if r.metadata is not None)
@@ -71,7 +76,7 @@ def _read_bucket(endpoint: str, token: str) -> int:
         kv.close()
 
 
-def run_size(count: int, entries: int, rounds: int) -> dict[str, Any]:
+def run_size(count: int, entries: int, rounds: int, session: Any) -> dict[str, Any]:
     row: dict[str, Any] = {"ledgers": count}
     with tempfile.TemporaryDirectory() as tmp, LocalEtcd(quota_bytes=8 << 30) as etcd:
         tree = EtcdTree(etcd.endpoint)
@@ -84,7 +89,6 @@ def run_size(count: int, entries: int, rounds: int) -> dict[str, Any]:
                                     "--metadata-service-uri", etcd.uri, "--workers", "4"],
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                   for b in sorted(held)]
-        session = None
         try:
             for a in agents:
                 a.stdout.readline()  # type: ignore[union-attr]
@@ -93,9 +97,13 @@ def run_size(count: int, entries: int, rounds: int) -> dict[str, Any]:
                 "paged range": lambda st: paged_range(st.kv),
                 "ranges of 500, 8 in flight": lambda st: pipelined_ranges(st.kv, ids),
                 "Txn gets, 8 in flight": lambda st: txn_gets(st.kv, ids),
-                "store": store_reads}
+                "store": store_reads,
+                "decoding alone": lambda st: decoding(values)}
             times: dict[str, list[float]] = {what: [] for what in ways}
             with open_store(ScanSettings(metadata_service_uri=etcd.uri)) as store:
+                values = [(int(item.key[-4:]) + int(item.key[len(ROOT) + 1:-6].replace(b"/", b"")) * 10_000,
+                           item.value, item.version) for item in store.kv.scan_prefix(f"{ROOT}/".encode())
+                          if b"/L" in item.key[-6:]]
                 for _ in range(rounds):
                     for what, fn in ways.items():
                         t0 = time.perf_counter()
@@ -104,12 +112,11 @@ def run_size(count: int, entries: int, rounds: int) -> dict[str, Any]:
                 ranges = [r.token for r in store.ledger_ranges()]
                 addresses = store.agent_addresses()
             medians = {what: statistics.median(t) for what, t in times.items()}
-            floor = min(v for what, v in medians.items() if what != "store")
+            floor = min(v for what, v in medians.items() if what not in ("store", "decoding alone"))
             row["metadata floor s"] = floor
             for what, v in medians.items():
                 row[f"{what} / floor"] = v / floor
             # -- the full scan on Spark against its floor, the fastest of two
-            session = spark_session("local[2]")
             sc = session.sparkContext
             endpoint = etcd.endpoint
             work = [(addresses[b], v[i:i + 20_000]) for b, v in held.items() for i in range(0, len(v), 20_000)]
@@ -134,8 +141,6 @@ def run_size(count: int, entries: int, rounds: int) -> dict[str, Any]:
             row["etcd requests / ledger"] = report.stats.get("zk_reads", 0) / count
             row["etcd CPU s"] = cpu_seconds([etcd.pid])[0] - etcd_cpu
         finally:
-            if session is not None:
-                session.stop()
             range_work.EXECUTOR.close()
             for a in agents:
                 a.terminate()
@@ -151,11 +156,15 @@ def main() -> None:
     p.add_argument("--entries", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args()
+    session = spark_session("local[2]")  # before any gRPC thread exists: the JVM's fork fails after
     rows = []
-    for size in (int(s) for s in a.sizes.split(",")):
-        rows.append(run_size(size, a.entries, a.rounds))
-        print(table(rows), flush=True)
-        print(flush=True)
+    try:
+        for size in (int(s) for s in a.sizes.split(",")):
+            rows.append(run_size(size, a.entries, a.rounds, session))
+            print(table(rows), flush=True)
+            print(flush=True)
+    finally:
+        session.stop()
 
 
 if __name__ == "__main__":

@@ -61,7 +61,9 @@ def zk_client(zk_server: LocalZooKeeper) -> Iterator[KazooClient]:
 
 
 @pytest.fixture(scope="session")
-def etcd_server() -> Iterator[LocalEtcd]:
+def etcd_server(spark_engine: object) -> Iterator[LocalEtcd]:
+    """One real etcd per session (Debian's etcd-server). Spark first: its JVM cannot be forked while the
+    etcd clients' gRPC threads (a lease's keep-alives) are busy."""
     server = LocalEtcd()
     server.start()
     yield server

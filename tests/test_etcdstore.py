@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import re
 import subprocess
 import threading
@@ -96,8 +97,12 @@ def test_the_tree_in_every_shape_pulsar_and_bookkeeper_leave(etcd_server: LocalE
     w.write_raw_ledger(77, b"BookieMetadataFormatVersion\t3\n\x05garbage")
     with open_etcd(etcd_server) as store:
         ranges = store.ledger_ranges()
-        assert [r.token for r in ranges] == ["00/0000", "00/0001", "000/0000/0021/4748", "000/0001/0995/1162",
-                                             "01/2345", "461/1686/0184/2738"]  # in the keys' byte order
+        assert [r.token for r in ranges] == ["00/0000", "00/0001", "01/2345",
+                                             "000/0000/0021/4748", "000/0001/0995/1162", "461/1686/0184/2738"]
+        # windows bounded: a few requests per bucket found, and one per empty group of either shape
+        before = store.reads
+        store.ledger_ranges()
+        assert store.reads - before < 22 + 93 + 6 * 60, store.reads - before
         listed = sorted(lid for r in ranges for lid in store.ledger_ids(r))
         assert listed == sorted([*ids, 77])
         reads = {r.ledger_id: r for r in store.read_ledgers([*ids, 77, 55])}
@@ -256,3 +261,21 @@ def test_etcd_authentication_and_an_expired_token(tmp_path: Path) -> None:
         secret.write_text("no colon\n")
         with pytest.raises(ConfigError, match="not of the form user:password"):
             open_store(ClusterSettings(metadata_service_uri=etcd.uri, etcd_auth_file=str(secret)))
+
+
+def test_bucket_search_finds_every_ledger_however_sparse(etcd_server: LocalEtcd, etcd_tree: EtcdTree) -> None:
+    """Random ids, dense runs and lone ledgers, on both sides of 2^31 and near every group boundary."""
+    rng = random.Random(11)
+    ids = set(range(99_990, 100_020)) | {2**31 - 2, 2**31 - 1, 10**13 * 10_000 - 1, 10**13 * 10_000, 2**63 - 1}
+    ids |= {rng.randrange(0, 2**31) for _ in range(150)} | {rng.randrange(2**31, 2**63) for _ in range(150)}
+    ids |= {10_000 * b + rng.randrange(10_000) for b in (9_999, 10_000, 19_999, 214_748)}
+    w = ClusterWriter(etcd_tree, "/ledgers")
+    w.init_cluster()
+    w.write_ledgers(closed(lid) for lid in ids)
+    with open_etcd(etcd_server) as store:
+        before = store.reads
+        ranges = store.ledger_ranges()
+        requests = store.reads - before
+        assert sorted(lid for r in ranges for lid in store.ledger_ids(r)) == sorted(ids)
+    assert len({r.token for r in ranges}) == len(ranges)
+    assert requests < 60 * len(ranges), requests  # a gallop per gap: logarithmic in its width

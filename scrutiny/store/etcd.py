@@ -19,10 +19,12 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING
 
 from scrutiny.metadata import (
+    SHORT_PATH_LIMIT,
     BookieRegistration,
     Layout,
     MetadataError,
@@ -49,6 +51,29 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # A ledger's key below the root: its bucket (2-4 digits below 2^31, 3-4-4-4 from it) and its leaf.
 _LEDGER_KEY = re.compile(rb"^(\d{2}/\d{4}|\d{3}/\d{4}/\d{4}/\d{4})/L(\d{4})$")
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """One of the hybrid layout's bucket shapes: buckets numbered by ledger id // 10,000, in groups whose
+    keys are contiguous in etcd's byte order (the two shapes interleave: `00/...` < `000/...` < `01/...`)."""
+
+    digits: tuple[int, ...]  # the token's groups of digits: (2, 4) or (3, 4, 4, 4)
+    start: int  # the first bucket number of this shape
+    end: int  # past the last
+    group: int  # buckets per contiguous group: one two-digit top child; ten three-digit ones
+
+    def token(self, bucket: int) -> str:
+        text, out = f"{bucket:0{sum(self.digits)}d}", []
+        for n in self.digits:
+            out.append(text[:n])
+            text = text[n:]
+        return "/".join(out)
+
+
+# ids below 2147483647 at 2-4-4 (buckets up to 214748), from it at 3-4-4-4-4 (formats, section 7)
+_SHORT = _Shape((2, 4), 0, SHORT_PATH_LIMIT // 10_000 + 1, 10**4)
+_LONG = _Shape((3, 4, 4, 4), SHORT_PATH_LIMIT // 10_000, (1 << 63) // 10_000 + 1, 10**13)
 DENSE = 32  # from this many ledgers of one bucket, range reads between the first and last beat Txn gets
 SPAN = 500  # ledgers asked for per range read (the answer whole, about 150 KB), several in flight
 READ_CHUNK = 10_000
@@ -109,22 +134,40 @@ class EtcdStore(MetadataStore):
     # -- ledgers --------------------------------------------------------------------------------
 
     def ledger_ranges(self) -> list[LedgerRange]:
-        """The buckets of the ledger tree, by a skip-scan: the first key from a position, then past its
-        bucket (tokens as ZooKeeper's store makes them: `00/0000`, `000/0000/0000/0001`)."""
-        base = f"{self.root}/".encode()
-        end = prefix_end(base)
-        ranges, pos = [], base
-        while (key := self.kv.first(pos, end)) is not None:
-            rest = key[len(base):]
-            m = _LEDGER_KEY.match(rest)
-            if m:
-                ranges.append(LedgerRange(m.group(1).decode()))
-                pos = prefix_end(base + m.group(1) + b"/")
-                continue
-            child, sep, _ = rest.partition(b"/")
-            # past another subtree (available/, underreplication/...) at once; inside a bucket, key by key
-            pos = prefix_end(base + child + b"/") if sep and not child.isdigit() else key + b"\0"
-        return ranges
+        """The buckets of the ledger tree (tokens as ZooKeeper's store makes them: `00/0000`,
+        `000/0000/0021/4748`), found without listing the ledgers: the first ledger key in a window of
+        buckets after the last one found, the window doubling while empty (a group's first window is all
+        of it). Every window is bounded: etcd counts every key of the range it is asked about, limit or
+        not, so an open-ended "first key from here" costs the rest of the tree (quadratic over a scan)."""
+        return [LedgerRange(t) for shape in (_SHORT, _LONG) for t in self._buckets(shape)]
+
+    def _buckets(self, shape: _Shape) -> Iterator[str]:
+        base = f"{self.root}/"
+        bucket = shape.start
+        while bucket < shape.end:
+            last = min((bucket // shape.group + 1) * shape.group, shape.end) - 1
+            group_end = prefix_end(f"{base}{shape.token(last)[:shape.digits[0]]}/".encode())
+            width = shape.group  # a group's first probe: all of it (one request for an empty group)
+            while bucket <= last:
+                hi = bucket + width
+                end = group_end if hi > last else f"{base}{shape.token(hi)}/".encode()
+                found = self._first_bucket(f"{base}{shape.token(bucket)}/".encode(), end, shape)
+                if found is None:
+                    bucket, width = hi, width * 2
+                    continue
+                yield shape.token(found)
+                bucket, width = found + 1, 1
+            bucket = last + 1
+
+    def _first_bucket(self, start: bytes, end: bytes, shape: _Shape) -> int | None:
+        """The number of the first bucket of this shape holding a ledger key in [start, end)."""
+        base = len(self.root) + 1
+        while (key := self.kv.first(start, end)) is not None:
+            m = _LEDGER_KEY.match(key[base:])
+            if m and len(m.group(1)) == len(shape.token(0)):
+                return int(m.group(1).replace(b"/", b""))
+            start = key + b"\0"  # a parent key, a stray key: the next one
+        return None
 
     def ledger_ids(self, rng: LedgerRange) -> list[int]:
         if rng.ids is not None:

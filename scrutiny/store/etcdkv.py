@@ -202,16 +202,21 @@ class EtcdKV:
         def settle() -> tuple[T, Any]:
             tag, request, future = pending.popleft()
             try:
-                return tag, future.result()
+                if future is not None:
+                    return tag, future.result()
             except grpc.RpcError:
-                return tag, self.call(what, method, request)
+                pass
+            return tag, self.call(what, method, request)
 
         for tag, request in requests:
             if len(pending) >= TXN_IN_FLIGHT:
                 yield settle()
             self.reads += 1
-            pending.append((tag, request, method(self).future(request, timeout=self.timeout,
-                                                              metadata=self._metadata())))
+            try:
+                future = method(self).future(request, timeout=self.timeout, metadata=self._metadata())
+            except grpc.RpcError:  # authentication failed: the retry policy decides
+                future = None
+            pending.append((tag, request, future))
         while pending:
             yield settle()
 
