@@ -24,6 +24,16 @@ def read_secret(path: str, what: str) -> bytes:
     return data
 
 
+def read_credentials(path: str, what: str) -> tuple[str, str]:
+    """(user, password) from a file holding `user:password`, the password never logged from here on."""
+    text = read_secret(path, what).decode("utf-8").strip()
+    user, sep, password = text.partition(":")
+    if not sep or not user or not password:
+        raise ConfigError(f"{what} in {path} are not of the form user:password")
+    redact(text, password)
+    return user, password
+
+
 def server_credentials(cert: str, key: str, client_ca: str = "") -> grpc.ServerCredentials | None:
     """None without a certificate (plaintext). With `client_ca`, clients must present a certificate
     signed by it (mutual TLS)."""

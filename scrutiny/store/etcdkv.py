@@ -24,7 +24,7 @@ from scrutiny.errors import ConfigError, StoreError
 from scrutiny.etcd import rpc_pb2 as pb
 from scrutiny.etcd import rpc_pb2_grpc as pb_grpc
 from scrutiny.store import MetadataStoreUnavailable
-from scrutiny.tls import read_secret, redact
+from scrutiny.tls import read_credentials, read_secret
 
 log = logging.getLogger(__name__)
 KeyValue = pb.KeyValue
@@ -62,14 +62,7 @@ class EtcdKV:
             private_key=read_secret(key, "etcd client key") if key else None,
             certificate_chain=read_secret(cert, "etcd client certificate") if cert else None)
             if self._tls else None)
-        self._user: tuple[str, str] | None = None
-        if auth_file:
-            text = read_secret(auth_file, "etcd credentials").decode("utf-8").strip()
-            user, sep, password = text.partition(":")
-            if not sep or not user or not password:
-                raise ConfigError(f"etcd credentials in {auth_file} are not of the form user:password")
-            redact(text, password)
-            self._user = (user, password)
+        self._user = read_credentials(auth_file, "etcd credentials") if auth_file else None
         self._lock = threading.Lock()
         self._current = -1
         self._channel: grpc.Channel | None = None

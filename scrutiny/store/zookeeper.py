@@ -21,7 +21,6 @@ from kazoo.protocol.serialization import (
     GetData,
 )
 
-from scrutiny.errors import ConfigError
 from scrutiny.metadata import (
     BookieRegistration,
     Layout,
@@ -53,7 +52,7 @@ from scrutiny.store import (
     chunk_ids,
 )
 from scrutiny.store.zkrequests import DEFAULT_MAX_IN_FLIGHT, MultiRead, ZooKeeperRequests, submit
-from scrutiny.tls import read_secret, redact
+from scrutiny.tls import read_credentials
 
 if TYPE_CHECKING:
     from scrutiny.config import ClusterSettings
@@ -82,12 +81,8 @@ def client_args(auth_file: str = "", ca: str = "", cert: str = "", key: str = ""
     if auth_file:
         from kazoo.security import make_acl, make_digest_acl
 
-        credential = read_secret(auth_file, "ZooKeeper credentials").decode("utf-8").strip()
-        user, sep, password = credential.partition(":")
-        if not sep or not user or not password:
-            raise ConfigError(f"ZooKeeper credentials in {auth_file} are not of the form user:password")
-        redact(credential, password)
-        args["auth_data"] = [("digest", credential)]
+        user, password = read_credentials(auth_file, "ZooKeeper credentials")
+        args["auth_data"] = [("digest", f"{user}:{password}")]
         args["default_acl"] = [make_digest_acl(user, password, all=True), make_acl("world", "anyone", read=True)]
     if ca or cert or key:
         args.update(use_ssl=True, verify_certs=bool(ca))

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -16,13 +14,12 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from scrutiny.store.etcdkv import MAX_TXN_OPS, EtcdKV, Session
-from scrutiny.testing.localzk import free_port
+from scrutiny.testing.localzk import LocalServer, free_port
 
 ETCD = "/usr/bin/etcd"
 
@@ -31,7 +28,7 @@ class LocalEtcdError(RuntimeError):
     pass
 
 
-class LocalEtcd:
+class LocalEtcd(LocalServer):
     """Start/stop a one-member etcd on loopback ports with a private data dir."""
 
     def __init__(self, workdir: str | Path | None = None, quota_bytes: int = 2 << 30,
@@ -97,37 +94,10 @@ class LocalEtcd:
         except OSError:
             return False
 
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
     @property
     def pid(self) -> int:
         assert self._proc is not None, "etcd is not running"
         return self._proc.pid
-
-    def close(self) -> None:
-        self.stop()
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> LocalEtcd:
-        self.start()
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
 
 
 class EtcdTree:

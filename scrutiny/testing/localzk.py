@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 JAVA_DIR = Path("/usr/share/java")
 CLASSPATH_JARS = ("zookeeper.jar", "slf4j-log4j12.jar", "log4j-1.2.jar")
@@ -39,7 +40,46 @@ def _answers(port: int) -> bool:
         return False
 
 
-class LocalZooKeeper:
+class LocalServer:
+    """A server process of the tests' own (ZooKeeper, etcd): stopped with SIGTERM (then killed), its
+    private data dir removed on close."""
+
+    _proc: subprocess.Popen[bytes] | None = None
+    workdir: Path
+    _own_workdir: bool
+
+    def start(self, timeout: float = 30.0) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+class LocalZooKeeper(LocalServer):
     """Start/stop/restart a standalone server on a loopback port with a private data dir."""
 
     def __init__(self, port: int | None = None, workdir: str | Path | None = None, heap: str = "512m",
@@ -142,36 +182,9 @@ class LocalZooKeeper:
         self.stop()
         raise LocalZooKeeperError(f"ZooKeeper did not answer on port {self.port} within {timeout} s")
 
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
     def restart(self) -> None:
         self.stop()
         self.start()
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def close(self) -> None:
-        self.stop()
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> LocalZooKeeper:
-        self.start()
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
 
 
 def _srvr(port: int) -> dict[str, str]:
