@@ -7,7 +7,7 @@ on the synthetic store) written on etcd as Pulsar keeps it. For each size:
 - metadata reads in one process, in alternating rounds (the medians), nothing decoded: every ledger key
   read by one paged range (pages of 1,000 at one revision); by range reads of 500 ledgers each, 8 in
   flight; by single-key gets in Txn batches of 128 (etcd's op limit), 8 in flight. The floor is the
-  fastest of the three. Then the store's own enumeration (skip-scan of buckets, a keys-only range per
+  fastest of the three. Then the store's own enumeration (bounded windows of buckets, a keys-only range per
   bucket) and reads, decoded, against it, and the decoding alone (from memory: the part that is not I/O);
 - the full scan (`ScrutinyRun` on Spark local[2]) against its floor: the raw range reads of every bucket
   as Spark tasks, plus every (bookie, ledger) answer streamed from the agents (as `bench.scale`);

@@ -4,8 +4,9 @@
 Pulsar's etcd store keeps one key per ZooKeeper path, with the same values (formats section 16): the
 ledgers at the hybrid hierarchical paths under /ledgers, the marks, the registrations (bound to a lease,
 etcd's ephemeral), Pulsar's records beside them. A "directory" is only a key prefix there, so the tree is
-read by range: buckets found by a skip-scan (one request per bucket of up to 10,000 ledgers), a bucket's
-ledgers by a keys-only range, their metadata by ranges with values (dense) or Txn batches (sparse).
+read by range: buckets found by bounded windows of bucket numbers (one request per bucket of up to 10,000
+ledgers, a few per gap), a bucket's ledgers by a keys-only range, their metadata by ranges with values
+(dense) or Txn batches (sparse).
 What etcd does not have: a key's creation and modification times (Pulsar reports 0), so a v3 payload's
 own ctime is the only one, and a ledger's close time is unknown (a write-cache grace then always looks
 again). scrutiny's own keys (agents, election, cadence) sit under /scrutiny, bound to a lease where they
