@@ -210,8 +210,7 @@ def test_pulsars_metadata_store_uri_on_zookeeper() -> None:
     assert parse_metadata_service_uri("metadata-store:zk:zk1:2181").root == "/ledgers"
     assert parse_metadata_service_uri("metadata-store:zk:zk1:2181/?sessionTimeoutMillis=30000").root == "/ledgers"
     assert parse_layout(b"2\norg.apache.pulsar.metadata.bookkeeper.PulsarLedgerManagerFactory:1") is Layout.HIERARCHICAL
-    for bad, words in [("metadata-store:etcd:http://e1:2379", "'etcd' is not supported"),
-                       ("metadata-store:oxia://o1:6648/default", "'oxia' is not supported"),
+    for bad, words in [("metadata-store:oxia://o1:6648/default", "'oxia' is not supported"),
                        ("metadata-store:zk:zk1/chroot", "not HOST:PORT")]:
         with pytest.raises(MetadataError, match=words):
             parse_metadata_service_uri(bad)

@@ -24,8 +24,10 @@ from scrutiny.owners import PulsarOwners
 if TYPE_CHECKING:
     from scrutiny.config import ClusterSettings
 
-# URI scheme (before any `+layout`) -> module with a `open_store(settings)` function.
-BACKENDS = {"zk": "scrutiny.store.zookeeper", "etcd": "scrutiny.store.etcd"}
+# URI scheme -> module with a `open_store(settings)` function: BookKeeper's `zk+<layout>://` by the part
+# before any `+layout`, Pulsar's `metadata-store:<store>:` (PIP-45) by its store.
+BACKENDS = {"zk": "scrutiny.store.zookeeper", "metadata-store:zk": "scrutiny.store.zookeeper",
+            "metadata-store:etcd": "scrutiny.store.etcd"}
 RANGE_SIZE = 10_000  # ledgers per explicit-id range: the size of a level-2 hierarchical bucket
 
 
@@ -199,12 +201,14 @@ def open_store(settings: ClusterSettings) -> MetadataStore:
     """The store named by `metadata_service_uri`'s scheme, connected with the settings' one policy
     for TLS, authentication, bounds and retries. Raises MetadataStoreUnavailable."""
     uri = settings.metadata_service_uri.strip()
-    # BookKeeper's zk+<layout>://..., or Pulsar's metadata-store:<store>:... (PIP-45)
-    scheme = (uri.split(":", 2)[1] if uri.startswith("metadata-store:") else uri.split("://", 1)[0].split("+", 1)[0])
+    scheme = (f"metadata-store:{uri.split(':', 2)[1]}" if uri.startswith("metadata-store:")
+              else uri.split("://", 1)[0].split("+", 1)[0])
     if scheme not in BACKENDS:
+        hint = ("; BookKeeper's own etcd driver keeps another layout (no under-replication, no auditor) and is "
+                "not read" if scheme == "etcd" else "")
         raise ConfigError(f"metadata service URI {settings.metadata_service_uri!r}: unknown store {scheme!r} "
                           "(known: zk, as zk+<layout>://host:port;.../root or metadata-store:zk:host:port/chroot; "
-                          "etcd, as metadata-store:etcd:http://host:2379,...)")
+                          f"Pulsar's metadata store on etcd, as metadata-store:etcd:http://host:2379,...){hint}")
     backend = importlib.import_module(BACKENDS[scheme])
     store: MetadataStore = backend.open_store(settings)
     return store
