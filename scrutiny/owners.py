@@ -158,6 +158,28 @@ class PulsarOwners:
             if cursor == COMPACTION_CURSOR and COMPACTED_LEDGER_PROPERTY in props:
                 self.owners[props[COMPACTED_LEDGER_PROPERTY]] = Owner("compacted-topic", topic)
 
+    @classmethod
+    def decode(cls, base: str, records: Mapping[str, bytes],
+               cursors: Mapping[str, Mapping[str, bytes]]) -> PulsarOwners:
+        """From the stored records: managed ledger name (below `base`) -> ManagedLedgerInfo bytes, and
+        name -> cursor -> ManagedCursorInfo bytes. Each undecodable one is a problem, never a stop."""
+        found = cls()
+        decoded: dict[str, dict[str, tuple[int, dict[str, int]]]] = {}
+        for name, of in cursors.items():
+            for cursor, data in of.items():
+                try:
+                    decoded.setdefault(name, {})[cursor] = decode_cursor(f"{base}/{name}/{cursor}", data)
+                except MetadataError as exc:
+                    found.problems.append(str(exc))
+        for name, data in records.items():
+            try:
+                ml = decode_managed_ledger(name, data)
+            except MetadataError as exc:
+                found.problems.append(str(exc))
+                continue
+            found.add(ml, decoded.get(name, {}))
+        return found
+
     def topic_ledgers(self, topic: str) -> set[int]:
         return {lid for lid, o in self.owners.items() if o.name == topic and o.kind != "schema"}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import sys
@@ -86,28 +87,31 @@ class Place:
     """Where a test writes its cluster: `client` writes it (ClusterWriter's client), `uri` names it for
     scrutiny, `registry` is a store on it for the agents' registrations."""
 
-    store: str
     client: Any
     root: str
     uri: str
     registry: MetadataStore
 
 
+@contextlib.contextmanager
+def place_on(request: pytest.FixtureRequest, store: str) -> Iterator[Place]:
+    """A place on ZooKeeper (BookKeeper's own layout, a namespace of this test's) or on etcd (Pulsar's
+    metadata store, emptied for this test)."""
+    if store == "zk":
+        client = request.getfixturevalue("zk_client")
+        root = f"{request.getfixturevalue('zk_namespace')}/ledgers"
+        uri = f"zk+hierarchical://{request.getfixturevalue('zk_server').hosts}{root}"
+    else:
+        client, root, uri = request.getfixturevalue("etcd_tree"), "/ledgers", request.getfixturevalue("etcd_server").uri
+    with store_for(client, uri) as registry:
+        yield Place(client, root, uri, registry)
+
+
 @pytest.fixture(params=["zk", "etcd"])
 def place(request: pytest.FixtureRequest) -> Iterator[Place]:
-    """The same scenario on ZooKeeper (BookKeeper's own layout) and on etcd (Pulsar's metadata store)."""
-    if request.param == "zk":
-        server, client = request.getfixturevalue("zk_server"), request.getfixturevalue("zk_client")
-        root = f"{request.getfixturevalue('zk_namespace')}/ledgers"
-        uri = f"zk+hierarchical://{server.hosts}{root}"
-        yield Place("zk", client, root, uri, store_for(client, uri))
-        return
-    etcd, tree = request.getfixturevalue("etcd_server"), request.getfixturevalue("etcd_tree")
-    registry = store_for(tree, etcd.uri)
-    try:
-        yield Place("etcd", tree, "/ledgers", etcd.uri, registry)
-    finally:
-        registry.close()
+    """The same scenario on ZooKeeper and on etcd."""
+    with place_on(request, request.param) as p:
+        yield p
 
 
 @pytest.fixture(scope="session")

@@ -24,11 +24,12 @@ from kazoo.client import KazooClient
 from scrutiny.auditor import Auditor, AuditorSettings
 from scrutiny.config import MetricsSettings, ScanSettings, StatsdSettings
 from scrutiny.scan.engines import LocalEngine
-from scrutiny.testing import store_at, store_for
+from scrutiny.testing import store_at
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import free_port
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
+from tests.conftest import place_on
 from tests.helpers import auditor_process, wait_for
 from tests.test_prometheus import sample, scrape
 
@@ -36,20 +37,10 @@ from tests.test_prometheus import sample, scrape
 @pytest.fixture
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[DemoCluster, str]]:
     """The demo cluster on ZooKeeper; on Pulsar's metadata store on etcd where a test asks (indirect "etcd")."""
-    if getattr(request, "param", "zk") == "etcd":
-        client, uri, root = request.getfixturevalue("etcd_tree"), request.getfixturevalue("etcd_server").uri, "/ledgers"
-    else:
-        client, namespace = request.getfixturevalue("zk_client"), request.getfixturevalue("zk_namespace")
-        root = f"{namespace}/ledgers"
-        uri = f"zk+hierarchical://{request.getfixturevalue('zk_server').hosts}{root}"
-    demo = build_demo_cluster(client, root, tmp_path / "stores", healthy=60)
-    registry = store_for(client, uri)
-    try:
-        with demo_agents(demo, registry):
-            yield demo, uri
-    finally:
-        if not isinstance(client, KazooClient):
-            registry.close()
+    with place_on(request, getattr(request, "param", "zk")) as place:
+        demo = build_demo_cluster(place.client, place.root, tmp_path / "stores", healthy=60)
+        with demo_agents(demo, place.registry):
+            yield demo, place.uri
 
 
 def scan_settings(uri: str) -> ScanSettings:

@@ -42,7 +42,7 @@ from scrutiny.metadata import (
     parse_metadata_service_uri,
     ur_mark_path,
 )
-from scrutiny.owners import PulsarOwners, decode_cursor, decode_managed_ledger, managed_ledger_of
+from scrutiny.owners import PulsarOwners, managed_ledger_of
 from scrutiny.store import Election, LedgerRange, LedgerRead, MetadataStore, Registration, Registrations
 from scrutiny.store.etcdkv import EtcdKV, Session, prefix_end
 
@@ -125,6 +125,9 @@ class EtcdStore(MetadataStore):
     def _get(self, path: str) -> bytes | None:
         got = self.kv.get(path.encode())
         return None if got is None else got.value
+
+    def _put(self, path: str, data: bytes) -> None:
+        self.kv.put(path.encode(), data)
 
     def _children(self, path: str) -> Iterator[tuple[str, bytes]]:
         """(rest of the key, value) of every key below `path/`."""
@@ -304,21 +307,7 @@ class EtcdStore(MetadataStore):
                     records[name] = value
                 elif len(parts) >= 3 and parts[-3] == "persistent":
                     cursors.setdefault("/".join(parts[:-1]), {})[parts[-1]] = value
-        found = PulsarOwners()
-        for name, value in sorted(records.items()):
-            try:
-                ml = decode_managed_ledger(name, value)
-            except MetadataError as exc:
-                found.problems.append(str(exc))
-                continue
-            decoded = {}
-            for cursor, data in cursors.get(name, {}).items():
-                try:
-                    decoded[cursor] = decode_cursor(f"{base}/{name}/{cursor}", data)
-                except MetadataError as exc:
-                    found.problems.append(str(exc))
-            found.add(ml, decoded)
-        return found
+        return PulsarOwners.decode(base, dict(sorted(records.items())), cursors)
 
     # -- the auditor --------------------------------------------------------------------------------
 
@@ -333,25 +322,25 @@ class EtcdStore(MetadataStore):
             return None
 
     def set_cadence(self, kind: str, started_ms: int) -> None:
-        self.kv.put(f"{self._auditor}/cadence/{kind}".encode(), str(started_ms).encode())
+        self._put(f"{self._auditor}/cadence/{kind}", str(started_ms).encode())
 
     def last_run(self, kind: str) -> bytes | None:
         return self._get(f"{self._auditor}/last-run/{kind}")
 
     def set_last_run(self, kind: str, data: bytes) -> None:
-        self.kv.put(f"{self._auditor}/last-run/{kind}".encode(), data)
+        self._put(f"{self._auditor}/last-run/{kind}", data)
 
     def deep_pass(self) -> bytes | None:
         return self._get(f"{self._auditor}/deep-pass")
 
     def set_deep_pass(self, data: bytes) -> None:
-        self.kv.put(f"{self._auditor}/deep-pass".encode(), data)
+        self._put(f"{self._auditor}/deep-pass", data)
 
     def orphan_sightings(self) -> bytes | None:
         return self._get(f"{self._auditor}/orphan-sightings")
 
     def set_orphan_sightings(self, data: bytes) -> None:
-        self.kv.put(f"{self._auditor}/orphan-sightings".encode(), data)
+        self._put(f"{self._auditor}/orphan-sightings", data)
 
     def on_session_lost(self, callback: Callable[[], None]) -> None:
         self.session.on_lost(callback)
@@ -405,12 +394,14 @@ class EtcdElection:
             while not self._cancelled.is_set():
                 lease = session.lease
                 key = self.prefix + f"{lease:x}".encode()
-                self.store.kv.create(key, self.identifier.encode(), lease=lease)
                 contenders = self._contenders()
+                if key not in (k for _, k, _ in contenders):  # first round, or a lost lease took it: a write
+                    self.store.kv.create(key, self.identifier.encode(), lease=lease)
+                    contenders = self._contenders()
                 if contenders and contenders[0][1] == key:
                     lead()
                     return
-                self._cancelled.wait(self.POLL)  # a lost lease: its key went; the next round re-creates it
+                self._cancelled.wait(self.POLL)  # a poll is one read: no write while waiting
         finally:
             if key:
                 self.store.kv.delete(key)

@@ -56,12 +56,12 @@ class EtcdKV:
         if not self.endpoints:
             raise ConfigError("etcd: no endpoints")
         self.timeout, self.retry_deadline = timeout, retry_deadline
-        self._tls = any(e.startswith("https://") for e in self.endpoints) or bool(ca or cert)
+        tls = any(e.startswith("https://") for e in self.endpoints) or bool(ca or cert)
         self._credentials = (grpc.ssl_channel_credentials(
             root_certificates=read_secret(ca, "etcd CA") if ca else None,
             private_key=read_secret(key, "etcd client key") if key else None,
             certificate_chain=read_secret(cert, "etcd client certificate") if cert else None)
-            if self._tls else None)
+            if tls else None)
         self._user = read_credentials(auth_file, "etcd credentials") if auth_file else None
         self._lock = threading.Lock()
         self._current = -1
@@ -220,18 +220,15 @@ class EtcdKV:
 
     def create(self, key: bytes, value: bytes, lease: int = 0) -> bool:
         """Put `key` only if absent; False if it exists."""
-        req = pb.TxnRequest(compare=[pb.Compare(result=pb.Compare.EQUAL, target=pb.Compare.CREATE, key=key,
-                                                create_revision=0)],
-                            success=[pb.RequestOp(request_put=pb.PutRequest(key=key, value=value, lease=lease))])
-        return self.call(f"a create of {key!r}", lambda s: s.kv.Txn, req).succeeded
+        return self.put_many([(key, value)], only_new=True, lease=lease)
 
-    def put_many(self, items: list[tuple[bytes, bytes]], *, only_new: bool = False) -> bool:
+    def put_many(self, items: list[tuple[bytes, bytes]], *, only_new: bool = False, lease: int = 0) -> bool:
         """Several puts in one transaction (at most MAX_TXN_OPS); with `only_new`, none unless every key
         is absent."""
         compare = [pb.Compare(result=pb.Compare.EQUAL, target=pb.Compare.CREATE, key=k, create_revision=0)
                    for k, _ in items] if only_new else []
-        req = pb.TxnRequest(compare=compare,
-                            success=[pb.RequestOp(request_put=pb.PutRequest(key=k, value=v)) for k, v in items])
+        req = pb.TxnRequest(compare=compare, success=[
+            pb.RequestOp(request_put=pb.PutRequest(key=k, value=v, lease=lease)) for k, v in items])
         return self.call(f"a transaction of {len(items)} writes", lambda s: s.kv.Txn, req).succeeded
 
     def delete(self, key: bytes, end: bytes = b"") -> int:

@@ -40,7 +40,7 @@ from scrutiny.metadata import (
     parse_metadata_service_uri,
     ur_mark_path,
 )
-from scrutiny.owners import PulsarOwners, decode_cursor, decode_managed_ledger, managed_ledger_of
+from scrutiny.owners import PulsarOwners, managed_ledger_of
 from scrutiny.store import (
     Election,
     LedgerRange,
@@ -295,7 +295,6 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
 
     def pulsar_owners(self, topics: Iterable[str] | None = None) -> PulsarOwners:
         base = self.uri.managed_ledgers_path
-        found = PulsarOwners()
         paths: list[str] = []
         if topics is not None:
             paths = [f"{base}/{managed_ledger_of(topic)}" for topic in topics]
@@ -307,27 +306,15 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
                     for k in kids or []:
                         (paths if path.rsplit("/", 1)[1] == "persistent" else deeper).append(f"{path}/{k}")
                 level = deeper
-        cursors_of = {path: kids or [] for path, kids in self.children_many(paths)}
-        cursor_paths = [f"{p}/{c}" for p, kids in cursors_of.items() for c in kids]
-        cursors: dict[str, tuple[int, dict[str, int]]] = {}
+        cursor_paths = [f"{p}/{c}" for p, kids in self.children_many(paths) for c in kids or []]
+        cursors: dict[str, dict[str, bytes]] = {}
         for path, got in self.get_many(cursor_paths):
-            if got is None:
-                continue
-            try:
-                cursors[path] = decode_cursor(path, got[0])
-            except MetadataError as exc:
-                found.problems.append(str(exc))
-        for path, got in self.get_many(paths):
-            if got is None:
-                continue  # no such topic (or deleted meanwhile)
-            name = path.removeprefix(f"{base}/")
-            try:
-                ml = decode_managed_ledger(name, got[0])
-            except MetadataError as exc:
-                found.problems.append(str(exc))
-                continue
-            found.add(ml, {c: cursors[f"{path}/{c}"] for c in cursors_of.get(path, []) if f"{path}/{c}" in cursors})
-        return found
+            if got is not None:
+                name, cursor = path.removeprefix(f"{base}/").rsplit("/", 1)
+                cursors.setdefault(name, {})[cursor] = got[0]
+        records = {path.removeprefix(f"{base}/"): got[0] for path, got in self.get_many(paths)
+                   if got is not None}  # else no such topic (or deleted meanwhile)
+        return PulsarOwners.decode(base, records, cursors)
 
     # -- the auditor ------------------------------------------------------------------------------
 

@@ -4,6 +4,8 @@ directly: it plays the cluster, not scrutiny."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -25,9 +27,12 @@ def store_on(client: KazooClient, uri: str) -> ZooKeeperStore:
     return ZooKeeperStore(client, uri)
 
 
-def store_for(client: Any, uri: str) -> MetadataStore:
-    """The store a writer's cluster is read through: on the writer's own ZooKeeper session, or opened on
-    etcd (the writer there is an `EtcdTree`, no session to share)."""
+@contextlib.contextmanager
+def store_for(client: Any, uri: str) -> Iterator[MetadataStore]:
+    """The store a writer's cluster is read through: the writer's own ZooKeeper session (left open), or a
+    store opened on etcd for the while (the writer there is an `EtcdTree`, no session to share)."""
     if isinstance(client, KazooClient):
-        return store_on(client, uri)
-    return open_store(ClusterSettings(metadata_service_uri=uri, etcd_lease_ttl=5))
+        yield store_on(client, uri)
+        return
+    with open_store(ClusterSettings(metadata_service_uri=uri, etcd_lease_ttl=5)) as store:
+        yield store

@@ -119,7 +119,8 @@ class ChurnCluster:
     def __post_init__(self) -> None:
         self.writer = ClusterWriter(self.client, self.root)
         self.writer.init_cluster()
-        self.store = store_for(self.client, self.uri)
+        self._resources = contextlib.ExitStack()
+        self.store = self._resources.enter_context(store_for(self.client, self.uri))
         self._lock = threading.RLock()
         self._down_until = 0.0  # one restart at a time
         self._restarted: dict[str, float] = {}
@@ -281,8 +282,7 @@ class ChurnCluster:
             for a in self.agents.values():
                 a.stop(grace=0)
             self.agents.clear()
-        if not isinstance(self.client, KazooClient):
-            self.store.close()  # opened for this cluster (on ZooKeeper it is the writer's own session)
+        self._resources.close()
 
 
 class AimedEngine:
