@@ -14,7 +14,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
@@ -117,12 +116,6 @@ class EtcdTree:
 
     def exists(self, path: str) -> bool:
         return self.kv.get(path.encode()) is not None
-
-    def get(self, path: str) -> tuple[bytes, Any]:
-        got = self.kv.get(path.encode())
-        if got is None:
-            raise NoNodeError(path)
-        return got.value, got
 
     def create(self, path: str, value: bytes = b"", makepath: bool = False, ephemeral: bool = False) -> str:
         if not self.kv.create(path.encode(), value, lease=self.session.lease if ephemeral else 0):
