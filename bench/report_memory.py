@@ -18,6 +18,7 @@ from pathlib import Path
 from bench.common import table
 from scrutiny.categories import Category
 from scrutiny.checks import Violation
+from scrutiny.findings import Findings
 from scrutiny.owners import Owner
 from scrutiny.report import Report
 
@@ -40,7 +41,7 @@ def findings(n: int) -> list[Violation]:
 def measure(n: int, streamed: bool, directory: Path) -> dict[str, object]:
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    report = Report("r", "s", "f", True, {"checked": n}, findings(n))
+    report = Report("r", "s", "f", True, {"checked": n}, Findings(findings(n)))
     held = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.reset_peak()
     t0 = time.perf_counter()

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import io
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from scrutiny.categories import REGISTRY, Category, spec, worst_first
 from scrutiny.checks import Violation
 from scrutiny.errors import EXIT_CLEAN, EXIT_INCOMPLETE, EXIT_VIOLATIONS
-from scrutiny.owners import UNKNOWN, Owner
+from scrutiny.findings import Findings
+from scrutiny.owners import Owner
 
 # The stats every report of its kind has, 0 when nothing happened: a script reads them without KeyError.
 RUN_STATS = ("underreplicated_marks", "first_pass_ms", "recheck_ms", "verify_ms", "potentially_faulty",
@@ -41,7 +41,7 @@ class Report:
     finished_at: str
     complete: bool
     ledgers: dict[str, int]
-    violations: list[Violation]
+    violations: Findings  # on disk beyond a few MB: a report may have millions
     errors: list[str] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
     # full runs: {"bookies": {id: figures}, "racks": {...}}, figures of what would fall below AQ were it down
@@ -50,26 +50,24 @@ class Report:
     @property
     def counts(self) -> dict[str, int]:
         """Ledgers per category (a ledger counts once per category); every category present."""
-        per = Counter(v.category for v in {(v.category, v.ledger_id): v for v in self.violations}.values())
+        per = self.violations.counts()
         return {str(c): per.get(c, 0) for c in REGISTRY}
 
     @property
     def owners(self) -> list[dict[str, Any]]:
         """One row per owner (topic, cursor, ...) with its ledgers per category, worst first."""
-        per: dict[Owner, dict[Category, set[int]]] = {}
-        for v in self.violations:
-            per.setdefault(v.owner or UNKNOWN, {}).setdefault(v.category, set()).add(v.ledger_id)
+        per: dict[Owner, dict[Category, int]] = self.violations.per_owner()
         order = worst_first()
-        rows = sorted(per.items(), key=lambda kv: ([-len(kv[1].get(c, ())) for c in order], kv[0]))
-        return [{**owner.to_json(), "counts": {str(c): len(kv) for c, kv in sorted(cats.items(),
-                                                                                 key=lambda ck: order.index(ck[0]))}}
+        rows = sorted(per.items(), key=lambda kv: ([-kv[1].get(c, 0) for c in order], kv[0]))
+        return [{**owner.to_json(), "counts": {str(c): n for c, n in sorted(cats.items(),
+                                                                          key=lambda ck: order.index(ck[0]))}}
                 for owner, cats in rows]
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Report:
-        violations = [Violation(Category(v["category"]), int(v["ledger_id"]), tuple(v.get("bookies", ())),
+        violations = Findings(Violation(Category(v["category"]), int(v["ledger_id"]), tuple(v.get("bookies", ())),
                                 v.get("details", {}), owner=Owner.from_json(v.get("owner", {})))
-                      for v in doc.get("violations", [])]
+                             for v in doc.get("violations", []))
         return cls(doc["run_id"], doc["started_at"], doc["finished_at"], bool(doc["complete"]),
                    dict(doc.get("ledgers", {})), violations, list(doc.get("errors", [])), dict(doc.get("stats", {})),
                    doc.get("blast_radius"))
@@ -77,17 +75,18 @@ class Report:
     def exit_status(self) -> int:
         if not self.complete:
             return EXIT_INCOMPLETE
-        if any(not spec(v.category).warning for v in self.violations):
+        if any(not spec(c).warning for c in self.violations.counts()):
             return EXIT_VIOLATIONS
         return EXIT_CLEAN
 
     def whatif_exit_status(self) -> int:
         """A what-if: 1 unsafe (some entry would fall below its ack quorum, or further below it), 0 safe,
         2 could not tell (incomplete, or some ledger's copies are unknown today)."""
-        if any(spec(v.category).unsafe or "unsafe_without" in v.details for v in self.violations):
+        found = self.violations.counts()
+        if any(spec(c).unsafe for c in found) or self.violations.any_with_detail("unsafe_without"):
             return EXIT_VIOLATIONS
         unknown = {Category.BOOKIE_UNAVAILABLE, Category.INVALID_BOOKIE_RESPONSE, Category.INVALID_METADATA}
-        if not self.complete or any(v.category in unknown for v in self.violations):
+        if not self.complete or unknown & found.keys():
             return EXIT_INCOMPLETE
         return EXIT_CLEAN
 
@@ -111,9 +110,11 @@ class Report:
         never becomes one string (whole, its JSON took about 6 KB of memory per finding at its peak)."""
         head = json.dumps(self.to_json(violations=False), indent=2)
         out.write(head[:-2] + ',\n  "violations": [')
-        for i, v in enumerate(self.violations):
-            out.write(("\n    " if i == 0 else ",\n    ") + json.dumps(v.to_json()))
-        out.write("\n  ]\n}\n" if self.violations else "]\n}\n")
+        first = True
+        for v in self.violations:
+            out.write(("\n    " if first else ",\n    ") + json.dumps(v.to_json()))
+            first = False
+        out.write("]\n}\n" if first else "\n  ]\n}\n")
 
     def dumps(self) -> str:
         out = io.StringIO()
@@ -146,8 +147,7 @@ class Report:
         if self.violations:
             lines.append("")
             lines.append(f"worst ledgers (at most {worst}):")
-            order = worst_first()
-            for v in sorted(self.violations, key=lambda v: (order.index(v.category), v.ledger_id))[:worst]:
+            for v in self.violations.worst(worst)[1]:
                 owner = f" ({v.owner.kind} {v.owner.name})" if v.owner and v.owner.kind != "unknown" else ""
                 lines.append(f"  ledger {v.ledger_id}{owner}: {v.category}"
                              + (f" bookies {', '.join(v.bookies)}" if v.bookies else ""))

@@ -115,6 +115,9 @@ class MemoryStore(MetadataStore):
     def underreplication_mark(self, ledger_id: int) -> UnderreplicationMark | None:
         return self._check().marks.get(ledger_id)
 
+    def marked(self, ledger_ids: Iterable[int]) -> set[int]:
+        return set(ledger_ids) & self._check().marks.keys()
+
     def replication_disabled(self) -> bool:
         return self._check().replication_disabled
 

@@ -30,7 +30,7 @@ from scrutiny.checks import (
 from scrutiny.codec import Availability, decode, encode, encode_groups, encode_unmerged
 from scrutiny.config import ScanSettings
 from scrutiny.metadata import DEFAULT_RACK, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
-from scrutiny.scan.work import Pass, RunContext, classify
+from scrutiny.scan.work import Pass, RunContext, Silences, classify
 
 B = [f"b{i}:3181" for i in range(12)]
 
@@ -365,7 +365,7 @@ def test_a_range_classified_with_answers_kept_encoded_is_classified_as_ledger_by
     racks = {b: f"/r{i % 4}" for i, b in enumerate(B)}
     ctx = RunContext(ScanSettings(metadata_service_uri="zk+hierarchical://127.0.0.1:2181/ledgers"), racks,
                      frozenset(), {}, 10**13, blast_radius=True, registered=frozenset(B),
-                     silent_before={md.ledger_id: tuple(sorted(md.bookies)) for md in mds})
+                     silent_before=Silences.of({md.ledger_id: tuple(sorted(md.bookies)) for md in mds}))
     bulk = classify(ctx, mode, mds, answers)
     alone = classify(ctx, mode, mds, decoded)
     assert bulk == alone

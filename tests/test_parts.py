@@ -23,6 +23,7 @@ from scrutiny.categories import REGISTRY, Category, Fact, Phase, in_phase, resti
 from scrutiny.checks import Violation, expected_share
 from scrutiny.config import AgentSettings, ScanSettings, StatsdSettings, build
 from scrutiny.errors import Busy, ConfigError, DataError, NotLeader, RequestError, StoreError
+from scrutiny.findings import Findings
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
@@ -36,7 +37,7 @@ from tests.helpers import wait_for
 
 
 def report(run_id: str = "r", violations: list[Any] | None = None) -> Report:
-    return Report(run_id, "2026-01-01T00:00:00.000Z", "2026-01-01T00:00:01.000Z", True, {}, violations or [])
+    return Report(run_id, "2026-01-01T00:00:00.000Z", "2026-01-01T00:00:01.000Z", True, {}, Findings(violations or []))
 
 
 # -- the run queue --------------------------------------------------------------------------------
@@ -60,7 +61,7 @@ def test_run_queue_order_bound_recheck_and_failures() -> None:
         timers[-1].start()
 
     q = RunQueue(execute, lambda t, r: published.append((t.kind, r.run_id)), schedule,
-                 lambda t, e: Report(t.run_id, "", "", False, {}, [], errors=[str(e)]), max_queued=2)
+                 lambda t, e: Report(t.run_id, "", "", False, {}, Findings(), errors=[str(e)]), max_queued=2)
     q.start()
     first, waits = q.submit(Ticket("slow"))
     assert not waits
@@ -206,7 +207,7 @@ def test_leadership_backs_off_while_the_store_is_unreachable() -> None:
 def test_report_files_keep_the_newest(tmp_path: Path) -> None:
     sink = ReportFiles(str(tmp_path), keep=2)
     for i in range(4):
-        r = Report(f"run{i}", f"2026-01-01T00:00:0{i}.000Z", "x", True, {}, [])
+        r = Report(f"run{i}", f"2026-01-01T00:00:0{i}.000Z", "x", True, {}, Findings())
         sink.published(FinishedRun("full", r, 1, tuple(REGISTRY)))
     names = sorted(p.name for p in (tmp_path / "full").glob("*.json"))
     assert len(names) == 2 and names[-1].endswith("run3.json") and not list((tmp_path / "full").glob(".*"))
@@ -215,7 +216,7 @@ def test_report_files_keep_the_newest(tmp_path: Path) -> None:
 def a_summary(kind: str = "full", finished_ms: int = 1_700_000_000_000) -> RunSummary:
     violations = [Violation(Category.NO_REPLICA_OF_AN_ENTRY, 7, ("b1:3181",)),
                   Violation(Category.BOOKIE_UNAVAILABLE, 8, ("b2:3181",))]
-    report = Report("r1", "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", True, {"checked": 40}, violations,
+    report = Report("r1", "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z", True, {"checked": 40}, Findings(violations),
                     stats={"first_pass_ms": 1500}, blast_radius={"bookies": {"b1:3181": {"ledgers_below_aq": 5}}})
     return FinishedRun(kind, report, 60_000, tuple(REGISTRY), finished_ms=finished_ms, ran_by="a1:3192").summary
 
@@ -243,7 +244,7 @@ def test_report_files_write_an_inherited_run_as_its_summary_unless_its_report_is
     sink.restored(a_summary())
     written = json.loads(next((tmp_path / "full").glob("*-r1.json")).read_text())
     assert written["summary_only"] and written["ran_by"] == "a1:3192"
-    report = Report("r2", "2026-01-02T00:00:00Z", "x", True, {}, [])
+    report = Report("r2", "2026-01-02T00:00:00Z", "x", True, {}, Findings())
     sink.published(FinishedRun("full", report, 1, tuple(REGISTRY)))
     sink.restored(dataclasses.replace(a_summary(), run_id="r2", started_at="2026-01-02T00:00:00Z"))
     assert "summary_only" not in json.loads(next((tmp_path / "full").glob("*-r2.json")).read_text())
@@ -356,7 +357,7 @@ def test_runs_awaiting_their_recheck_are_abandoned_at_shutdown() -> None:
 def test_the_report_streamed_a_finding_at_a_time_is_the_same_json() -> None:
     found = [Violation(Category.NO_REPLICA_OF_AN_ENTRY, i, ("b1:3181",), {"entries": [[i, i + 1]]}) for i in range(3)]
     for violations in (found, []):
-        r = Report("r1", "s", "f", True, {"checked": 3}, violations, stats={"x": 1},
+        r = Report("r1", "s", "f", True, {"checked": 3}, Findings(violations), stats={"x": 1},
                    blast_radius={"bookies": {}, "racks": {}})
         streamed = json.loads(r.dumps())
         assert streamed == r.to_json() and Report.from_json(streamed).to_json() == r.to_json()

@@ -24,6 +24,7 @@ from scrutiny.categories import REGISTRY, Category
 from scrutiny.checks import Violation
 from scrutiny.config import ConfigError, MetricsSettings, ScanSettings
 from scrutiny.deeppass import DeepPass
+from scrutiny.findings import Findings
 from scrutiny.prometheus import family_names
 from scrutiny.report import Report
 from scrutiny.scan.engines import LocalEngine
@@ -54,7 +55,7 @@ def a_run(kind: str = "full", whole: bool = True) -> FinishedRun:
                   Violation(Category.ORPHAN_LEDGER, 10, ("b1:3181", "b3:3181"),
                             {"held_by": {"b1:3181": {"entries": 5, "bytes": 500}, "b3:3181": {"entries": 4}}}),
                   Violation(Category.ORPHAN_LEDGER, 11, ("b1:3181",), {"held_by": {"b1:3181": {"entries": 2}}})]
-    report = Report("r1", "s", "f", True, {"checked": 40}, violations,
+    report = Report("r1", "s", "f", True, {"checked": 40}, Findings(violations),
                     stats={"first_pass_ms": 1500, "bookie_calls_failed": 3, "underreplicated_marks": 2},
                     blast_radius={"bookies": {"b1:3181": {"ledgers_below_aq": 5, "ledgers_without_a_copy": 1,
                                                           "topics_below_aq": 2, "topics_without_a_copy": 1}},
@@ -79,8 +80,8 @@ def test_the_auditor_sink_exports_bookkeepers_names_and_its_own() -> None:
         assert sample(text, "scrutiny_blast_radius_ledgers", '{impact="below_aq",name="b1:3181",scope="bookie"}') == 5
         assert "ledger_id" not in text and "=\"7\"" not in text  # bounded labels: never a ledger id
         # a rescan of some ledgers counts, but does not replace the whole cluster's gauges
-        sink.published(FinishedRun("rescan", Report("r2", "s", "f", True, {"checked": 1}, []), 5, tuple(REGISTRY),
-                                   whole_cluster=False))
+        rescan = Report("r2", "s", "f", True, {"checked": 1}, Findings())
+        sink.published(FinishedRun("rescan", rescan, 5, tuple(REGISTRY), whole_cluster=False))
         text = scrape(sink.endpoint.port)
         assert sample(text, "scrutiny_violations", '{category="NO_REPLICA_OF_AN_ENTRY"}') == 1
         assert sample(text, "scrutiny_ledgers_checked_total") == 41
@@ -110,7 +111,8 @@ def test_a_new_leader_exports_the_inherited_run_with_its_true_age_until_it_has_i
         assert sample(text, "scrutiny_orphan_bytes", '{bookie="b3:3181"}') == 0  # not known there
         assert 599 < (sample(text, "scrutiny_last_complete_run_age_seconds", '{kind="full"}') or 0) < 700
         assert sample(text, "scrutiny_runs_total", '{kind="full",outcome="complete"}') is None  # not run here
-        sink.published(FinishedRun("full", Report("r2", "s", "f", True, {"checked": 1}, []), 5, tuple(REGISTRY)))
+        empty = Report("r2", "s", "f", True, {"checked": 1}, Findings())
+        sink.published(FinishedRun("full", empty, 5, tuple(REGISTRY)))
         sink.restored(FinishedRun("full", a_run().report, 2500, tuple(REGISTRY), finished_ms=ten_minutes_ago,
                                   ran_by="a1:3192").summary)  # older than its own run: ignored
         text = scrape(sink.endpoint.port)

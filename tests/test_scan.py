@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from scrutiny.agent import BookieAgent
 from scrutiny.categories import Category
 from scrutiny.checks import expected_share
-from scrutiny.config import ScanSettings
+from scrutiny.config import ClusterSettings, ScanSettings
 from scrutiny.entrysources import SyntheticStore
 from scrutiny.metadata import (
     BookieRegistration,
@@ -22,8 +22,10 @@ from scrutiny.metadata import (
     Segment,
     UnderreplicationMark,
 )
+from scrutiny.scan import engines
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
+from scrutiny.store import MetadataStore, chunk_ids, open_store
 from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import DECOMMISSIONED, DemoCluster, bookie, build_demo_cluster, demo_agents
@@ -57,7 +59,8 @@ def found(report_violations: list) -> set[tuple[str, int]]:  # type: ignore[type
     return {(str(v.category), v.ledger_id) for v in report_violations}
 
 
-def test_spark_run_finds_exactly_the_injected_faults(demo: tuple[DemoCluster, str], spark_engine: object) -> None:
+def test_spark_run_finds_exactly_the_injected_faults(demo: tuple[DemoCluster, str], spark_engine: object,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     demo, uri = demo  # type: ignore[assignment]
     report = ScrutinyRun(settings_for(uri), spark_engine).execute()  # type: ignore[arg-type]
     assert report.complete, report.errors
@@ -70,6 +73,13 @@ def test_spark_run_finds_exactly_the_injected_faults(demo: tuple[DemoCluster, st
     # the same findings from the in-process engine
     local = ScrutinyRun(settings_for(uri), LocalEngine()).execute()
     assert found(local.violations) == found(report.violations)
+    # every ledger again, as ranges of 5, their results brought to the driver a partition at a time
+    with open_store(ClusterSettings(metadata_service_uri=uri)) as store:
+        ids = [lid for rng in store.ledger_ranges() for lid in store.ledger_ids(rng)]
+    monkeypatch.setattr(MetadataStore, "ranges_of", lambda self, ledger_ids: chunk_ids(ledger_ids, 5))
+    monkeypatch.setattr(engines, "FETCH_FINDINGS", 1)
+    fetched = ScrutinyRun(settings_for(uri), spark_engine).execute(ids)  # type: ignore[arg-type]
+    assert found(fetched.violations) == found(report.violations) and fetched.ledgers == report.ledgers
 
 
 def test_scope_of_chosen_ledgers_and_of_one_bookie(demo: tuple[DemoCluster, str]) -> None:
@@ -130,7 +140,7 @@ def test_metadata_change_during_the_run_is_no_false_alarm(small: Small) -> None:
     rereplicated = dataclasses.replace(md, segments=(Segment(0, (bookie(1), bookie(2), bookie(4))),))
     run = ScrutinyRun(only_coverage(place.uri), HookEngine(lambda: w.update_ledger(rereplicated)))
     report = run.execute()
-    assert report.violations == [] and report.complete
+    assert not report.violations and report.complete
     assert report.stats["reanalyzed_after_metadata_change"] == 1
 
 
@@ -138,10 +148,10 @@ def test_ledger_marked_or_deleted_during_the_run_is_dropped(small: Small) -> Non
     w, _, _, place = small
     mark = UnderreplicationMark(1, (bookie(3),), None)
     report = ScrutinyRun(only_coverage(place.uri), HookEngine(lambda: w.mark_underreplicated(mark))).execute()
-    assert report.violations == [] and report.stats["dropped_marked_during_run"] == 1
+    assert not report.violations and report.stats["dropped_marked_during_run"] == 1
     w.unmark_underreplicated(1)
     report = ScrutinyRun(only_coverage(place.uri), HookEngine(lambda: w.delete_ledger(1))).execute()
-    assert report.violations == [] and report.ledgers["deleted_during_run"] == 1
+    assert not report.violations and report.ledgers["deleted_during_run"] == 1
 
 
 def test_an_agent_that_comes_back_before_the_recheck(small: Small) -> None:
@@ -163,7 +173,7 @@ def test_an_agent_that_comes_back_before_the_recheck(small: Small) -> None:
     finally:
         for a in revived:
             a.stop(grace=0)
-    assert report.violations == [] and report.stats["potentially_faulty"] == 1
+    assert not report.violations and report.stats["potentially_faulty"] == 1
 
 
 def test_still_silent_registered_bookie_is_reported_unregistered_one_lost(small: Small) -> None:

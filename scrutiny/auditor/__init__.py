@@ -36,6 +36,7 @@ from scrutiny.categories import REGISTRY, Category, Phase, in_phase
 from scrutiny.config import DEFAULT_AUDITOR_PORT, AuditorSettings, MetricsSettings, ScanSettings, StatsdSettings
 from scrutiny.deeppass import DeepPass, slices_for
 from scrutiny.errors import DataError, NotLeader, RequestError, one_line
+from scrutiny.findings import Findings
 from scrutiny.metadata import parse_host_port
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun, check_marks
@@ -330,8 +331,8 @@ class Auditor:
                                misfire_grace_time=None)
 
     def _failed(self, ticket: Ticket, exc: Exception) -> Report:
-        return Report(ticket.run_id, iso_seconds(ticket.started_ms / 1000), iso_seconds(time.time()), False, {}, [],
-                      errors=[f"{type(exc).__name__}: {one_line(exc)}"])
+        return Report(ticket.run_id, iso_seconds(ticket.started_ms / 1000), iso_seconds(time.time()), False, {},
+                      Findings(), errors=[f"{type(exc).__name__}: {one_line(exc)}"])
 
     def _publish(self, ticket: Ticket, report: Report) -> None:
         ticket.finished_ms = int(time.time() * 1000)

@@ -50,17 +50,15 @@ class RunSummary:
         unavailable: Counter[str] = Counter()
         down: set[str] = set()
         if Category.BOOKIE_UNAVAILABLE in categories:
-            for v in report.violations:
-                if v.category is Category.BOOKIE_UNAVAILABLE:
-                    unavailable.update(v.bookies)
-                    silence = v.details.get("silence", {})
-                    down.update(b for b in v.bookies if silence.get(b) != "slow")
+            for v in report.violations.of_category(Category.BOOKIE_UNAVAILABLE):
+                unavailable.update(v.bookies)
+                silence = v.details.get("silence", {})
+                down.update(b for b in v.bookies if silence.get(b) != "slow")
         orphans: dict[str, Counter[str]] = {}
         if Category.ORPHAN_LEDGER in categories:
-            for v in report.violations:
-                if v.category is Category.ORPHAN_LEDGER:
-                    for b, held in v.details.get("held_by", {}).items():
-                        orphans.setdefault(b, Counter()).update(ledgers=1, **held)
+            for v in report.violations.of_category(Category.ORPHAN_LEDGER):
+                for b, held in v.details.get("held_by", {}).items():
+                    orphans.setdefault(b, Counter()).update(ledgers=1, **held)
         return cls(kind, report.run_id, report.started_at, finished_ms, duration_ms,
                    {str(c): counts[str(c)] for c in categories}, dict(report.ledgers), dict(report.stats),
                    dict(sorted(unavailable.items())), tuple(sorted(set(unavailable) - down)), report.blast_radius,

@@ -180,8 +180,7 @@ class PrometheusSink(ReportSink):
             self._checked += report.ledgers.get("checked", 0)
             self._calls_failed += report.stats.get("bookie_calls_failed", 0)
             self._deep_bytes += report.stats.get("deep_bytes_read", 0)
-            for v in report.violations:
-                self._reported[str(v.category)] += 1
+            self._reported.update({str(c): n for c, n in report.violations.counts().items()})
             if report.complete and run.whole_cluster:
                 self._last[run.kind] = run.summary
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import html
 import json
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -100,18 +99,21 @@ class AuditorWeb:
             raise HttpError(404, f"no complete {kind} run is known here yet")
         return kind, run
 
-    def _filtered(self, req: Request, run: Report | RunSummary) -> list[Violation]:
-        category, topic, bookie = (req.query.get(k, "").strip() for k in ("category", "topic", "bookie"))
-        if category and category not in {str(c) for c in REGISTRY}:
-            raise HttpError(400, f"category {category!r} is not one of scrutiny's categories")
+    @staticmethod
+    def _filters(req: Request) -> dict[str, str]:
+        """The request's filters of findings (category, topic, bookie), checked."""
+        q = {k: req.query.get(k, "").strip() for k in ("category", "topic", "bookie")}
+        if q["category"] and q["category"] not in {str(c) for c in REGISTRY}:
+            raise HttpError(400, f"category {q['category']!r} is not one of scrutiny's categories")
+        return q
+
+    def _filtered(self, req: Request, run: Report | RunSummary) -> tuple[int, list[Violation]]:
+        """(how many findings match the request's filters, its page of them, worst first)."""
+        filters = self._filters(req)
+        page, size = self._page(req)
         if isinstance(run, RunSummary):
-            return []
-        order = {c: i for i, c in enumerate(worst_first())}
-        return sorted((v for v in run.violations
-                       if (not category or str(v.category) == category)
-                       and (not topic or (v.owner is not None and v.owner.name == topic))
-                       and (not bookie or bookie in v.bookies)),
-                      key=lambda v: (order[v.category], v.ledger_id))
+            return 0, []
+        return run.violations.worst(size, (page - 1) * size, filters["category"], filters["topic"], filters["bookie"])
 
     @staticmethod
     def _page(req: Request) -> tuple[int, int]:
@@ -135,15 +137,16 @@ class AuditorWeb:
         doc = run.to_json(violations=False)
         if not ({"category", "topic", "bookie", "page", "page_size"} & req.query.keys()):
             return _json(200, {**doc, "violations": [v.to_json() for v in run.violations]})
-        found = self._filtered(req, run)
+        total, found = self._filtered(req, run)
         page, size = self._page(req)
-        return _json(200, {**doc, "total": len(found), "page": page, "page_size": size,
-                           "violations": [v.to_json() for v in found[(page - 1) * size:page * size]]})
+        return _json(200, {**doc, "total": total, "page": page, "page_size": size,
+                           "violations": [v.to_json() for v in found]})
 
     def api_ledger(self, req: Request) -> Response:
         ledger_id = _ledger_id(req.path)
         kind, run = self._run(req)
-        found = [v.to_json() for v in getattr(run, "violations", ()) if v.ledger_id == ledger_id]
+        found = [] if isinstance(run, RunSummary) else \
+            [v.to_json() for v in run.violations.worst(len(REGISTRY), ledger_id=ledger_id)[1]]
         return _json(200, {"ledger_id": ledger_id, "kind": kind, "run_id": run.run_id, "findings": found})
 
     def api_blast(self, req: Request) -> Response:
@@ -237,9 +240,9 @@ class AuditorWeb:
                          f"{_e(run.ran_by)}, before this auditor led: its per-ledger findings are in that auditor's "
                          "reports_dir and on its page. Counts: " + _e(json.dumps(
                              {c: n for c, n in run.counts.items() if n})) + "</p>")
-        found = self._filtered(req, run)
+        total, found = self._filtered(req, run)
         page, size = self._page(req)
-        q = {k: req.query.get(k, "") for k in ("category", "topic", "bookie")}
+        q = self._filters(req)
         form = (f"<form method=get action='/findings'><input type=hidden name=kind value='{kind}'>"
                 "category <select name=category id=category><option value=''>any</option>"
                 + "".join(f"<option{' selected' if q['category'] == str(c) else ''}>{c}</option>"
@@ -247,16 +250,13 @@ class AuditorWeb:
                 + f"</select> topic <input name=topic id=topic value='{_e(q['topic'])}' size=40>"
                 f" bookie <input name=bookie id=bookie value='{_e(q['bookie'])}'>"
                 " <button type=submit id=filter>filter</button></form>")
-        per_topic: Counter[tuple[str, str]] = Counter((v.owner.name if v.owner else "", str(v.category)) for v in found)
-        rank = {str(c): i for i, c in enumerate(worst_first())}  # worst category first, then most ledgers
-        worst = sorted(per_topic.items(), key=lambda tc: (rank[tc[0][1]], -tc[1], tc[0]))[:50]
         topics = "".join(f"<tr><td>{_e(t or '(unknown owner)')}</td><td>{c}</td><td>{n}</td></tr>"
-                         for (t, c), n in worst)
-        rows = "".join(_finding_row(v) for v in found[(page - 1) * size:page * size])
-        pages = -(-len(found) // size)
+                         for t, c, n in run.violations.per_topic(50, **q))
+        rows = "".join(_finding_row(v) for v in found)
+        pages = -(-total // size)
         nav = " ".join(f"<a href='{_e(_link('/findings', {**req.query, 'page': str(p)}))}'>{p}</a>"
                        if p != page else f"<b>{p}</b>" for p in range(1, min(pages, 50) + 1))
-        body = (f"<p>{kind} run {_e(run.run_id)}, finished {_e(run.finished_at)}: {len(found)} findings"
+        body = (f"<p>{kind} run {_e(run.run_id)}, finished {_e(run.finished_at)}: {total} findings"
                 f"{' (filtered)' if any(q.values()) else ''}. <a href='/'>back</a></p>{form}"
                 "<h2>By topic</h2><table id=topics><tr><th>topic</th><th>category</th><th>ledgers</th></tr>"
                 f"{topics}</table><h2>Ledgers, worst first</h2><table id=findings><tr><th>ledger</th>"
@@ -268,9 +268,8 @@ class AuditorWeb:
         rows = []
         for kind in KINDS:
             run = self.api.last_run(kind)
-            for v in getattr(run, "violations", ()):
-                if v.ledger_id == ledger_id:
-                    rows.append(_finding_row(v, kind))
+            if isinstance(run, Report):
+                rows += [_finding_row(v, kind) for v in run.violations.worst(len(REGISTRY), ledger_id=ledger_id)[1]]
         body = (f"<p><a href='/'>back</a></p><table><tr><th>ledger</th><th>category</th><th>owner</th><th>bookies</th>"
                 f"<th>details</th><th>run</th></tr>{''.join(rows)}</table>" if rows
                 else "<p>No finding on this ledger in the last runs known here.</p>")

@@ -28,12 +28,13 @@ from scrutiny.categories import Category, Fact, resting_on
 from scrutiny.checks import Violation, check_underreplication_age
 from scrutiny.config import ScanSettings
 from scrutiny.errors import DataError
+from scrutiny.findings import Findings
 from scrutiny.metadata import UnderreplicationMark
 from scrutiny.orphans import LedgerIds, Sightings, not_enumerated, orphan
 from scrutiny.owners import UNKNOWN, owner_from_custom_metadata
 from scrutiny.report import DEEP_STATS, HOLDINGS_STATS, MARKS_STATS, RUN_STATS, Report, with_every_stat
 from scrutiny.scan.engines import Engine, Progress, make_engine
-from scrutiny.scan.work import LEDGER_COUNTERS, Blast, Pass, RangeResult, RunContext
+from scrutiny.scan.work import LEDGER_COUNTERS, Blast, Pass, RangeResult, RunContext, Silences
 from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, open_store
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 _RECHECKED = resting_on(Fact.ANSWERS)  # a delayed re-check recomputes these
 _ON_METADATA = resting_on(Fact.METADATA)  # re-read before reporting: the metadata must be unchanged
 _ON_RACKS = resting_on(Fact.RACKS)  # the rack map must be unchanged
+NO_SILENCES = Silences.of({})
+LOGGED_FINDINGS = 100  # a line each, worst first; a lost rack's million findings are in the report only
 
 
 def now_ms() -> int:
@@ -64,35 +67,30 @@ class PendingRun:
     registered_at_start: frozenset[str] = frozenset()  # a bookie's copies are gone only if unregistered at every look
     racks_from_store: bool = False
     counts: Counter[str] = field(default_factory=lambda: Counter({k: 0 for k in LEDGER_COUNTERS}))
-    violations: dict[tuple[Category, int], Violation] = field(default_factory=dict)
+    findings: Findings = field(default_factory=Findings)
     errors: list[str] = field(default_factory=list)
     stats: Counter[str] = field(default_factory=Counter)
-    faulty: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    faulty: Silences = NO_SILENCES
     blast: dict[str, Blast] = field(default_factory=dict)
     enumerated: list[LedgerIds] = field(default_factory=list)  # every ledger id of the first pass (`holdings`)
+    marked_in_scope: list[int] = field(default_factory=list)  # a one-bookie run's marked ledgers
 
     def absorb(self, result: RangeResult, first_look: bool = True) -> None:
-        """A pass's result. Ledgers looked at again were counted at their first look: only their
+        """One range's result. Ledgers looked at again were counted at their first look: only their
         deletions count again."""
         if first_look:
             self.counts.update(result.counts)
             self.enumerated += result.enumerated
+            self.marked_in_scope += result.marked_in_scope
         else:
             self.counts["deleted_during_run"] += result.counts.get("deleted_during_run", 0)
         for k, v in result.stats.items():
             self.stats[k] = max(self.stats[k], v) if "peak" in k else self.stats[k] + v
-        for found in result.violations:
-            self.violations[(found.category, found.ledger_id)] = found
-        for lid in result.deleted:
-            self.drop(lid)
+        self.findings.add(result.violations)
+        self.findings.drop(result.deleted)
         self.errors += result.errors
         for key, b in result.blast.items():
             self.blast[key] = b.plus(self.blast[key]) if key in self.blast else b
-
-    def drop(self, ledger_id: int, only: Iterable[Category] | None = None) -> None:
-        wanted = set(only) if only is not None else None
-        for key in [k for k in self.violations if k[1] == ledger_id and (wanted is None or k[0] in wanted)]:
-            del self.violations[key]
 
 
 class ScrutinyRun:
@@ -117,9 +115,18 @@ class ScrutinyRun:
             self.sleep(self.settings.recheck_delay)
         return self.finish(pending)
 
-    def _pass(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
-              progress: Progress | None = None) -> RangeResult:
-        return RangeResult.merge(self.engine.map_ranges(ctx, ranges, mode, progress))
+    def _pass(self, pending: PendingRun, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
+              first_look: bool = True, progress: Progress | None = None) -> Silences:
+        """One pass, each range's result absorbed as it arrives (never a whole pass's findings in
+        memory); the ledgers it left potentially faulty."""
+        faulty = NO_SILENCES
+        batch: dict[int, tuple[str, ...]] = {}
+        for result in self.engine.map_ranges(ctx, ranges, mode, progress):
+            pending.absorb(result, first_look)
+            batch.update(result.potentially_faulty)
+            if len(batch) >= 100_000:
+                faulty, batch = faulty.plus(batch), {}
+        return faulty.plus(batch)
 
     def start(self, ledger_ids: Iterable[int] | None = None, only_bookie: str = "",
               without: Collection[str] = (), without_racks: Collection[str] = ()) -> PendingRun:
@@ -159,12 +166,10 @@ class ScrutinyRun:
             ranges = store.ranges_of(wanted) if scoped else store.ledger_ranges()
             log.info("%s run %s: %d ranges to check", self.kind, self.run_id, len(ranges))
             t0 = time.monotonic()
-            first = self._pass(ctx, ranges, Pass.FIRST, self.progress)
-            pending.absorb(first)
-            pending.faulty = dict(first.potentially_faulty)
+            pending.faulty = self._pass(pending, ctx, ranges, Pass.FIRST, progress=self.progress)
             pending.stats["first_pass_ms"] = int((time.monotonic() - t0) * 1000)
             if only:
-                pending.scope = set(first.marked_in_scope)
+                pending.scope = set(pending.marked_in_scope)
             return pending
         except BaseException:
             store.close()
@@ -188,8 +193,8 @@ class ScrutinyRun:
             pending.errors.append(f"the reverse check (what the bookies hold): {exc}")
         try:
             aged = [m for lid, m in pending.marks.items() if pending.scope is None or lid in pending.scope]
-            for v in aged_marks(pending.store, aged, self.settings.underreplicated_grace_period, pending.stats):
-                pending.violations[(v.category, v.ledger_id)] = v
+            pending.findings.add(aged_marks(pending.store, aged, self.settings.underreplicated_grace_period,
+                                            pending.stats))
         except MetadataStoreUnavailable as exc:
             pending.errors.append(f"re-reading the under-replication marks before reporting: {exc}")
         try:
@@ -201,18 +206,20 @@ class ScrutinyRun:
         report = Report(
             run_id=self.run_id, started_at=iso(pending.started_ms), finished_at=iso(now_ms()),
             complete=not pending.errors, ledgers={k: pending.counts[k] for k in LEDGER_COUNTERS},
-            violations=sorted(pending.violations.values(), key=lambda v: (v.category, v.ledger_id)),
-            errors=pending.errors,
+            violations=pending.findings, errors=pending.errors,
             stats=with_every_stat(dict(pending.stats), RUN_STATS + (DEEP_STATS if self.settings.deep else ())
                                   + (HOLDINGS_STATS if pending.ctx.holdings else ())),
             blast_radius=blast_radius_json(pending.blast) if pending.ctx.blast_radius else None,
         )
-        for v in report.violations:
+        total, worst = report.violations.worst(LOGGED_FINDINGS)
+        for v in worst:
             log.warning("violation %s", json.dumps({"run_id": self.run_id, **v.to_json()}, sort_keys=True))
+        if total > len(worst):
+            log.warning("run %s: %d more findings, in the report only", self.run_id, total - len(worst))
         log.info("%s run %s counts %s", self.kind, self.run_id, json.dumps(report.counts, sort_keys=True))
         return report
 
-    def _recheck(self, pending: PendingRun, faulty: Mapping[int, tuple[str, ...]]) -> None:
+    def _recheck(self, pending: PendingRun, faulty: Silences) -> None:
         """BP-34's delayed re-check, as many looks as it takes (at most `verify_rounds`): a bookie silent
         at two looks a delay apart and still registered is reported; one unregistered at every look has
         lost its copies; any other silence (newly silent, or unregistered only now: a rolling restart)
@@ -228,18 +235,15 @@ class ScrutinyRun:
                 pending.stats["rechecked_again"] += len(faulty)
                 self.sleep(self.settings.recheck_delay)
             regs = store.registrations()
-            silent = {b for bookies in faulty.values() for b in bookies}
+            silent = faulty.silent()
             lost = frozenset(b for b in silent if not regs.registered(b) and b not in pending.registered_at_start)
             # An agent that came back may listen elsewhere now: read the registrations again.
             addresses = {**store.agent_addresses(), **self.settings.bookie_endpoints}
             again = dataclasses.replace(ctx, agent_addresses=addresses, now_ms=now_ms(), placement=False,
                                         lost_bookies=lost, registered=frozenset(filter(regs.registered, silent)),
-                                        silent_before=dict(faulty))
-            for lid in faulty:
-                pending.drop(lid, only=_RECHECKED)
-            result = self._pass(again, store.ranges_of(faulty), Pass.FINAL)
-            pending.absorb(result, first_look=False)
-            faulty = result.potentially_faulty
+                                        silent_before=faulty)
+            pending.findings.drop(faulty, only=_RECHECKED)
+            faulty = self._pass(pending, again, store.ranges_of(faulty), Pass.FINAL, first_look=False)
         if faulty:
             # Never a finding on a silence not yet confirmed: the next run looks again.
             pending.stats["left_unsettled_after_rechecks"] += len(faulty)
@@ -248,23 +252,28 @@ class ScrutinyRun:
 
     def _verify(self, pending: PendingRun) -> None:
         """Before reporting, every fact each finding rests on is read again (see the module's doc)."""
-        store = pending.store
+        store, findings = pending.store, pending.findings
         for _ in range(self.settings.verify_rounds):
-            suspects = {lid: v.metadata_version for (cat, lid), v in pending.violations.items()
-                        if cat in _ON_METADATA}
+            suspects = False
+            reanalyse: set[int] = set()
+            for chunk in findings.ledger_chunks(_ON_METADATA):
+                suspects = True
+                versions = {lid: (least, most) for lid, least, most in chunk}
+                marked = store.marked(versions)
+                gone = []
+                for read in store.read_ledgers(list(versions)):
+                    lid = read.ledger_id
+                    if read.deleted:
+                        gone.append(lid)
+                        pending.counts["deleted_during_run"] += 1
+                    elif lid in marked:
+                        gone.append(lid)
+                        pending.stats["dropped_marked_during_run"] += 1
+                    elif read.metadata is not None and versions[lid] != (read.metadata.znode_version,) * 2:
+                        reanalyse.add(lid)  # includes metadata that was unreadable and now reads
+                findings.drop(gone)
             if not suspects:
                 return
-            reanalyse: set[int] = set()
-            for read in store.read_ledgers(sorted(suspects)):
-                lid = read.ledger_id
-                if read.deleted:
-                    pending.drop(lid)
-                    pending.counts["deleted_during_run"] += 1
-                elif store.underreplication_mark(lid) is not None:
-                    pending.drop(lid)
-                    pending.stats["dropped_marked_during_run"] += 1
-                elif read.metadata is not None and read.metadata.znode_version != suspects[lid]:
-                    reanalyse.add(lid)  # includes metadata that was unreadable and now reads
             if reanalyse:
                 pending.stats["reanalyzed_after_metadata_change"] += len(reanalyse)
             reanalyse |= self._racks_changed(pending)
@@ -274,15 +283,13 @@ class ScrutinyRun:
                 return
             log.info("run %s: facts of %d findings changed during the run; looking again", self.run_id,
                      len(reanalyse) + len(relook))
-            for lid in reanalyse:
-                pending.drop(lid)
+            findings.drop(reanalyse)
             # (the blast radius counted these ledgers at their first look already)
-            again = self._pass(dataclasses.replace(pending.ctx, blast_radius=False, holdings=False),
-                               store.ranges_of(reanalyse), Pass.FIRST)
-            pending.absorb(again, first_look=False)
-            if again.potentially_faulty:
+            faulty = self._pass(pending, dataclasses.replace(pending.ctx, blast_radius=False, holdings=False),
+                                store.ranges_of(reanalyse), Pass.FIRST, first_look=False)
+            if faulty:
                 self.sleep(self.settings.recheck_delay)
-            self._recheck(pending, {**again.potentially_faulty, **relook})
+            self._recheck(pending, faulty.plus(relook))
         pending.errors.append(f"facts kept changing for some findings after {self.settings.verify_rounds} re-reads")
 
     def _holdings(self, pending: PendingRun) -> None:
@@ -319,12 +326,11 @@ class ScrutinyRun:
                         held_by.setdefault(lid, {})[b] = {"entries": h.entries} | (
                             {"bytes": h.stored_bytes} if h.stored_bytes is not None else {})
                         first_seen[lid] = min(first_seen.get(lid, now), per[lid])
-        for read in store.read_ledgers(sorted(held_by)):
-            if read.deleted:
-                lid = read.ledger_id
-                pending.violations[(Category.ORPHAN_LEDGER, lid)] = dataclasses.replace(
-                    orphan(lid, held_by[lid], first_seen[lid], now, s.orphan_grace_period, iso(first_seen[lid])),
-                    owner=UNKNOWN)  # its metadata, and the owner it named, are gone
+        # its metadata, and the owner it named, are gone
+        pending.findings.add(dataclasses.replace(
+            orphan(r.ledger_id, held_by[r.ledger_id], first_seen[r.ledger_id], now, s.orphan_grace_period,
+                   iso(first_seen[r.ledger_id])), owner=UNKNOWN)
+            for r in store.read_ledgers(sorted(held_by)) if r.deleted)
         if self.record_sightings:
             try:
                 store.set_orphan_sightings(sightings.to_bytes())
@@ -343,54 +349,47 @@ class ScrutinyRun:
         """Pulsar's managed-ledger records, read once and only when needed: for findings on ledgers
         without Pulsar's keys in their metadata (older Pulsar), and to drop coverage findings on
         ledgers offloaded to tiered storage with `bookkeeperDeleted` (no longer BookKeeper's)."""
-        unowned = sorted({v.ledger_id for v in pending.violations.values() if v.owner is None})
-        own = {r.ledger_id: owner_from_custom_metadata(r.metadata.custom_metadata)
-               for r in pending.store.read_ledgers(unowned) if r.metadata is not None}  # findings on marks
-        for key, v in list(pending.violations.items()):
-            if v.owner is None and own.get(v.ledger_id) is not None:
-                pending.violations[key] = dataclasses.replace(v, owner=own[v.ledger_id])
-        lacking = any(v.owner is None for v in pending.violations.values())
-        topics = {v.owner.name for (cat, _), v in pending.violations.items()
-                  if v.owner is not None and v.owner.kind == "topic" and cat in _RECHECKED}
+        findings, store = pending.findings, pending.store
+        for chunk in findings.ledger_chunks(unowned=True):  # findings on marks
+            owners = ((r.ledger_id, owner_from_custom_metadata(r.metadata.custom_metadata))
+                      for r in store.read_ledgers([lid for lid, _, _ in chunk]) if r.metadata is not None)
+            findings.set_owners({lid: o for lid, o in owners if o is not None})
+        lacking = findings.any_unowned()
+        topics = findings.topics(_RECHECKED)
         if not lacking and not topics:
             return
         # Every topic's record when some finding has no owner yet; else only the topics concerned.
-        pulsar = pending.store.pulsar_owners(None if lacking else sorted(topics))
+        pulsar = store.pulsar_owners(None if lacking else sorted(topics))
         pending.errors += pulsar.problems
-        for key, v in list(pending.violations.items()):
-            if v.ledger_id in pulsar.offloaded and key[0] in _RECHECKED:
-                del pending.violations[key]
-                pending.stats["dropped_offloaded"] += 1
-            elif v.owner is None:
-                pending.violations[key] = dataclasses.replace(v, owner=pulsar.owners.get(v.ledger_id, UNKNOWN))
+        pending.stats["dropped_offloaded"] += findings.drop(pulsar.offloaded, only=_RECHECKED)
+        for chunk in findings.ledger_chunks(unowned=True):
+            findings.set_owners({lid: pulsar.owners.get(lid, UNKNOWN) for lid, _, _ in chunk})
 
     def _registrations_changed(self, pending: PendingRun) -> dict[int, tuple[str, ...]]:
         """Ledgers whose finding blames a bookie no longer registered, or counts as gone the copies of
         one registered again: they need another look."""
-        blamed = {lid: set(v.bookies) for (cat, lid), v in pending.violations.items()
-                  if cat is Category.BOOKIE_UNAVAILABLE}
-        gone = {lid: set(v.details.get("lost_bookies", ())) for (_, lid), v in pending.violations.items()
-                if v.details.get("lost_bookies")}
+        findings = pending.findings
+        blamed = findings.named(categories={Category.BOOKIE_UNAVAILABLE})
+        gone = findings.named(lost=True)
         if not blamed and not gone:
             return {}
         regs = pending.store.registrations()
-        out = {lid: tuple(sorted(b)) for lid, b in blamed.items() if not all(map(regs.registered, b))}
-        out |= {lid: tuple(sorted(b)) for lid, b in gone.items() if any(map(regs.registered, b))}
+        out = findings.naming({b for b in blamed if not regs.registered(b)}, categories={Category.BOOKIE_UNAVAILABLE})
+        out |= findings.naming({b for b in gone if regs.registered(b)}, lost=True)
         pending.stats["relooked_after_registration_change"] += len(out)
         return out
 
     def _racks_changed(self, pending: PendingRun) -> set[int]:
         """Ledgers with a placement finding on a bookie whose rack changed during the run (the racks
         of the run's context are replaced by the current ones)."""
-        placed = {lid: set(v.bookies) for (cat, lid), v in pending.violations.items() if cat in _ON_RACKS}
-        if not placed or not pending.racks_from_store:
+        if not pending.racks_from_store or not pending.findings.counts().keys() & _ON_RACKS:
             return set()
         racks, _ = pending.store.racks(self.settings.racks_znode)
         if racks == dict(pending.ctx.locations):
             return set()
         moved = {b for b in set(racks) | set(pending.ctx.locations) if racks.get(b) != pending.ctx.locations.get(b)}
         pending.ctx = dataclasses.replace(pending.ctx, locations=racks)
-        out = {lid for lid, bookies in placed.items() if bookies & moved or not bookies}
+        out = set(pending.findings.naming(moved, categories=_ON_RACKS, or_none=True))
         pending.stats["reanalyzed_after_rack_change"] += len(out)
         return out
 
@@ -427,7 +426,7 @@ def check_marks(settings: ScanSettings, run_id: str | None = None) -> Report:
         found = aged_marks(store, marks.values(), settings.underreplicated_grace_period, stats)
     report = Report(run_id=run_id or uuid.uuid4().hex[:12], started_at=iso(started), finished_at=iso(now_ms()),
                     complete=not problems, ledgers={k: 0 for k in LEDGER_COUNTERS} | {"seen": len(marks)},
-                    violations=sorted(found, key=lambda v: v.ledger_id), errors=problems,
+                    violations=Findings(found), errors=problems,
                     stats=with_every_stat({"underreplicated_marks": len(marks), **stats}, MARKS_STATS))
     log.info("underreplication run %s counts %s", report.run_id, json.dumps(report.counts, sort_keys=True))
     return report

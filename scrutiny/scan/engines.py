@@ -106,33 +106,60 @@ class SparkEngine:
 
     def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
                    progress: Progress | None = None) -> Iterator[RangeResult]:
+        """Every range checked in parallel, each partition's result kept on its executor's disk, then
+        brought to the driver a few thousand findings at a time: a lost rack's million findings never
+        all reach the driver at once (a `collect` held them all, pickled in the JVM and as objects)."""
         if not ranges:
-            return iter(())
+            return
+        from pyspark import StorageLevel
+
         sc = self.session.sparkContext
         # A range is a task: small enough to retry cheaply, large enough to pipeline its reads.
         rdd = sc.parallelize(ranges, numSlices=min(len(ranges), 10_000))
         seen = sc.accumulator(0)
-        job = rdd.mapPartitions(lambda it: _partition(ctx, mode, it, seen))
+        job = rdd.mapPartitions(lambda it: _partition(ctx, mode, it, seen)).persist(StorageLevel.DISK_ONLY)
         stop = threading.Event()
         watcher = None
         if progress is not None:
             watcher = threading.Thread(target=_watch, args=(sc, len(ranges), seen, progress, stop), daemon=True)
             watcher.start()
         try:
-            results = job.collect()  # small: counts and findings, whatever the number of ledgers
+            try:
+                sizes = job.map(lambda r: len(r.violations)).collect()  # one result per partition, in order
+            finally:
+                stop.set()
+                if watcher is not None:
+                    watcher.join()
+            if progress is not None:
+                progress(len(ranges), len(ranges), int(seen.value))
+            for partitions in fetches(sizes, FETCH_FINDINGS):
+                yield from sc.runJob(job, lambda it: it, partitions)
         finally:
-            stop.set()
-            if watcher is not None:
-                watcher.join()
-        if progress is not None:
-            progress(len(ranges), len(ranges), sum(r.counts.get("seen", 0) for r in results))
-        return iter(results)
+            job.unpersist()
 
     def close(self) -> None:
         EXECUTOR.close()  # an in-process run on the driver may have left a session
         if self._session is not None and self._owned:
             self._session.stop()
             self._session = None
+
+
+FETCH_FINDINGS = 10_000  # findings per fetch of results from the executors (a few KB each as objects)
+
+
+def fetches(findings_per_partition: list[int], most: int) -> Iterator[list[int]]:
+    """The partitions in order, grouped so that a group holds at most `most` findings (or is one
+    partition), and at most 1,000 partitions (a job's results are held whole)."""
+    group: list[int] = []
+    held = 0
+    for partition, n in enumerate(findings_per_partition):
+        if group and (held + n > most or len(group) == 1000):
+            yield group
+            group, held = [], 0
+        group.append(partition)
+        held += n
+    if group:
+        yield group
 
 
 def _watch(sc: Any, total: int, seen: Any, progress: Progress, stop: threading.Event) -> None:

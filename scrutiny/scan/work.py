@@ -13,7 +13,7 @@ import enum
 import gc
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -64,6 +64,49 @@ class Pass(enum.Enum):
     FINAL = "final"  # a delayed re-check: silent at this look and the one before, and registered = BOOKIE_UNAVAILABLE
 
 
+@dataclass(frozen=True, eq=False)
+class Silences:
+    """Ledger -> the bookies silent about it at a look. A lost rack silences millions of ledgers with
+    a few distinct sets of bookies: sorted ids and an index into those sets (about 12 bytes a ledger
+    in the driver, and as few in the closure each pass ships), not a dict of tuples (about 200)."""
+
+    ledger_ids: np.ndarray  # int64, ascending
+    which: np.ndarray  # int32: the index of each ledger's set in `bookies`
+    bookies: tuple[tuple[str, ...], ...]
+
+    @classmethod
+    def of(cls, silent: Mapping[int, tuple[str, ...]]) -> Silences:
+        ids = np.fromiter(silent, np.int64, len(silent))
+        sets: dict[tuple[str, ...], int] = {}
+        which = np.fromiter((sets.setdefault(b, len(sets)) for b in silent.values()), np.int32, len(silent))
+        order = np.argsort(ids, kind="stable")
+        return cls(ids[order], which[order], tuple(sets))
+
+    def plus(self, more: Mapping[int, tuple[str, ...]]) -> Silences:
+        """These silences and `more`; for a ledger in both, the one in `more`."""
+        if not more:
+            return self
+        other = Silences.of(more)
+        ids = np.concatenate([self.ledger_ids, other.ledger_ids])
+        which = np.concatenate([self.which, other.which + len(self.bookies)])
+        last = len(ids) - 1 - np.unique(ids[::-1], return_index=True)[1]  # each ledger's last, ascending
+        return Silences(ids[last], which[last], self.bookies + other.bookies)
+
+    def get(self, ledger_id: int) -> tuple[str, ...]:
+        i = int(np.searchsorted(self.ledger_ids, ledger_id))
+        return self.bookies[self.which[i]] if i < len(self.ledger_ids) and self.ledger_ids[i] == ledger_id else ()
+
+    def silent(self) -> set[str]:
+        """Every bookie silent about some ledger."""
+        return {b for i in np.unique(self.which).tolist() for b in self.bookies[i]}
+
+    def __len__(self) -> int:
+        return len(self.ledger_ids)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ledger_ids.tolist())
+
+
 @dataclass(frozen=True)
 class RunContext:
     """Everything an executor needs, shipped once per job."""
@@ -81,7 +124,7 @@ class RunContext:
     # FINAL passes only:
     lost_bookies: frozenset[str] = frozenset()  # unregistered at every look: their copies are gone
     registered: frozenset[str] = frozenset()  # registered now
-    silent_before: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # per ledger, at the last look
+    silent_before: Silences = field(default_factory=lambda: Silences.of({}))  # per ledger, at the last look
 
 
 @dataclass(frozen=True)
@@ -312,7 +355,7 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
             faulty[md.ledger_id] = tuple(sorted(cov.unavailable))
             return per, cov
     else:
-        before = set(ctx.silent_before.get(md.ledger_id, ()))
+        before = set(ctx.silent_before.get(md.ledger_id))
         if any(b not in before or b not in ctx.registered for b in cov.unavailable):
             # Newly silent, or gone from the registrations only now: its own delayed look.
             faulty[md.ledger_id] = tuple(sorted(cov.unavailable))

@@ -122,6 +122,10 @@ class MetadataStore(ABC):
         """One ledger's mark now (an unreadable mark is still a mark, without ctime)."""
 
     @abstractmethod
+    def marked(self, ledger_ids: Iterable[int]) -> set[int]:
+        """Those of the ledgers with a mark now, read in batches (readable or not, a mark is a mark)."""
+
+    @abstractmethod
     def replication_disabled(self) -> bool: ...
 
     # -- bookies ----------------------------------------------------------------------------------

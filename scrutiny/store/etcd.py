@@ -241,6 +241,10 @@ class EtcdStore(MetadataStore):
         except MetadataError:
             return UnderreplicationMark(ledger_id, (), None)  # a mark we cannot read is still a mark
 
+    def marked(self, ledger_ids: Iterable[int]) -> set[int]:
+        keys = {ur_mark_path(self.root, lid).encode(): lid for lid in ledger_ids}
+        return {keys[k] for k, got in self.kv.get_many(list(keys)) if got is not None}
+
     def replication_disabled(self) -> bool:
         return self._get(f"{self.root}/underreplication/disable") is not None
 

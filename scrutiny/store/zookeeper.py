@@ -227,6 +227,10 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
         except MetadataError:
             return UnderreplicationMark(ledger_id, (), None)  # a mark we cannot read is still a mark
 
+    def marked(self, ledger_ids: Iterable[int]) -> set[int]:
+        paths = {ur_mark_path(self.root, lid): lid for lid in ledger_ids}
+        return {paths[path] for path, got in self.get_many(list(paths)) if got is not None}
+
     def replication_disabled(self) -> bool:
         return self.exists(f"{self.root}/underreplication/disable")
 

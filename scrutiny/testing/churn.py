@@ -483,7 +483,9 @@ def auditor_soak(client: KazooClient, root: str, hosts: str, runs: int, engine: 
                 if last is not None and last.run_id != seen and last.report is not None:
                     seen = last.run_id
                     if last.report.violations:
-                        raise AssertionError(f"false alarm in run {seen}: {last.report.violations[0].to_json()}")
+                        first = next(iter(last.report.violations))
+                        raise AssertionError(f"false alarm in run {seen}: {first.to_json()}")
+                        raise AssertionError(f"false alarm in run {seen}: {first.to_json()}")
                     samples.append(_usage(len(samples) + 1))
                 time.sleep(0.05)
         finally:

@@ -202,7 +202,7 @@ def test_huge_answers_are_invalid_and_memory_is_bounded(zk_server: LocalZooKeepe
     finally:
         agent.stop(grace=0)
     assert found(report) == {("INVALID_BOOKIE_RESPONSE", 1)}
-    assert "larger than 1048576 bytes" in json.dumps(report.violations[0].to_json())
+    assert "larger than 1048576 bytes" in json.dumps(next(iter(report.violations)).to_json())
 
 
 def test_hostile_metadata_is_invalid_metadata_and_the_run_goes_on(zk_server: LocalZooKeeper,
