@@ -62,11 +62,33 @@ def ledgers(count: int, seed: int = 11) -> Iterator[LedgerMetadata]:
         yield LedgerMetadata(lid, LedgerState.CLOSED, 3, 2, 2, ENTRIES - 1, ENTRIES * 1024, (Segment(0, ens),), ctime=1)
 
 
+def build(client: KazooClient, root: str, count: int, directory: Path) -> list[str]:
+    """The cluster and the surviving bookies' stores; the surviving bookies."""
+    w = ClusterWriter(client, root)
+    w.init_cluster()
+    store = SyntheticStoreWriter()
+
+    def written() -> Iterator[LedgerMetadata]:
+        for md in ledgers(count):
+            for b in md.bookies:
+                store.add(b, md.ledger_id, expected_share(md, b))
+            yield md
+
+    w.write_ledgers(written(), batch=1000, in_flight=8)
+    w.write_racks({bookie(n): rack_of(n) for n in range(BOOKIES)}, f"{root.rsplit('/', 1)[0]}/bookies")
+    alive = [bookie(n) for n in range(BOOKIES) if not lost(n)]
+    for b in alive:
+        w.register_bookie(BookieRegistration(b, False))
+    store.write_all(directory)
+    return alive
+
+
 def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
-def run_size(count: int) -> dict[str, Any]:
+def run_size(count: int, session: Any = None) -> dict[str, Any]:
+    """One size; on the given SparkSession (left open), else on a new one."""
     row: dict[str, Any] = {"ledgers": count}
     heap = "3g" if count > 300_000 else "1g"
     with tempfile.TemporaryDirectory() as tmp, LocalZooKeeper(heap=heap) as zk:
@@ -74,23 +96,8 @@ def run_size(count: int) -> dict[str, Any]:
         uri = f"zk+hierarchical://{zk.hosts}{root}"
         client = KazooClient(hosts=zk.hosts, timeout=30)
         client.start()
-        w = ClusterWriter(client, root)
-        w.init_cluster()
-        store = SyntheticStoreWriter()
-
-        def written() -> Iterator[LedgerMetadata]:
-            for md in ledgers(count):
-                for b in md.bookies:
-                    store.add(b, md.ledger_id, expected_share(md, b))
-                yield md
-
         t0 = time.perf_counter()
-        w.write_ledgers(written(), batch=1000, in_flight=8)
-        w.write_racks({bookie(n): rack_of(n) for n in range(BOOKIES)}, f"{root.rsplit('/', 1)[0]}/bookies")
-        alive = [bookie(n) for n in range(BOOKIES) if not lost(n)]
-        for b in alive:
-            w.register_bookie(BookieRegistration(b, False))
-        store.write_all(Path(tmp))
+        alive = build(client, root, count, Path(tmp))  # its stores are files now: what the driver holds is the run's
         row["build s"] = time.perf_counter() - t0
         agents = [subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", b,
                                     "--source", "synthetic", "--synthetic-file",
@@ -101,7 +108,8 @@ def run_size(count: int) -> dict[str, Any]:
         try:
             for a in agents:
                 a.stdout.readline()  # type: ignore[union-attr]
-            session = spark_session("local[2]")
+            owned = session is None
+            session = session or spark_session("local[2]")
             settings = ScanSettings(metadata_service_uri=uri, recheck_delay=1.0, spark_master="local[2]",
                                     blast_radius=False, orphan_check=False)
             gc.collect()
@@ -134,7 +142,8 @@ def run_size(count: int) -> dict[str, Any]:
             row["baseline / driver growth"] = row["baseline: findings as objects MB"] / max(
                 row["driver peak growth MB"], 1)
             del held
-            session.stop()
+            if owned:
+                session.stop()
         finally:
             range_work.EXECUTOR.close()
             for a in agents:

@@ -70,7 +70,7 @@ class Findings:
         """The findings of these ledgers (of the categories `only`, else all); how many there were."""
         where = "ledger_id = ?" + (f" AND category IN {_in(only)}" if only is not None else "")
         extra = [str(c) for c in only] if only is not None else []
-        return self._write(f"DELETE FROM finding WHERE {where}", [(lid, *extra) for lid in ledger_ids])
+        return self._write(f"DELETE FROM finding WHERE {where}", ((lid, *extra) for lid in ledger_ids))
 
     def set_owners(self, owners: Mapping[int, Owner]) -> None:
         """Owners for the findings that had none yet."""
@@ -78,7 +78,7 @@ class Findings:
                     "WHERE ledger_id = ? AND owner_kind IS NULL",
                     [(o.kind, o.name, o.cursor, lid) for lid, o in owners.items()])
 
-    def _write(self, sql: str, rows: list[tuple[Any, ...]]) -> int:
+    def _write(self, sql: str, rows: Iterable[tuple[Any, ...]]) -> int:
         with self._lock:
             self._counts = None
             self._db.execute("BEGIN")

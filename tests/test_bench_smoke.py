@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import agent_index, agentcalls, checks, codec, deepscrub, pipeline, zkreads
+from bench import agent_index, agentcalls, checks, codec, deepscrub, driver_findings, pipeline, zkreads
 
 
 def test_codec_bench_agrees_with_its_baseline() -> None:
@@ -37,3 +37,8 @@ def test_agent_index_bench_runs_against_its_native_floor() -> None:
     (row,) = agent_index.run([100_000], 100, 1)  # builds the C floor against Debian's librocksdb (make setup)
     assert row["index keys"] == 100_000 and row["native floor us/entry"] > 0 and row["agent us/entry"] > 0
     assert row["with budget: entries/s"] <= row["budget entries/s"] * 1.2
+
+
+def test_driver_findings_bench_runs(spark_engine: object) -> None:
+    row = driver_findings.run_size(300, spark_engine.session)  # type: ignore[attr-defined]
+    assert row["findings"] == 300 and row["baseline: findings as objects MB"] >= 0

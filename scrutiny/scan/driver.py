@@ -243,7 +243,7 @@ class ScrutinyRun:
                                         lost_bookies=lost, registered=frozenset(filter(regs.registered, silent)),
                                         silent_before=faulty)
             pending.findings.drop(faulty, only=_RECHECKED)
-            faulty = self._pass(pending, again, store.ranges_of(faulty), Pass.FINAL, first_look=False)
+            faulty = self._pass(pending, again, store.ranges_of(faulty.ledger_ids), Pass.FINAL, first_look=False)
         if faulty:
             # Never a finding on a silence not yet confirmed: the next run looks again.
             pending.stats["left_unsettled_after_rechecks"] += len(faulty)

@@ -104,7 +104,8 @@ class Silences:
         return len(self.ledger_ids)
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.ledger_ids.tolist())
+        for i in range(0, len(self.ledger_ids), 10_000):  # never a million Python ints at once
+            yield from self.ledger_ids[i:i + 10_000].tolist()
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol, Self
 
+import numpy as np
+
 from scrutiny.errors import ConfigError, StoreError
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, UnderreplicationMark
 from scrutiny.owners import PulsarOwners
@@ -47,10 +49,11 @@ class LedgerRange:
         return self.token if self.ids is None else f"{len(self.ids)} chosen ledgers from {self.ids[0]}"
 
 
-def chunk_ids(ids: Iterable[int], size: int = RANGE_SIZE) -> list[LedgerRange]:
+def chunk_ids(ids: Iterable[int] | np.ndarray, size: int = RANGE_SIZE) -> list[LedgerRange]:
     """Ranges of explicit ledger ids (sorted, unique), `size` at a time."""
-    ordered = sorted(set(ids))
-    return [LedgerRange("ids", tuple(ordered[i:i + size])) for i in range(0, len(ordered), size)]
+    # numpy's unique: 8 bytes a ledger on the way, not a set's 70 (a lost rack re-checks millions)
+    ordered = np.unique(ids if isinstance(ids, np.ndarray) else np.fromiter(ids, np.int64))
+    return [LedgerRange("ids", tuple(ordered[i:i + size].tolist())) for i in range(0, len(ordered), size)]
 
 
 class LedgerRead(NamedTuple):  # one per ledger of a scan: a tuple is the cheapest immutable record
@@ -99,7 +102,7 @@ class MetadataStore(ABC):
     def ledger_ranges(self) -> list[LedgerRange]:
         """Every unit of work of the whole ledger tree."""
 
-    def ranges_of(self, ledger_ids: Iterable[int]) -> list[LedgerRange]:
+    def ranges_of(self, ledger_ids: Iterable[int] | np.ndarray) -> list[LedgerRange]:
         """Units of work for chosen ledgers."""
         return chunk_ids(ledger_ids)
 
