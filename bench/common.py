@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
+
+from scrutiny.scan import work as range_work
 
 
 def median_seconds(fn: Callable[[], Any], repeats: int = 5) -> float:
@@ -35,3 +40,28 @@ def _fmt(v: Any) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     return str(v)
+
+
+def start_agents(bookies: Iterable[str], directory: Path, uri: str, workers: int = 4,
+                 metrics: Mapping[str, int] | None = None) -> list[subprocess.Popen[str]]:
+    """One `scrutiny bookie-agent` process per bookie, on its synthetic store in `directory`, each
+    serving (its first line printed); `metrics`: the port of each one's /metrics."""
+    agents = [subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", b,
+                                "--source", "synthetic", "--synthetic-file",
+                                str(directory / f"{b.replace(':', '_')}.synth"), "--bind", "127.0.0.1:0",
+                                "--metadata-service-uri", uri, "--workers", str(workers),
+                                *(["--metrics-listen", f"127.0.0.1:{metrics[b]}"] if metrics else [])],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+              for b in sorted(bookies)]
+    for a in agents:
+        a.stdout.readline()  # type: ignore[union-attr]
+    return agents
+
+
+def stop_agents(agents: list[subprocess.Popen[str]]) -> None:
+    """The agents, and this process's clients of them and of the store."""
+    range_work.EXECUTOR.close()
+    for a in agents:
+        a.terminate()
+    for a in agents:
+        a.wait()

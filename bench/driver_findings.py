@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import gc
 import random
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -31,13 +29,12 @@ from typing import Any
 import psutil
 from kazoo.client import KazooClient
 
-from bench.common import table
+from bench.common import start_agents, stop_agents, table
 from bench.scale import BOOKIES, RACKS, PeakRss, bookie, rack_of
 from scrutiny.categories import Category
 from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
-from scrutiny.scan import work as range_work
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import SparkEngine, spark_session
 from scrutiny.testing.clusterwriter import ClusterWriter
@@ -99,15 +96,8 @@ def run_size(count: int, session: Any = None) -> dict[str, Any]:
         t0 = time.perf_counter()
         alive = build(client, root, count, Path(tmp))  # its stores are files now: what the driver holds is the run's
         row["build s"] = time.perf_counter() - t0
-        agents = [subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", b,
-                                    "--source", "synthetic", "--synthetic-file",
-                                    str(Path(tmp) / f"{b.replace(':', '_')}.synth"), "--bind", "127.0.0.1:0",
-                                    "--metadata-service-uri", uri, "--workers", "2"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-                  for b in alive]
+        agents = start_agents(alive, Path(tmp), uri, workers=2)
         try:
-            for a in agents:
-                a.stdout.readline()  # type: ignore[union-attr]
             owned = session is None
             session = session or spark_session("local[2]")
             settings = ScanSettings(metadata_service_uri=uri, recheck_delay=1.0, spark_master="local[2]",
@@ -145,11 +135,7 @@ def run_size(count: int, session: Any = None) -> dict[str, Any]:
             if owned:
                 session.stop()
         finally:
-            range_work.EXECUTOR.close()
-            for a in agents:
-                a.terminate()
-            for a in agents:
-                a.wait()
+            stop_agents(agents)
             client.stop()
             client.close()
     return row

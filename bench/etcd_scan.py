@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import table
+from bench.common import start_agents, stop_agents, table
 from bench.scale import _stream, build, cpu_seconds
 from scrutiny.config import ScanSettings
 from scrutiny.metadata import Layout, decode_ledger_metadata, ledger_path
-from scrutiny.scan import work as range_work
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import SparkEngine, spark_session
 from scrutiny.store.etcd import EtcdStore, open_store
@@ -83,15 +80,8 @@ def run_size(count: int, entries: int, rounds: int, session: Any) -> dict[str, A
         t0 = time.perf_counter()
         held = build(tree, ROOT, count, entries, Path(tmp))
         row["build s"] = time.perf_counter() - t0
-        agents = [subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", b,
-                                    "--source", "synthetic", "--synthetic-file",
-                                    str(Path(tmp) / f"{b.replace(':', '_')}.synth"), "--bind", "127.0.0.1:0",
-                                    "--metadata-service-uri", etcd.uri, "--workers", "4"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-                  for b in sorted(held)]
+        agents = start_agents(held, Path(tmp), etcd.uri)
         try:
-            for a in agents:
-                a.stdout.readline()  # type: ignore[union-attr]
             ids = list(range(count))
             ways: dict[str, Callable[[EtcdStore], int]] = {
                 "paged range": lambda st: paged_range(st.kv),
@@ -141,11 +131,7 @@ def run_size(count: int, entries: int, rounds: int, session: Any) -> dict[str, A
             row["etcd requests / ledger"] = report.stats.get("zk_reads", 0) / count
             row["etcd CPU s"] = cpu_seconds([etcd.pid])[0] - etcd_cpu
         finally:
-            range_work.EXECUTOR.close()
-            for a in agents:
-                a.terminate()
-            for a in agents:
-                a.wait()
+            stop_agents(agents)
             tree.close()
     return row
 

@@ -48,7 +48,7 @@ from typing import Any
 import psutil
 from kazoo.client import KazooClient
 
-from bench.common import table
+from bench.common import start_agents, stop_agents, table
 from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
 from scrutiny.metadata import (
@@ -296,16 +296,8 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
         held = build(client, root, count, entries, Path(tmp))
         row["build s"] = time.perf_counter() - t0
         metrics = {b: free_port() for b in held}
-        agents = [subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", b,
-                                    "--source", "synthetic", "--synthetic-file",
-                                    str(Path(tmp) / f"{b.replace(':', '_')}.synth"), "--bind", "127.0.0.1:0",
-                                    "--metadata-service-uri", uri, "--workers", "4",
-                                    "--metrics-listen", f"127.0.0.1:{metrics[b]}"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-                  for b in sorted(held)]
+        agents = start_agents(held, Path(tmp), uri, metrics=metrics)
         try:
-            for a in agents:
-                a.stdout.readline()  # type: ignore[union-attr]
             with store_at(uri) as store:
                 ranges = store.ledger_ranges()
                 addresses = store.agent_addresses()
@@ -386,11 +378,7 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
                 row["executor JVM peak MB"] = peak.executor_jvm // (1 << 20)
             session.stop()
         finally:
-            range_work.EXECUTOR.close()
-            for a in agents:
-                a.terminate()
-            for a in agents:
-                a.wait()
+            stop_agents(agents)
             client.stop()
             client.close()
     return row

@@ -83,10 +83,11 @@ class Findings:
             self._counts = None
             self._db.execute("BEGIN")
             try:
-                changed = self._db.executemany(sql, rows).rowcount
+                return self._db.executemany(sql, rows).rowcount
             finally:
+                # No journal (a million deletes would copy the database into it), so no rollback either:
+                # the driver's writes come from what it already holds, never from I/O that can fail.
                 self._db.execute("COMMIT")
-            return changed
 
     def _query(self, sql: str, args: Iterable[Any] = ()) -> list[Any]:
         with self._lock:

@@ -141,3 +141,4 @@ def test_silences_kept_compact_are_what_the_mappings_said() -> None:
     assert all(s.get(lid) == merged.get(lid, ()) for lid in range(-1, 10_001))
     assert s.silent() == {b for bs in merged.values() for b in bs} and not Silences.of({})
     assert pickle.loads(pickle.dumps(s)).get(next(iter(more))) == more[next(iter(more))]
+
