@@ -10,6 +10,7 @@ written from it a finding at a time. At most one finding per (category, ledger):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -55,6 +56,12 @@ class Findings:
             self._db.execute(f"PRAGMA {pragma}")
         self._db.executescript(_SCHEMA)
         self.add(found)
+
+    def __del__(self) -> None:
+        # Closed with the last reference (a replaced report): the connection's statement cache holds it
+        # in a cycle, which would keep the temporary file until a full garbage collection.
+        with contextlib.suppress(AttributeError, sqlite3.Error):
+            self._db.close()
 
     # -- what the driver does ----------------------------------------------------------------------
 

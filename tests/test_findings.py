@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import pickle
 import random
 import threading
 
+import pytest
+
+from scrutiny import findings as findings_module
 from scrutiny.categories import Category, worst_first
 from scrutiny.checks import Violation
 from scrutiny.findings import Findings
@@ -142,3 +147,22 @@ def test_silences_kept_compact_are_what_the_mappings_said() -> None:
     assert s.silent() == {b for bs in merged.values() for b in bs} and not Silences.of({})
     assert pickle.loads(pickle.dumps(s)).get(next(iter(more))) == more[next(iter(more))]
 
+
+
+def test_findings_beyond_the_cache_spill_to_a_deleted_temporary_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(findings_module, "CACHE_KIB", 64)
+
+    def spilled() -> list[str]:  # SQLite names its temporary files etilqs_*
+        out = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor, closed meanwhile
+                out += [t for t in [os.readlink(f"/proc/self/fd/{fd}")] if "etilqs_" in t]
+        return out
+
+    before = spilled()
+    f = Findings(finding(LESS, lid, under_covered=[{"copies": 1, "entries": lid}]) for lid in range(5000))
+    ours = [t for t in spilled() if t not in before]
+    assert ours and all(t.endswith("(deleted)") for t in ours)  # nothing left behind, even by a process killed now
+    assert [v.details["under_covered"][0]["entries"] for v in f] == list(range(5000))
+    del f  # the file goes with the last reference, not at the next garbage collection
+    assert spilled() == before
