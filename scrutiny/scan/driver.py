@@ -34,7 +34,7 @@ from scrutiny.orphans import LedgerIds, Sightings, not_enumerated, orphan
 from scrutiny.owners import UNKNOWN, owner_from_custom_metadata
 from scrutiny.report import DEEP_STATS, HOLDINGS_STATS, MARKS_STATS, RUN_STATS, Report, with_every_stat
 from scrutiny.scan.engines import Engine, Progress, make_engine
-from scrutiny.scan.work import LEDGER_COUNTERS, Blast, Pass, RangeResult, RunContext, Silences
+from scrutiny.scan.work import LEDGER_COUNTERS, NO_SILENCES, Blast, Pass, RangeResult, RunContext, Silences
 from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, open_store
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 _RECHECKED = resting_on(Fact.ANSWERS)  # a delayed re-check recomputes these
 _ON_METADATA = resting_on(Fact.METADATA)  # re-read before reporting: the metadata must be unchanged
 _ON_RACKS = resting_on(Fact.RACKS)  # the rack map must be unchanged
-NO_SILENCES = Silences.of({})
 LOGGED_FINDINGS = 100  # a line each, worst first; a lost rack's million findings are in the report only
 
 

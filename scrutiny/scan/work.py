@@ -108,6 +108,9 @@ class Silences:
             yield from self.ledger_ids[i:i + 10_000].tolist()
 
 
+NO_SILENCES = Silences.of({})
+
+
 @dataclass(frozen=True)
 class RunContext:
     """Everything an executor needs, shipped once per job."""
@@ -125,7 +128,7 @@ class RunContext:
     # FINAL passes only:
     lost_bookies: frozenset[str] = frozenset()  # unregistered at every look: their copies are gone
     registered: frozenset[str] = frozenset()  # registered now
-    silent_before: Silences = field(default_factory=lambda: Silences.of({}))  # per ledger, at the last look
+    silent_before: Silences = NO_SILENCES  # per ledger, at the last look
 
 
 @dataclass(frozen=True)

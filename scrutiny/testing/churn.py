@@ -485,7 +485,6 @@ def auditor_soak(client: KazooClient, root: str, hosts: str, runs: int, engine: 
                     if last.report.violations:
                         first = next(iter(last.report.violations))
                         raise AssertionError(f"false alarm in run {seen}: {first.to_json()}")
-                        raise AssertionError(f"false alarm in run {seen}: {first.to_json()}")
                     samples.append(_usage(len(samples) + 1))
                 time.sleep(0.05)
         finally:
