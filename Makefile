@@ -27,12 +27,13 @@ system-deps:
 	@missing=""; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
-	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	{ command -v promtool && command -v prometheus; } >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v systemd-analyze >/dev/null 2>&1 || missing="$$missing systemd"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	[ -f /usr/include/rocksdb/c.h ] || missing="$$missing librocksdb-dev"; \
 	[ -x /usr/bin/etcd ] || missing="$$missing etcd-server"; \
+	command -v etcdctl >/dev/null 2>&1 || missing="$$missing etcd-client"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing with apt:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \

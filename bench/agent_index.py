@@ -195,7 +195,7 @@ class Agent:
     def close(self) -> None:
         self.client.close()
         self.proc.stdin.close()  # type: ignore[union-attr]
-        self.proc.wait()
+        self.proc.wait(timeout=30)
 
 
 def per_entry(agent: Agent, ids: list[int], keys: int) -> tuple[float, float]:

@@ -16,6 +16,7 @@ from bench.common import table
 from scrutiny.bookieclient import BookieClient, EndpointResolver
 from scrutiny.checks import Outcome
 from scrutiny.codec import SequenceGroup
+from scrutiny.testing.processes import stop
 from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 BOOKIE = "127.0.1.1:3181"
@@ -51,8 +52,7 @@ def run(ledgers: int) -> list[dict[str, object]]:
                 base = base or rate
                 rows.append({"call": name, "ledgers": n, "seconds": dt, "ledgers/s": rate, "x unary": rate / base})
         finally:
-            agent.terminate()
-            agent.wait()
+            stop(agent)
     return rows
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from scrutiny.scan import work as range_work
+from scrutiny.testing.processes import stop
 
 
 def median_seconds(fn: Callable[[], Any], repeats: int = 5) -> float:
@@ -62,6 +63,4 @@ def stop_agents(agents: list[subprocess.Popen[str]]) -> None:
     """The agents, and this process's clients of them and of the store."""
     range_work.EXECUTOR.close()
     for a in agents:
-        a.terminate()
-    for a in agents:
-        a.wait()
+        stop(a)

@@ -30,6 +30,7 @@ from bench.common import table
 from scrutiny import entrylog
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
+from scrutiny.testing.processes import stop
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
 BOOKIE = "127.0.5.1:3181"
@@ -147,8 +148,7 @@ def run(ledgers: int, entries: int, payload: int = 1024, repeats: int = 3) -> li
                 if limit < 1e12:
                     rows[-1]["limit MB/s"] = limit / 1e6
             finally:
-                proc.terminate()
-                proc.wait()
+                stop(proc)
         assert n >= total - 4 * ledgers * entries  # every stored byte was read (size fields aside)
     return rows
 

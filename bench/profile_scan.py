@@ -25,6 +25,7 @@ from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.scan.work import EXECUTOR
 from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.processes import stop
 
 COMPONENTS = (("kazoo", "ZooKeeper client (kazoo)"), ("grpc", "gRPC client"), ("scrutiny/codec", "codec"),
               ("scrutiny/checks", "checks"), ("scrutiny/metadata", "metadata decoding"),
@@ -59,7 +60,7 @@ def main() -> None:
         finally:
             EXECUTOR.close()
             for a in agents:
-                a.terminate()
+                stop(a)
             client.stop()
     stats = pstats.Stats(profile)
     own: dict[str, float] = defaultdict(float)

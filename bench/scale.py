@@ -67,6 +67,7 @@ from scrutiny.store.zookeeper import ZooKeeperStore
 from scrutiny.testing import store_at
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper, free_port, packets_received
+from scrutiny.testing.processes import stop
 from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 BOOKIES = 30
@@ -237,9 +238,7 @@ class Standalone:
 
     def close(self) -> None:
         for p in reversed(self.procs):
-            p.terminate()
-        for p in self.procs:
-            p.wait()
+            stop(p, grace=30)
         self.log.close()
 
 

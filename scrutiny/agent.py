@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
+import os
+import signal
+import sys
 import threading
 import time
 from collections import Counter as Tally
@@ -24,7 +29,7 @@ from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_AGENT_PORT", "BookieAgent", "BookieServicer"]
+__all__ = ["DEFAULT_AGENT_PORT", "AgentStopping", "BookieAgent", "BookieServicer"]
 MAX_LEDGERS_PER_CALL = 100_000
 UNARY_CATCH_UP_SECONDS = 0.2  # BP-34's one-ledger call catches up with the bookie at most this often
 LIST_PAGE = 250_000  # ledger ids per ListLedgers call when the caller names no page size
@@ -35,6 +40,7 @@ IDS_PER_MESSAGE = 65_536  # 512 KiB of ledger ids per ListLedgers message
 ANSWERS_PER_MESSAGE = 1000
 MESSAGE_BYTES = 1 << 20
 SERVICE_NAME = "scrutiny.v1.Bookie"
+GIVE_UP_AFTER_GRACE = 3.0  # seconds past the stop's grace after which the process ends regardless
 
 Answer = bookie_pb2.GetListOfEntriesOfALedgerResponse
 
@@ -51,6 +57,56 @@ def in_messages(answers: Iterable[Any], size_of: Callable[[Any], int], most: int
             batch, size = [], 0
     if batch:
         yield batch
+
+
+class AgentStopping(BaseException):
+    """Ends a call that the agent's stop caught waiting for its budget or between two messages. A
+    BaseException, as GeneratorExit is: the handlers keep `except Exception` so that one bad ledger
+    never ends a stream, and a stop must not be taken for one bad ledger."""
+
+
+class Calls:
+    """The calls in flight, so that a stop knows when no call still uses the source."""
+
+    def __init__(self) -> None:
+        self._idle = threading.Condition()
+        self.running = 0
+
+    def __enter__(self) -> None:
+        with self._idle:
+            self.running += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._idle:
+            self.running -= 1
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: self.running == 0, timeout)
+
+
+def stoppable(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A servicer method counted in flight, and ended as UNAVAILABLE (a scan treats the bookie as
+    silent and looks again later) when the agent stops under it."""
+    if inspect.isgeneratorfunction(method):
+        @functools.wraps(method)
+        def streaming(self: BookieServicer, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            with self.calls:
+                try:
+                    yield from method(self, request, context)
+                except AgentStopping:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "the bookie agent is stopping")
+        return streaming
+
+    @functools.wraps(method)
+    def unary(self: BookieServicer, request: Any, context: grpc.ServicerContext) -> Any:
+        with self.calls:
+            try:
+                return method(self, request, context)
+            except AgentStopping:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "the bookie agent is stopping")
+    return unary
 
 
 def answer_of(ledger_id: int, held: Holding | None) -> Any:
@@ -118,10 +174,25 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         self.metrics = metrics or AgentMetrics()
         self.deep_rate = deep_rate or Rate(32 * 1024 * 1024)
         self.entry_rate = entry_rate or Rate(0)
+        self.stopping = threading.Event()
+        self.calls = Calls()
+        for rate in (self.deep_rate, self.entry_rate):
+            rate.sleep = self.pause
         self.metrics.budget.set(self.entry_rate.rate)
         self.accepts_passwords = accepts_passwords  # HMAC keys travel only over TLS
         self.unary_catch_up_seconds = unary_catch_up_seconds
         self._caught_up_at = -float("inf")  # monotonic
+
+    def pause(self, seconds: float) -> None:
+        """A throttled call's wait, cut short by the agent's stop."""
+        if self.stopping.wait(seconds):
+            raise AgentStopping
+
+    def going(self, context: grpc.ServicerContext) -> bool:
+        """Whether a stream should send its next message: its caller is there and the agent not stopping."""
+        if self.stopping.is_set():
+            raise AgentStopping
+        return bool(context.is_active())
 
     def refresh(self, method: str, unary: bool = False) -> str:
         """Catch up with the bookie once per request, and for BP-34's one-ledger call at most every
@@ -164,11 +235,13 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
             self.spend(held.entries)
         return answer_of(ledger_id, held)
 
+    @stoppable
     def GetListOfEntriesOfALedger(self, request: Any, context: grpc.ServicerContext) -> Any:
         if request.ledger_id < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger_id {request.ledger_id} is negative")
         return self.answer(request.ledger_id, self.refresh("GetListOfEntriesOfALedger", unary=True))
 
+    @stoppable
     def GetListOfEntriesOfLedgers(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         ids = list(dict.fromkeys(request.ledger_ids))  # one answer per ledger, asked once or twice
         if len(ids) > self.max_ledgers_per_call:
@@ -180,7 +253,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         failed = self.refresh("GetListOfEntriesOfLedgers")
         sizes = getattr(self.source, "stored_bytes", None) if request.with_stored_bytes else None
         for i in range(0, len(ids), self.answers_per_message):
-            if not context.is_active():
+            if not self.going(context):
                 return
             answers = self.answers(ids[i:i + self.answers_per_message], failed)
             if sizes is not None:
@@ -202,6 +275,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
             if n is not None:
                 a.stored_bytes = n
 
+    @stoppable
     def ListLedgers(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         lister = getattr(self.source, "list_ledgers", None)
         if lister is None:
@@ -242,6 +316,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
             self.metrics.answers.labels(bookie_pb2.StatusCode.Name(status)).inc(n)
         return out
 
+    @stoppable
     def VerifyEntriesOfLedgers(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         verify = getattr(self.source, "verify", None)
         if verify is None:
@@ -264,7 +339,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
 
         def verified() -> Iterator[Any]:
             for a in asks:
-                if not context.is_active():
+                if not self.going(context):
                     return
                 msg = self._verification(verify, a, failed)
                 self.metrics.answers.labels(bookie_pb2.StatusCode.Name(msg.status)).inc()
@@ -343,17 +418,60 @@ class BookieAgent:
         """Tell scans where this agent listens: an ephemeral registration, kept until `stop`."""
         self.registration = store.register_agent(bookie_id, address)
 
-    def stop(self, grace: float = 5.0) -> None:
+    def stop(self, grace: float = 5.0) -> bool:
+        """Stop serving within about `grace` seconds, whatever the calls are doing: a call waiting for
+        its budget or between two messages ends at once (UNAVAILABLE), the others have the grace.
+        Whether every call had ended, and so the source could be closed."""
         if self._stopped.is_set():
-            return
-        self._stopped.set()
+            return True
+        self.servicer.stopping.set()
         self.health.enter_graceful_shutdown()
         if self.registration is not None:
             self.registration.close()
-        self.server.stop(grace).wait()
+        self.server.stop(grace).wait(grace + 1)
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
-        self.source.close()
+        drained = self.servicer.calls.wait_idle(1.0)
+        if drained:  # a call still inside the source (a long index read) must not see it closed
+            self.source.close()
+        else:
+            log.warning("%d calls still running %.1f s after the stop began", self.servicer.calls.running, grace)
+        self._stopped.set()
+        return drained
 
     def wait(self) -> None:
         self._stopped.wait()
+
+    def serve_until_signalled(self, grace: float, after: Callable[[], None] | None = None) -> int:
+        """The agent process's life: serve until SIGTERM or SIGINT, then stop within `grace` (and, past
+        it, whatever holds the stop up: a store that does not answer the deregistration, a call deep in
+        the source, a few seconds more at most); a second signal ends the process at once. `after`
+        runs once the agent has stopped. The exit status."""
+        requested = threading.Event()
+
+        def on_signal(signum: int, frame: Any) -> None:
+            if requested.is_set():  # the operator will not wait
+                os._exit(128 + signum)
+            requested.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        requested.wait()
+        watchdog = threading.Timer(grace + GIVE_UP_AFTER_GRACE, _exit_now, (1, f"the agent did not stop within "
+                                                                          f"{grace + GIVE_UP_AFTER_GRACE:.0f} s"))
+        watchdog.daemon = True
+        watchdog.start()
+        drained = self.stop(grace)
+        if after is not None:
+            after()
+        if not drained:  # the interpreter would wait at exit for the gRPC threads still in those calls
+            _exit_now(0, "calls still running at the end of the grace were cut off")
+        watchdog.cancel()
+        return 0
+
+
+def _exit_now(status: int, why: str) -> None:
+    (log.error if status else log.warning)("%s: exiting", why)
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(status)

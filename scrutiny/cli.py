@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import grpc
@@ -66,6 +65,8 @@ def _agent_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--entries-per-second", type=float,
                    help="the CPU budget: index entries listed per second, all calls together (default 0: no limit)")
     p.add_argument("--metrics-listen", help="serve Prometheus' /metrics here, e.g. 0.0.0.0:9191 (not :8000)")
+    p.add_argument("--stop-grace-seconds", type=float,
+                   help="after SIGTERM, calls still running get this long (default 5); a second signal: none")
     p.add_argument("--log-level", default="INFO")
 
 
@@ -104,16 +105,8 @@ def run_bookie_agent(args: argparse.Namespace) -> int:
         store = open_store(cluster)  # the cluster's one policy: TLS, auth, timeouts
         agent.register(store, s.bookie_id, address)
 
-    def stop(signum: int, frame: FrameType | None) -> None:
-        agent.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     print(f"bookie agent for {s.bookie_id} listening on port {agent.port} ({s.source})", flush=True)
-    agent.wait()
-    if store is not None:
-        store.close()
-    return EXIT_CLEAN
+    return agent.serve_until_signalled(s.stop_grace_seconds, after=store.close if store is not None else None)
 
 
 def _pairs(flag: str) -> Callable[[str], tuple[str, str]]:

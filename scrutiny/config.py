@@ -328,6 +328,7 @@ class AgentSettings:
     entries_per_second: float = 0  # the CPU budget: index entries listed per second, all calls (0: none)
     index_cache_bytes: int = 32 * 1024 * 1024  # dbledgerstorage: the agent's block cache, every index together
     unary_catch_up_seconds: float = 0.2  # BP-34's one-ledger call catches up with the bookie at most this often
+    stop_grace_seconds: float = 5.0  # after SIGTERM, calls still running get this long (a second signal: none)
 
     SOURCES = ("dbledgerstorage", "bridge", "synthetic")
 
@@ -347,6 +348,8 @@ class AgentSettings:
             raise ConfigError("agent.workers: must be at least 1")
         if self.deep_bytes_per_second <= 0:
             raise ConfigError("agent.deep_bytes_per_second: must be positive (bytes per second)")
+        if not 0 <= self.stop_grace_seconds <= 300:
+            raise ConfigError("agent.stop_grace_seconds: 0 .. 300 (seconds)")
         if self.index_cache_bytes < 1 << 20:
             raise ConfigError("agent.index_cache_bytes: at least 1 MiB (1048576)")
         if self.entries_per_second < 0:

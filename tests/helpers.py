@@ -38,10 +38,10 @@ def auditor_process(config: Path, log: Path | None = None) -> subprocess.Popen[s
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
-def slow_agent(store: Path, delay: float) -> tuple[subprocess.Popen[str], int]:
+def slow_agent(store: Path, delay: float, stop_grace: float = 5.0) -> tuple[subprocess.Popen[str], int]:
     """An agent process on a synthetic store whose every answer takes `delay` seconds; and its port."""
-    proc = subprocess.Popen([sys.executable, str(SLOW_AGENT), str(store), str(delay)], stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    proc = subprocess.Popen([sys.executable, str(SLOW_AGENT), str(store), str(delay), str(stop_grace)],
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     return proc, int(proc.stdout.readline())  # type: ignore[union-attr]
 
 

@@ -1,7 +1,7 @@
 """A real agent process whose source is slow (for kill-mid-stream and slow-agent tests).
 
-usage: python tests/slow_agent.py SYNTHETIC_FILE DELAY_SECONDS_PER_LEDGER
-Prints the port on its first line, then serves until killed.
+usage: python tests/slow_agent.py SYNTHETIC_FILE DELAY_SECONDS_PER_LEDGER [STOP_GRACE_SECONDS]
+Prints the port on its first line, then serves until signalled (as `scrutiny bookie-agent` does).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class SlowSource:
         pass
 
     def availability(self, ledger_id: int) -> Holding | None:
-        time.sleep(self.delay)
+        time.sleep(self.delay)  # deaf to the agent's stop: a call deep in its source
         return self.inner.availability(ledger_id)
 
     def close(self) -> None:
@@ -32,4 +32,4 @@ if __name__ == "__main__":
     agent = BookieAgent(SlowSource(SyntheticStore(sys.argv[1]), float(sys.argv[2])), bind="127.0.0.1:0",
                         answers_per_message=10).start()
     print(agent.port, flush=True)
-    agent.wait()
+    sys.exit(agent.serve_until_signalled(float(sys.argv[3]) if len(sys.argv) > 3 else 5.0))

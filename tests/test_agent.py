@@ -35,6 +35,7 @@ from scrutiny.retry import Backoff
 from scrutiny.testing import store_at, store_on
 from scrutiny.testing.dbledgerstorage import LiveBookie, write_index
 from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.processes import reap
 from scrutiny.testing.synthetic import CORRUPT, SyntheticStoreWriter
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 from tests.helpers import slow_agent
@@ -285,8 +286,7 @@ def test_agent_killed_mid_stream(synthetic: Path) -> None:
             got = c.fetch("b1:3181", list(range(100, 2100)))
             elapsed = time.monotonic() - t0
     finally:
-        proc.kill()
-        proc.wait()
+        reap(proc)
     outcomes = [got[i].outcome for i in range(100, 2100)]
     assert Outcome.ENTRIES in outcomes and Outcome.UNAVAILABLE in outcomes  # it really died mid-stream
     assert Outcome.NO_LEDGER not in outcomes and Outcome.INVALID not in outcomes
@@ -301,8 +301,7 @@ def test_a_hung_agent_costs_one_deadline(synthetic: Path) -> None:
             got = c.fetch("b1:3181", [1, 2])
             elapsed = time.monotonic() - t0
     finally:
-        proc.kill()
-        proc.wait()
+        reap(proc)
     assert {a.outcome for a in got.values()} == {Outcome.UNAVAILABLE}
     assert "DEADLINE_EXCEEDED" in got[1].reason and elapsed < 3
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import signal
 import socket
@@ -28,6 +27,7 @@ from scrutiny.testing import store_at
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import free_port
+from scrutiny.testing.processes import reap
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 from tests.conftest import place_on
 from tests.helpers import auditor_process, wait_for
@@ -219,8 +219,7 @@ def test_failover_keeps_the_cadence_and_the_alerts(cluster: tuple[DemoCluster, s
         redirect = auditor_pb2.RescanResponse()
         assert refusal.details[0].Unpack(redirect) and redirect.leader_address == a
         assert dict(err.value.trailing_metadata() or ())["leader-address"] == a  # type: ignore[attr-defined]
-        os.kill(first.pid, signal.SIGKILL)
-        first.wait()
+        reap(first)
         killed_at = time.time()
         t0 = time.monotonic()
         wait_for(lambda: _status(b).role == auditor_pb2.LEADER, 20)
@@ -250,8 +249,7 @@ def test_failover_keeps_the_cadence_and_the_alerts(cluster: tuple[DemoCluster, s
     finally:
         for p in (first, second):
             if p is not None:
-                p.kill()
-                p.wait()
+                reap(p)
     # what an operator reads in the logs: where things are served, which kind of run counted what, who leads
     text = [log.read_text() for log in logs]
     assert f"auditor RPC on 127.0.0.1:{ports[0]}" in text[0] and f"/metrics on 127.0.0.1:{metric_ports[0]}" in text[0]

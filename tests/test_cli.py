@@ -18,6 +18,7 @@ from scrutiny.config import ConfigError, ScanSettings, build
 from scrutiny.testing import store_on
 from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper, free_port
+from scrutiny.testing.processes import reap
 from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 SCRUTINY = [sys.executable, "-m", "scrutiny.cli"]
@@ -147,8 +148,7 @@ def test_bookie_agent_command_registers_and_stops_cleanly(zk_server: LocalZooKee
         assert proc.wait(timeout=20) == 0
         assert not zk_client.exists(node)
     finally:
-        proc.kill()
-        proc.wait()
+        reap(proc)
     res = scrutiny("bookie-agent", "--bookie-id", "x:1", "--source", "bridge")
     assert res.returncode == 2 and "--bookie-address" in res.stderr
 

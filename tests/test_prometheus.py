@@ -31,6 +31,7 @@ from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
 from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper, free_port
+from scrutiny.testing.processes import stop
 from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -211,8 +212,7 @@ class Prometheus:
         return {a["activeAt"] for a in self.alerts() if a["labels"]["alertname"] == alertname}
 
     def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
+        stop(self.proc)
 
 
 @pytest.fixture

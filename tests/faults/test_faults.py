@@ -4,7 +4,6 @@ only the truth."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import DemoCluster, bookie, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper, expire_session
+from scrutiny.testing.processes import reap
 from scrutiny.testing.synthetic import SyntheticStoreWriter
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 from tests.helpers import auditor_process, slow_agent
@@ -153,8 +153,7 @@ def test_hung_agent_costs_its_deadlines_then_bookie_unavailable(zk_server: Local
         report = ScrutinyRun(settings, LocalEngine()).execute()
         elapsed = time.monotonic() - t0
     finally:
-        proc.kill()
-        proc.wait()
+        reap(proc)
     assert found(report) == {("BOOKIE_UNAVAILABLE", i) for i in range(1, 6)}
     assert elapsed < 10  # two deadlines (first look 1 s, re-check 3 s) and the delay, not 5 x 60 s
     # up but overloaded: it answers its health check, so the finding says slow, not down
@@ -174,8 +173,7 @@ def test_an_agent_slower_than_the_first_deadline_gets_a_longer_one_at_the_delaye
                                 bookie_recheck_deadline_seconds=6.0, bookie_endpoints={bookie(1): f"127.0.0.1:{port}"})
         report = ScrutinyRun(settings, LocalEngine()).execute()
     finally:
-        proc.kill()
-        proc.wait()
+        reap(proc)
     assert report.complete and found(report) == set()  # slow is not down: it answered the delayed look
     assert report.stats["potentially_faulty"] == 5 and report.stats["bookie_calls_failed"] >= 1
 
@@ -270,18 +268,15 @@ def test_leader_killed_mid_run_the_standby_redoes_it_once(zk_server: LocalZooKee
         procs.append(auditor_process(configs[1]))  # ... when the standby joins
         procs[1].stdout.readline()  # type: ignore[union-attr]
         time.sleep(1.0)
-        os.kill(procs[0].pid, signal.SIGKILL)
-        procs[0].wait()
+        reap(procs[0])
         deadline = time.monotonic() + 60
         while not list((tmp_path / "reports1" / "full").glob("*.json")) and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(1)
     finally:
         for p in procs:
-            p.kill()
-            p.wait()
-        agent.kill()
-        agent.wait()
+            reap(p)
+        reap(agent)
     assert not list((tmp_path / "reports0").rglob("*.json"))  # the killed leader never finished
     redone = list((tmp_path / "reports1" / "full").glob("*.json"))
     assert len(redone) == 1  # redone once by the new leader: not lost, not duplicated
@@ -320,9 +315,8 @@ def test_a_spark_executor_failing_mid_job_is_retried_with_the_same_findings(
             time.sleep(0.05)
         assert scan.wait(timeout=240) == 1, scan.stderr.read()[-3000:] if scan.stderr else ""
     finally:
-        scan.kill()
-        agent.kill()
-        agent.wait()
+        reap(scan)
+        reap(agent)
     assert killed == 1
     report = json.loads(out.read_text())
     assert report["complete"]
