@@ -37,16 +37,25 @@ from scrutiny.testing.synthetic import SyntheticStoreWriter
 from scrutiny.v1 import bookie_pb2
 
 BOOKIES = [f"127.0.6.{n}:3181" for n in range(1, 4)]
-LAST = 19  # every ledger here closes at entry 19 (E 3, WQ 2, AQ 2)
+NEW = "127.0.6.4:3181"  # ledger 7's replacement for BOOKIES[2], from entry 20 (past its close)
+LAST = 19  # every ledger here closes at entry 19 (E 3, WQ 2, AQ 2), but ledger 8 (empty)
+CHANGED = (BOOKIES[0], BOOKIES[1], NEW)
 
 
 def ledger(lid: int) -> LedgerMetadata:
     return LedgerMetadata(lid, LedgerState.CLOSED, 3, 2, 2, LAST, 0, (Segment(0, tuple(BOOKIES)),))
 
 
-def on(bookie: str, eid: int) -> bool:
-    """Is entry `eid` on this bookie's part of the write set (round robin over the one ensemble)?"""
-    return (BOOKIES.index(bookie) - eid) % 3 < 2
+def on(bookie: str, eid: int, ensemble: list[str] | tuple[str, ...] = BOOKIES) -> bool:
+    """Is entry `eid` on this bookie's part of the write set (round robin over the ensemble)?"""
+    return bookie in ensemble and (list(ensemble).index(bookie) - eid) % 3 < 2
+
+
+def past_the_close() -> list[LedgerMetadata]:
+    """Ledger 7: closed at 19 while adds were in flight behind an ensemble change at 20 (BookKeeper's own
+    auditor tests have this shape); ledger 8: closed empty."""
+    return [LedgerMetadata(7, LedgerState.CLOSED, 3, 2, 2, LAST, 0, (Segment(0, tuple(BOOKIES)), Segment(20, CHANGED))),
+            LedgerMetadata(8, LedgerState.CLOSED, 3, 2, 2, -1, 0, (Segment(0, tuple(BOOKIES)),))]
 
 
 def stored(lid: int, eid: int) -> bytes:
@@ -71,12 +80,13 @@ def cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str
     """Ledgers 1..6, all healthy, on three live DbLedgerStorage bookies with agents; and above the close:
     ledger 2's entries 20-24 on both bookies of each write set (a replaced bookie took the old writer's
     adds after the close), ledger 3's entry 20 on one bookie and 21 on two (a recovery's residue: 21
-    came after an entry that never reached AQ)."""
+    came after an entry that never reached AQ); ledger 7's entries 20-22 on both bookies of their write
+    sets in its last segment (which starts past the close), ledger 8's 0-2 past its empty close."""
     root = f"{zk_namespace}/ledgers"
     writer = ClusterWriter(zk_client, root)
     writer.init_cluster()
-    writer.write_ledgers([ledger(lid) for lid in range(1, 7)])
-    for b in BOOKIES:
+    writer.write_ledgers([ledger(lid) for lid in range(1, 7)] + past_the_close())
+    for b in [*BOOKIES, NEW]:
         writer.register_bookie(BookieRegistration(b, False))
     uri = f"zk+hierarchical://{zk_server.hosts}{root}"
     store = store_on(zk_client, uri)
@@ -84,13 +94,16 @@ def cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str
             3: {BOOKIES[1]: [20, 21], BOOKIES[2]: [21]}}
     indexes, agents = {}, []
     try:
-        for n, b in enumerate(BOOKIES):
+        for n, b in enumerate([*BOOKIES, NEW]):
             path = tmp_path / f"bookie{n}"
             index = LiveBookie(path)
             log = EntryLog(path, 1)
-            for lid in range(1, 7):
-                mine = [e for e in range(LAST + 1) if on(b, e)] + past.get(lid, {}).get(b, [])
-                index.write(lid, {e: stored(lid, e) for e in mine}, log)
+            for lid in range(1, 9):
+                mine = [e for e in range(LAST + 1) if on(b, e) and lid < 8] + past.get(lid, {}).get(b, [])
+                mine += [e for e in range(20, 23) if lid == 7 and on(b, e, CHANGED)]
+                mine += [e for e in range(3) if lid == 8 and on(b, e)]
+                if mine:
+                    index.write(lid, {e: stored(lid, e) for e in mine}, log)
             log.finish()
             index.flush()
             indexes[b] = index
@@ -115,10 +128,16 @@ def test_writes_after_the_close_are_found_and_a_recovery_residue_is_not(cluster:
                                                                         spark_engine: object) -> None:
     report = ScrutinyRun(cluster.settings, spark_engine).execute()  # type: ignore[arg-type]
     assert report.complete, report.errors
-    assert found(report) == {("ENTRIES_PAST_THE_CLOSE", 2)}
-    (v,) = report.violations
+    assert found(report) == {("ENTRIES_PAST_THE_CLOSE", 2), ("ENTRIES_PAST_THE_CLOSE", 7),
+                             ("ENTRIES_PAST_THE_CLOSE", 8)}
+    v, changed, empty = sorted(report.violations, key=lambda v: v.ledger_id)
     assert v.details["entries"] == [[20, 24]] and v.details["count"] == 5 and v.details["least_copies"] == 2
     assert set(v.bookies) == set(BOOKIES) and v.details["ensemble"] == BOOKIES
+    # the new bookie of a segment starting past the close is asked, and its copies count
+    assert changed.details["entries"] == [[20, 22]] and changed.details["ensemble"] == list(CHANGED)
+    assert NEW in changed.bookies and changed.details["least_copies"] == 2
+    assert empty.details["entries"] == [[0, 2]] and empty.details["last_entry_id"] == -1
+    assert report.ledgers["skipped_empty"] == 1 and report.ledgers["checked"] == 7
     assert report.stats["ledgers_with_residue_past_the_close"] == 1  # ledger 3
     assert report.exit_status() == 0  # a warning (docs/entries-past-the-close.md)
     assert "above lastEntryId 19" in report.render_text()
@@ -129,7 +148,7 @@ def test_an_orphan_older_than_the_grace_is_found_and_a_just_deleted_ledger_is_no
     cluster.writer.delete_ledger(6)  # collected before the next run: never an orphan
     first = ScrutinyRun(cluster.settings, LocalEngine(), record_sightings=True).execute()
     assert "ORPHAN_LEDGER" not in {c for c, _ in found(first)}  # first seen now
-    assert first.stats["orphan_candidates"] == 6 and first.stats["orphan_bookies_listed"] == 3
+    assert first.stats["orphan_candidates"] == 6 and first.stats["orphan_bookies_listed"] == 4
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert all(f"`{name}`" in readme and name in first.stats for name in HOLDINGS_STATS)
     cluster.collect(6)

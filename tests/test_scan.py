@@ -216,7 +216,10 @@ def test_weak_durability_policies_are_named_per_ledger_and_per_topic(
     policies = {1: (3, 1, 1), 2: (3, 2, 1), 3: (3, 2, 2), 6: (3, 3, 2)}  # ledger -> E, WQ, AQ
     mds = [LedgerMetadata(lid, LedgerState.CLOSED, e, wq, aq, 29, 0, (Segment(0, tuple(bookies)),),
                           custom_metadata=pulsar_keys(lid)) for lid, (e, wq, aq) in policies.items()]
-    w.write_ledgers(mds)
+    # still being written: the policy is in the metadata from creation, the topic is named now
+    writing = [LedgerMetadata(lid, LedgerState.OPEN, 3, wq, aq, -1, 0, (Segment(0, tuple(bookies)),),
+                              custom_metadata=pulsar_keys(lid)) for lid, wq, aq in ((7, 1, 1), (8, 2, 2))]
+    w.write_ledgers(mds + writing)
     for b in bookies:
         w.register_bookie(BookieRegistration(b, False))
         for md in mds:
@@ -232,12 +235,13 @@ def test_weak_durability_policies_are_named_per_ledger_and_per_topic(
     finally:
         for a in agents:
             a.stop(grace=0)
-    assert found(report.violations) == {("WEAK_DURABILITY_POLICY", 1), ("WEAK_DURABILITY_POLICY", 2)}
-    assert report.exit_status() == 0  # a warning
+    assert found(report.violations) == {("WEAK_DURABILITY_POLICY", 1), ("WEAK_DURABILITY_POLICY", 2),
+                                        ("WEAK_DURABILITY_POLICY", 7)}
+    assert report.exit_status() == 0 and report.ledgers["skipped_open"] == 2  # a warning; coverage: closed only
     reasons = {v.ledger_id: v.details["reasons"] for v in report.violations}
     assert "every entry has one copy" in reasons[1][0] and "acknowledged with 1 copy" in reasons[1][1]
     assert len(reasons[2]) == 1 and "ack quorum 1" in reasons[2][0]
     topics = {o["name"]: o["counts"] for o in report.owners}
     assert topics == {"persistent://public/demo/topic-1": {"WEAK_DURABILITY_POLICY": 1},
-                      "persistent://public/demo/topic-2": {"WEAK_DURABILITY_POLICY": 1}}
-    assert found(stricter.violations) == {("WEAK_DURABILITY_POLICY", i) for i in (1, 2, 3)}  # WQ 2 < 3
+                      "persistent://public/demo/topic-2": {"WEAK_DURABILITY_POLICY": 2}}  # ledgers 2 and 7
+    assert found(stricter.violations) == {("WEAK_DURABILITY_POLICY", i) for i in (1, 2, 3, 7, 8)}  # WQ 2 < 3

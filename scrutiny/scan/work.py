@@ -227,8 +227,17 @@ def select(ctx: RunContext, reads: Iterable[LedgerRead]) -> Selection:
                                         {"error": read.error or "unknown"}))
         elif not md.closed:
             counts["skipped_open"] += 1
+            # The policy is in the metadata from creation: a topic writing with WQ 1 is named while it
+            # writes, not hours later when Pulsar rolls the ledger (coverage stays closed-only, BP-34).
+            if ctx.placement and not ctx.without and (weak := check_durability_policy(
+                    md, ctx.settings.min_write_quorum, ctx.settings.min_ack_quorum)) is not None:
+                violations.append(weak)
         elif md.last_entry_id < 0:
             counts["skipped_empty"] += 1
+            if read.ledger_id not in ctx.marked:
+                # Nothing to cover, but a writer may have gone on past an empty close: its bookies are
+                # asked for the entries past the close alone.
+                candidates.append(md)
         elif read.ledger_id in ctx.marked:
             counts["skipped_underreplicated"] += 1
         else:
@@ -236,18 +245,28 @@ def select(ctx: RunContext, reads: Iterable[LedgerRead]) -> Selection:
     return Selection(tuple(candidates), dict(counts), tuple(violations), tuple(deleted), tuple(marked_in_scope))
 
 
-def by_bookie(ledgers: Iterable[LedgerMetadata]) -> dict[str, list[LedgerMetadata]]:
-    """The ledgers each bookie is asked about: those whose (non-empty) segments name it."""
+def by_bookie(ledgers: Iterable[LedgerMetadata], past_the_close: bool = False) -> dict[str, list[LedgerMetadata]]:
+    """The ledgers each bookie is asked about: those whose non-empty segments name it; with
+    `past_the_close`, every bookie the metadata names. A segment that starts past lastEntryId (an
+    ensemble change behind adds in flight at the close) expects nothing, yet its bookies may hold the
+    entries from lastEntryId + 1 that belong to it."""
     out: dict[str, list[LedgerMetadata]] = {}
     for md in ledgers:
         ranges = md.segment_ranges()
-        for b in md.bookies if len(ranges) == len(md.segments) else {b for seg, _, _ in ranges for b in seg.ensemble}:
+        every = past_the_close or len(ranges) == len(md.segments)
+        for b in md.bookies if every else {b for seg, _, _ in ranges for b in seg.ensemble}:
             out.setdefault(b, []).append(md)
     return out
 
 
 def wanted(ledgers: Iterable[LedgerMetadata]) -> dict[str, list[int]]:
-    return {b: [md.ledger_id for md in mds] for b, mds in by_bookie(ledgers).items()}
+    return {b: [md.ledger_id for md in mds] for b, mds in by_bookie(ledgers, past_the_close=True).items()}
+
+
+def answers_for(md: LedgerMetadata, answers: Answers) -> dict[str, BookieAnswer]:
+    """What each bookie of the ledger said about it."""
+    lid = md.ledger_id
+    return {b: ans for b in md.bookies if (ans := answers.get(b, _NOTHING).get(lid)) is not None}
 
 
 def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], answers: Answers,
@@ -269,8 +288,17 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     encoded = {b: a.encoded for b, a in answers.items() if isinstance(a, BookieAnswers)}
     healthy = (held_exactly_their_shares(ledgers, encoded) if encoded and deep is None and not ctx.without
                else [False] * len(ledgers))
+    checked = 0
     for md, held in zip(ledgers, healthy, strict=True):
         found: list[Violation] = []
+        if md.last_entry_id < 0:
+            if not ctx.without:
+                past = check_past_the_close(md, answers_for(md, answers))
+                residue += past.residue
+                if past.violation is not None:
+                    violations.append(_owned(past.violation, md))
+            continue
+        checked += 1
         per, cov = analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty, deep_answers, held)
         settled = md.ledger_id not in faulty
         limbo += bool(mode is Pass.FINAL and settled and cov.limbo)
@@ -301,8 +329,13 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
              for (scope, name), n in below.items()}
     stats = {k: n for k, n in (("ledgers_with_limbo_copies", limbo),
                                ("ledgers_with_residue_past_the_close", residue)) if n}
-    return RangeResult(counts={"checked": len(ledgers)}, violations=tuple(violations), potentially_faulty=faulty,
+    return RangeResult(counts={"checked": checked}, violations=tuple(violations), potentially_faulty=faulty,
                        stats={**stats, **deep_stats(deep)} if deep is not None else stats, blast=blast)
+
+
+def _owned(v: Violation, md: LedgerMetadata) -> Violation:
+    owner = owner_from_custom_metadata(md.custom_metadata)
+    return dataclasses.replace(v, owner=owner) if owner else v
 
 
 def deep_stats(deep: DeepAnswers) -> dict[str, int]:
@@ -339,7 +372,7 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
     if held:
         return _NOTHING, healthy_coverage(md.write_quorum)
     lid = md.ledger_id
-    per = {b: ans for b in md.bookies if (ans := answers.get(b, _NOTHING).get(lid)) is not None}
+    per = answers_for(md, answers)
     if mode is Pass.FINAL:
         for b in ctx.lost_bookies & per.keys():
             if per[b].outcome is Outcome.UNAVAILABLE:
@@ -457,8 +490,8 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
         s = ctx.settings
         deadline = s.recheck_deadline if mode is Pass.FINAL else s.bookie_deadline_seconds
         answers = client.fetch_many(wanted(selection.candidates), deadline) if selection.candidates else {}
-        deep = client.verify_many(by_bookie([md for md in selection.candidates
-                                               if in_deep_slice(md.ledger_id, s.deep_slices, s.deep_slice)]),
+        deep = client.verify_many(by_bookie([md for md in selection.candidates if md.last_entry_id >= 0
+                                             and in_deep_slice(md.ledger_id, s.deep_slices, s.deep_slice)]),
                                   s.deep_send_passwords) if s.deep else None
         checked = classify(ctx, mode, selection.candidates, answers, deep)
         io_stats = {"bookie_calls_failed": client.failed_calls - failed_before, "zk_reads": store.reads - reads_before,
