@@ -28,6 +28,7 @@ class Category(enum.StrEnum):
     WEAK_DURABILITY_POLICY = "WEAK_DURABILITY_POLICY"
     ENTRIES_PAST_THE_CLOSE = "ENTRIES_PAST_THE_CLOSE"
     ORPHAN_LEDGER = "ORPHAN_LEDGER"
+    LOST_BOOKIE_RECOVERY_NOT_STARTED = "LOST_BOOKIE_RECOVERY_NOT_STARTED"
 
 
 class Severity(enum.StrEnum):
@@ -138,6 +139,15 @@ def _orphan(d: Mapping[str, Any]) -> list[str]:
                    f"{d['grace_period_seconds']} s)"]
 
 
+def _lost(d: Mapping[str, Any]) -> list[str]:
+    since = ", ".join(f"{b} since {t or 'this run'}" for b, t in d.get("seen_gone_since", {}).items())
+    risk = "below AQ: data at risk now" if d.get("below_ack_quorum") else "still at AQ or more"
+    off = "; replication is disabled (underreplication/disable)" if d.get("replication_disabled") else ""
+    return [f"unregistered: {since}; not marked under-replicated after lostBookieRecoveryDelay "
+            f"{d.get('lost_bookie_recovery_delay_seconds')} s + grace {d.get('grace_period_seconds')} s{off}",
+            f"{d.get('least_copies')} of {d.get('write_quorum')} copies left on registered bookies ({risk})"]
+
+
 def _error(d: Mapping[str, Any]) -> list[str]:
     return [str(d["error"])] if "error" in d else []
 
@@ -189,6 +199,10 @@ REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
                  "entries above the closed ledger's lastEntryId, from lastEntryId + 1 on, each with at least AQ "
                  "copies on its write set: a writer may have had them acknowledged, and the ledger does not "
                  "contain them", _past_the_close, rank=6.5),
+    CategorySpec(Category.LOST_BOOKIE_RECOVERY_NOT_STARTED, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
+                 "a closed ledger names a bookie whose registration has been gone for longer than "
+                 "lostBookieRecoveryDelay plus a grace, and is not marked under-replicated: nobody is repairing it",
+                 _lost, rank=2.5),
     CategorySpec(Category.ORPHAN_LEDGER, Phase.HOLDINGS, Severity.WARNING, frozenset({Fact.ABSENT}),
                  "a bookie holds a ledger the metadata has not had for longer than the grace period: disk held "
                  "for nothing, or a garbage collector that stopped", _orphan, rank=10),

@@ -18,6 +18,7 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -534,7 +535,7 @@ def blast_radius(md: LedgerMetadata, answers: Mapping[str, BookieAnswer], locati
             return out
 
         def left(gone: Collection[str]) -> int:
-            return wq - _most_in_a_write_set(md, set(gone))
+            return wq - most_in_a_write_set(md, set(gone))
     else:
         def left(gone: Collection[str]) -> int:
             return coverage_without(md, answers, gone).least_copies
@@ -565,7 +566,7 @@ def _full_turns_without(ensemble: Sequence[str], wq: int, locations: Mapping[str
     return out
 
 
-def _most_in_a_write_set(md: LedgerMetadata, gone: set[str]) -> int:
+def most_in_a_write_set(md: LedgerMetadata, gone: set[str]) -> int:
     """The most bookies of `gone` in the write set of any entry of the closed ledger."""
     e, wq = md.ensemble_size, md.write_quorum
     most = 0
@@ -574,6 +575,11 @@ def _most_in_a_write_set(md: LedgerMetadata, gone: set[str]) -> int:
         for i in starts:
             most = max(most, sum(1 for j in range(wq) if seg.ensemble[(i + j) % e] in gone))
     return most
+
+
+def iso(ms: int) -> str:
+    """A time as the report writes times (ISO-8601 UTC, milliseconds)."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 WOULD_HAVE = {Category.NO_REPLICA_OF_AN_ENTRY: Category.WOULD_HAVE_NO_REPLICA_OF_AN_ENTRY,

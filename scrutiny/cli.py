@@ -147,6 +147,14 @@ def _scan_flags(p: argparse.ArgumentParser) -> None:
                         "(the auditor's sightings; default 3600; 0: at once)")
     p.add_argument("--no-orphan-check", dest="orphan_check", action="store_false", default=None,
                    help="do not list what the bookies hold (the reverse check of whole-cluster runs)")
+    p.add_argument("--lost-bookie-grace-period", type=int, metavar="SECONDS",
+                   help="LOST_BOOKIE_RECOVERY_NOT_STARTED once a bookie has been seen unregistered for "
+                        "lostBookieRecoveryDelay plus this long and its ledgers are not marked (default 300; "
+                        "a bookie the auditor never saw gone is first seen now; 0 with a delay of 0: at once)")
+    p.add_argument("--lost-bookie-recovery-delay", type=int, metavar="SECONDS",
+                   help="BookKeeper's lostBookieRecoveryDelay where the store has none (default 0)")
+    p.add_argument("--no-lost-bookie-check", dest="lost_bookie_check", action="store_false", default=None,
+                   help="do not check that the ledgers of bookies gone from the registrations are marked")
     p.add_argument("--write-cache-grace", dest="write_cache_grace_seconds", type=float, metavar="SECONDS",
                    help="re-check instead of report ledgers closed less than this ago (bookie write cache)")
     p.add_argument("--ledger", action="append", type=int, metavar="ID", help="scan only these (repeatable)")

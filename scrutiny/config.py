@@ -88,6 +88,10 @@ class ScanSettings(ClusterSettings):
     # the reverse check (whole-cluster runs): ledgers the bookies hold that the metadata does not have
     orphan_check: bool = True
     orphan_grace_period: int = 3600  # seconds seen held and absent before ORPHAN_LEDGER (> gcWaitTime)
+    # a bookie gone from the registrations: its ledgers must be marked under-replicated after this long
+    lost_bookie_check: bool = True
+    lost_bookie_recovery_delay: int = 0  # BookKeeper's lostBookieRecoveryDelay, where the store keeps none
+    lost_bookie_grace_period: int = 300  # beyond it: BookKeeper's auditor indexes every ledger, then marks
     # deep scrub: the stored bytes read and verified by the agents (DbLedgerStorage)
     deep: bool = False
     deep_slices: int = 1  # a deep pass in this many slices of the ledgers; a run verifies one
@@ -127,6 +131,8 @@ class ScanSettings(ClusterSettings):
             (self.underreplicated_grace_period >= 0, "underreplicated_grace_period", "0 (off) or more seconds"),
             (self.recheck_delay >= 0, "recheck_delay", "0 or more seconds"),
             (self.orphan_grace_period >= 0, "orphan_grace_period", "0 or more seconds"),
+            (self.lost_bookie_recovery_delay >= 0, "lost_bookie_recovery_delay", "0 or more seconds"),
+            (self.lost_bookie_grace_period >= 0, "lost_bookie_grace_period", "0 or more seconds"),
             (self.bookie_deadline_seconds > 0, "bookie_deadline_seconds", "more than 0"),
             (self.bookie_recheck_deadline_seconds == 0 or self.bookie_recheck_deadline_seconds
              >= self.bookie_deadline_seconds, "bookie_recheck_deadline_seconds",

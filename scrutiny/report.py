@@ -18,7 +18,8 @@ RUN_STATS = ("underreplicated_marks", "first_pass_ms", "recheck_ms", "verify_ms"
              "rechecked_again", "left_unsettled_after_rechecks", "reanalyzed_after_metadata_change",
              "reanalyzed_after_rack_change", "relooked_after_registration_change", "dropped_marked_during_run",
              "marks_gone_before_reporting", "dropped_offloaded", "ledgers_with_limbo_copies",
-             "ledgers_with_residue_past_the_close", "bookie_calls_failed")
+             "ledgers_with_residue_past_the_close", "bookie_calls_failed", "lost_bookies",
+             "lost_bookie_ledgers_not_yet_due")
 # Deep runs add these. Units: ledgers (deep_ledgers_verified), copies of a ledger on one bookie
 # (deep_copies_unverified, deep_copies_digest_unchecked), entry copies (deep_entries_verified,
 # deep_entries_corrupt: an entry on two bookies counts twice), bytes (deep_bytes_read).

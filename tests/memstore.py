@@ -33,6 +33,8 @@ class MemoryCluster:
     cadence: dict[str, int] = field(default_factory=dict)
     deep_pass: bytes | None = None
     orphan_sightings: bytes | None = None
+    lost_bookie_sightings: bytes | None = None
+    lost_bookie_recovery_delay: int | None = None
     last_runs: dict[str, bytes] = field(default_factory=dict)
     replication_disabled: bool = False
     up: bool = True
@@ -121,6 +123,9 @@ class MemoryStore(MetadataStore):
     def replication_disabled(self) -> bool:
         return self._check().replication_disabled
 
+    def lost_bookie_recovery_delay(self) -> int | None:
+        return self._check().lost_bookie_recovery_delay
+
     def registrations(self) -> Registrations:
         c = self._check()
         return Registrations({b: r for b, r in c.bookies.items() if not r.readonly},
@@ -165,6 +170,12 @@ class MemoryStore(MetadataStore):
 
     def set_orphan_sightings(self, data: bytes) -> None:
         self._check().orphan_sightings = data
+
+    def lost_bookie_sightings(self) -> bytes | None:
+        return self._check().lost_bookie_sightings
+
+    def set_lost_bookie_sightings(self, data: bytes) -> None:
+        self._check().lost_bookie_sightings = data
 
     def on_session_lost(self, callback: Callable[[], None]) -> None:
         pass

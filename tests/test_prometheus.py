@@ -55,7 +55,9 @@ def a_run(kind: str = "full", whole: bool = True) -> FinishedRun:
                   Violation(Category.BOOKIE_UNAVAILABLE, 9, ("b2:3181",)),
                   Violation(Category.ORPHAN_LEDGER, 10, ("b1:3181", "b3:3181"),
                             {"held_by": {"b1:3181": {"entries": 5, "bytes": 500}, "b3:3181": {"entries": 4}}}),
-                  Violation(Category.ORPHAN_LEDGER, 11, ("b1:3181",), {"held_by": {"b1:3181": {"entries": 2}}})]
+                  Violation(Category.ORPHAN_LEDGER, 11, ("b1:3181",), {"held_by": {"b1:3181": {"entries": 2}}}),
+                  Violation(Category.LOST_BOOKIE_RECOVERY_NOT_STARTED, 12, ("b4:3181",), {"below_ack_quorum": True}),
+                  Violation(Category.LOST_BOOKIE_RECOVERY_NOT_STARTED, 13, ("b4:3181",), {"below_ack_quorum": False})]
     report = Report("r1", "s", "f", True, {"checked": 40}, Findings(violations),
                     stats={"first_pass_ms": 1500, "bookie_calls_failed": 3, "underreplicated_marks": 2},
                     blast_radius={"bookies": {"b1:3181": {"ledgers_below_aq": 5, "ledgers_without_a_copy": 1,
@@ -79,6 +81,8 @@ def test_the_auditor_sink_exports_bookkeepers_names_and_its_own() -> None:
         assert sample(text, "scrutiny_last_run_phase_seconds", '{kind="full",phase="first_pass"}') == 1.5
         assert sample(text, "scrutiny_underreplicated_ledgers") == 2 and sample(text, "scrutiny_leader") == 1
         assert sample(text, "scrutiny_blast_radius_ledgers", '{impact="below_aq",name="b1:3181",scope="bookie"}') == 5
+        assert sample(text, "scrutiny_lost_bookie_ledgers", '{bookie="b4:3181"}') == 2
+        assert sample(text, "scrutiny_lost_bookie_ledgers_below_aq", '{bookie="b4:3181"}') == 1
         assert "ledger_id" not in text and "=\"7\"" not in text  # bounded labels: never a ledger id
         # a rescan of some ledgers counts, but does not replace the whole cluster's gauges
         rescan = Report("r2", "s", "f", True, {"checked": 1}, Findings())

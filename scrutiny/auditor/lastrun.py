@@ -42,6 +42,7 @@ class RunSummary:
     blast_radius: dict[str, dict[str, dict[str, int]]] | None = None
     ran_by: str = ""  # the auditor that ran it
     orphans: dict[str, dict[str, int]] = field(default_factory=dict)  # bookie -> ledgers, entries, bytes held
+    lost: dict[str, dict[str, int]] = field(default_factory=dict)  # lost bookie -> its unmarked ledgers, below AQ
 
     @classmethod
     def of(cls, kind: str, report: Report, finished_ms: int, duration_ms: int, categories: tuple[Category, ...],
@@ -59,10 +60,16 @@ class RunSummary:
             for v in report.violations.of_category(Category.ORPHAN_LEDGER):
                 for b, held in v.details.get("held_by", {}).items():
                     orphans.setdefault(b, Counter()).update(ledgers=1, **held)
+        lost: dict[str, Counter[str]] = {}
+        if Category.LOST_BOOKIE_RECOVERY_NOT_STARTED in categories:
+            for v in report.violations.of_category(Category.LOST_BOOKIE_RECOVERY_NOT_STARTED):
+                for b in v.bookies:
+                    lost.setdefault(b, Counter()).update(ledgers=1, below_aq=int(bool(v.details["below_ack_quorum"])))
         return cls(kind, report.run_id, report.started_at, finished_ms, duration_ms,
                    {str(c): counts[str(c)] for c in categories}, dict(report.ledgers), dict(report.stats),
                    dict(sorted(unavailable.items())), tuple(sorted(set(unavailable) - down)), report.blast_radius,
-                   ran_by, {b: dict(n) for b, n in sorted(orphans.items())})
+                   ran_by, {b: dict(n) for b, n in sorted(orphans.items())},
+                   {b: {"ledgers": n["ledgers"], "below_aq": n["below_aq"]} for b, n in sorted(lost.items())})
 
     @property
     def finished_at(self) -> str:
@@ -76,7 +83,7 @@ class RunSummary:
                 "finished_ms": self.finished_ms, "duration_ms": self.duration_ms, "ran_by": self.ran_by,
                 "counts": self.counts, "ledgers": self.ledgers, "stats": self.stats,
                 "unavailable": self.unavailable, "slow": list(self.slow), "blast_radius": self.blast_radius,
-                "orphans": self.orphans}
+                "orphans": self.orphans, "lost": self.lost}
 
     def to_bytes(self) -> bytes:
         return json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True).encode()
@@ -96,7 +103,7 @@ class RunSummary:
             return cls(_str(doc, "kind"), _str(doc, "run_id"), _str(doc, "started_at"), _int(doc, "finished_ms"),
                        _int(doc, "duration_ms"), _ints(doc, "counts"), _ints(doc, "ledgers"), _ints(doc, "stats"),
                        _ints(doc, "unavailable"), _strs(doc, "slow"), _blast(doc.get("blast_radius")),
-                       _str(doc, "ran_by"), _per_bookie(doc.get("orphans", {})))
+                       _str(doc, "ran_by"), _per_bookie(doc.get("orphans", {})), _per_bookie(doc.get("lost", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"{where}: {exc}") from None
 
@@ -168,7 +175,7 @@ def _strs(doc: dict[str, Any], key: str) -> tuple[str, ...]:
 def _per_bookie(value: Any) -> dict[str, dict[str, int]]:
     if not isinstance(value, dict) or not all(
             isinstance(f, dict) and all(isinstance(n, int) for n in f.values()) for f in value.values()):
-        raise TypeError("orphans is not {bookie: {figure: integer}}")
+        raise TypeError("orphans or lost is not {bookie: {figure: integer}}")
     return value
 
 

@@ -214,10 +214,13 @@ class PrometheusSink(ReportSink):
             slow: tuple[str, ...] = ()
             blast: dict[str, dict[str, dict[str, int]]] = {}
             orphans: dict[str, dict[str, int]] = {}
+            lost: dict[str, dict[str, int]] = {}
             deep_pass: dict[str, int] = {}
             for run in runs:
                 if run.looked_at(Category.ORPHAN_LEDGER):
                     orphans = run.orphans
+                if run.looked_at(Category.LOST_BOOKIE_RECOVERY_NOT_STARTED):
+                    lost = run.lost
                 counts.update(run.counts)
                 underreplicated = run.stats.get("underreplicated_marks", underreplicated)
                 if run.looked_at(Category.BOOKIE_UNAVAILABLE):
@@ -252,6 +255,7 @@ class PrometheusSink(ReportSink):
             yield unavailable_family
             yield from _blast_families(blast)
             yield from _orphan_families(orphans)
+            yield from _lost_families(lost)
             reported = CounterMetricFamily(f"{PREFIX}violations_reported", "findings reported, every run",
                                            labels=["category"])
             for cat in REGISTRY:
@@ -338,6 +342,20 @@ def _orphan_families(orphans: dict[str, dict[str, int]]) -> Iterator[Metric]:
     yield ledgers
     yield entries
     yield stored
+
+
+def _lost_families(lost: dict[str, dict[str, int]]) -> Iterator[Metric]:
+    """The ledgers of each lost bookie that nobody marked (LOST_BOOKIE_RECOVERY_NOT_STARTED, last full run)."""
+    ledgers = GaugeMetricFamily(f"{PREFIX}lost_bookie_ledgers", "closed ledgers naming this bookie, gone from the "
+                                "registrations past lostBookieRecoveryDelay and the grace, not marked "
+                                "under-replicated, last full run", labels=["bookie"])
+    below = GaugeMetricFamily(f"{PREFIX}lost_bookie_ledgers_below_aq", "those of them with some entry below its ack "
+                              "quorum on the bookies still registered", labels=["bookie"])
+    for bookie, f in sorted(lost.items()):
+        ledgers.add_metric([bookie], f.get("ledgers", 0))
+        below.add_metric([bookie], f.get("below_aq", 0))
+    yield ledgers
+    yield below
 
 
 def _bookkeeper_gauge(category: str) -> str:

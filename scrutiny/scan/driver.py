@@ -19,23 +19,23 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import numpy as np
 
 from scrutiny.bookieclient import BookieClient, HoldingsClient
 from scrutiny.categories import Category, Fact, resting_on
-from scrutiny.checks import Violation, check_underreplication_age
+from scrutiny.checks import Violation, check_underreplication_age, iso
 from scrutiny.config import ScanSettings
 from scrutiny.errors import DataError
 from scrutiny.findings import Findings
+from scrutiny.lostbookies import LostBookies, parse_sightings, sightings_to_bytes
 from scrutiny.metadata import UnderreplicationMark
 from scrutiny.orphans import LedgerIds, Sightings, not_enumerated, orphan
 from scrutiny.owners import UNKNOWN, owner_from_custom_metadata
 from scrutiny.report import DEEP_STATS, HOLDINGS_STATS, MARKS_STATS, RUN_STATS, Report, with_every_stat
 from scrutiny.scan.engines import Engine, Progress, make_engine
 from scrutiny.scan.work import LEDGER_COUNTERS, NO_SILENCES, Blast, Pass, RangeResult, RunContext, Silences
-from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, open_store
+from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, Registrations, open_store
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,6 @@ LOGGED_FINDINGS = 100  # a line each, worst first; a lost rack's million finding
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -73,6 +69,7 @@ class PendingRun:
     blast: dict[str, Blast] = field(default_factory=dict)
     enumerated: list[LedgerIds] = field(default_factory=list)  # every ledger id of the first pass (`holdings`)
     marked_in_scope: list[int] = field(default_factory=list)  # a one-bookie run's marked ledgers
+    unregistered: set[str] = field(default_factory=set)  # bookies named by checked ledgers, registered at no look
 
     def absorb(self, result: RangeResult, first_look: bool = True) -> None:
         """One range's result. Ledgers looked at again were counted at their first look: only their
@@ -85,6 +82,7 @@ class PendingRun:
             self.counts["deleted_during_run"] += result.counts.get("deleted_during_run", 0)
         for k, v in result.stats.items():
             self.stats[k] = max(self.stats[k], v) if "peak" in k else self.stats[k] + v
+        self.unregistered |= result.unregistered
         self.findings.add(result.violations)
         self.findings.drop(result.deleted)
         self.errors += result.errors
@@ -151,8 +149,9 @@ class ScrutinyRun:
             wanted = list(ledger_ids) if ledger_ids is not None else list(s.ledgers)
             scoped = bool(wanted)
             whole = not (scoped or only or s.topics)
+            lost = lost_bookies(store, regs, s) if s.lost_bookie_check and not gone else None
             ctx = RunContext(s, locations, frozenset(marks), addresses, started, only, without=gone,
-                             blast_radius=whole and s.blast_radius, holdings=whole and s.orphan_check)
+                             blast_radius=whole and s.blast_radius, holdings=whole and s.orphan_check, lost=lost)
             if s.topics and ledger_ids is None:
                 topics = store.pulsar_owners(s.topics)
                 problems += topics.problems
@@ -190,6 +189,9 @@ class ScrutinyRun:
             self._holdings(pending)
         except MetadataStoreUnavailable as exc:
             pending.errors.append(f"the reverse check (what the bookies hold): {exc}")
+        pending.stats["lost_bookies"] = len(pending.unregistered)
+        if self.record_sightings:
+            record_lost_bookies(pending, self.run_id)
         try:
             aged = [m for lid, m in pending.marks.items() if pending.scope is None or lid in pending.scope]
             pending.findings.add(aged_marks(pending.store, aged, self.settings.underreplicated_grace_period,
@@ -240,7 +242,8 @@ class ScrutinyRun:
             addresses = {**store.agent_addresses(), **self.settings.bookie_endpoints}
             again = dataclasses.replace(ctx, agent_addresses=addresses, now_ms=now_ms(), placement=False,
                                         lost_bookies=lost, registered=frozenset(filter(regs.registered, silent)),
-                                        silent_before=faulty)
+                                        silent_before=faulty, lost=ctx.lost and ctx.lost.with_registered(
+                                            [*regs.writable, *regs.readonly]))
             pending.findings.drop(faulty, only=_RECHECKED)
             faulty = self._pass(pending, again, store.ranges_of(faulty.ledger_ids), Pass.FINAL, first_look=False)
         if faulty:
@@ -312,7 +315,7 @@ class ScrutinyRun:
             absent = {r.ledger_id for r in store.read_ledgers(suspects) if r.deleted}
             candidates = {b: [lid for lid in ids.tolist() if lid in absent] for b, ids in held.items()}
             now = now_ms()
-            sightings = self._sightings(store).seen(candidates, now)
+            sightings = orphan_sightings(store).seen(candidates, now)
             stats.update(orphan_bookies_listed=len(held), orphan_bookies_not_listed=len(listed) - len(held),
                          orphan_candidates=sum(map(len, candidates.values())),
                          orphan_sightings_untracked=sightings.untracked)
@@ -335,14 +338,6 @@ class ScrutinyRun:
                 store.set_orphan_sightings(sightings.to_bytes())
             except Exception as exc:  # the next run sights them again: later, never early
                 log.warning("run %s: could not record the orphan sightings: %s", self.run_id, exc)
-
-    def _sightings(self, store: MetadataStore) -> Sightings:
-        data = store.orphan_sightings()
-        try:
-            return Sightings.parse(data, "the stored orphan sightings") if data else Sightings()
-        except DataError as exc:
-            log.error("%s: sighting every orphan anew", exc)
-            return Sightings()
 
     def _attach_owners(self, pending: PendingRun) -> None:
         """Pulsar's managed-ledger records, read once and only when needed: for findings on ledgers
@@ -391,6 +386,44 @@ class ScrutinyRun:
         out = set(pending.findings.naming(moved, categories=_ON_RACKS, or_none=True))
         pending.stats["reanalyzed_after_rack_change"] += len(out)
         return out
+
+
+def orphan_sightings(store: MetadataStore) -> Sightings:
+    data = store.orphan_sightings()
+    try:
+        return Sightings.parse(data, "the stored orphan sightings") if data else Sightings()
+    except DataError as exc:
+        log.error("%s: sighting every orphan anew", exc)
+        return Sightings()
+
+
+def lost_bookies(store: MetadataStore, regs: Registrations, settings: ScanSettings) -> LostBookies:
+    """What the lost-bookie check needs, read once at the start (`scrutiny.lostbookies`)."""
+    data = store.lost_bookie_sightings()
+    try:
+        first_seen = parse_sightings(data, "the stored lost-bookie sightings") if data else {}
+    except DataError as exc:
+        log.error("%s: seeing every lost bookie anew", exc)
+        first_seen = {}
+    delay = store.lost_bookie_recovery_delay()
+    return LostBookies(frozenset(regs.writable) | frozenset(regs.readonly), first_seen,
+                       settings.lost_bookie_recovery_delay if delay is None else delay,
+                       settings.lost_bookie_grace_period, store.replication_disabled())
+
+
+def record_lost_bookies(pending: PendingRun, run_id: str) -> None:
+    """The auditor keeps, from whole-cluster run to run, when each bookie named by some ledger was first
+    seen gone; a bookie registered again, or named by no ledger any more, is forgotten."""
+    lost = pending.ctx.lost
+    if lost is None or pending.scope is not None or pending.ctx.only_bookies:
+        return
+    seen = {b: lost.first_seen.get(b, pending.started_ms) for b in pending.unregistered}
+    if seen == dict(lost.first_seen):
+        return
+    try:
+        pending.store.set_lost_bookie_sightings(sightings_to_bytes(seen))
+    except Exception as exc:  # the next run sees them gone from then: later, never early
+        log.warning("run %s: could not record the lost-bookie sightings: %s", run_id, exc)
 
 
 def blast_radius_json(blast: Mapping[str, Blast]) -> dict[str, dict[str, dict[str, int]]]:

@@ -46,6 +46,7 @@ from scrutiny.checks import (
 )
 from scrutiny.config import ScanSettings
 from scrutiny.errors import DataError, StoreError
+from scrutiny.lostbookies import LostBookies, check_lost_bookie_recovery
 from scrutiny.metadata import LedgerMetadata
 from scrutiny.orphans import LedgerIds
 from scrutiny.owners import owner_from_custom_metadata
@@ -125,6 +126,7 @@ class RunContext:
     without: frozenset[str] = frozenset()  # a what-if: these bookies down (their copies gone)
     blast_radius: bool = False  # count, per bookie and per rack, what would fall below AQ without it
     holdings: bool = False  # the reverse check: bring back every ledger id enumerated (the first pass)
+    lost: LostBookies | None = None  # is anybody repairing the ledgers of bookies gone from the registrations?
     # FINAL passes only:
     lost_bookies: frozenset[str] = frozenset()  # unregistered at every look: their copies are gone
     registered: frozenset[str] = frozenset()  # registered now
@@ -163,6 +165,7 @@ class RangeResult:
     # "bookie:<id>" / "rack:<name>" -> (ledgers below AQ, ledgers without a copy, their topics, ...) if it went down
     blast: Mapping[str, Blast] = field(default_factory=dict)
     enumerated: tuple[LedgerIds, ...] = ()  # the ledger ids of the ranges, when the run asked (`holdings`)
+    unregistered: frozenset[str] = frozenset()  # bookies named by checked ledgers and registered at no look
 
     @staticmethod
     def merge(results: Iterable[RangeResult]) -> RangeResult:
@@ -175,8 +178,10 @@ class RangeResult:
         errors: list[str] = []
         blast: dict[str, Blast] = {}
         enumerated: list[LedgerIds] = []
+        unregistered: set[str] = set()
         for r in results:
             enumerated += r.enumerated
+            unregistered |= r.unregistered
             for key, b in r.blast.items():
                 blast[key] = b.plus(blast[key]) if key in blast else b
             counts.update(r.counts)
@@ -188,7 +193,7 @@ class RangeResult:
             marked += r.marked_in_scope
             errors += r.errors
         return RangeResult(dict(counts), tuple(violations), faulty, tuple(deleted), tuple(marked), tuple(errors),
-                           dict(stats), blast, tuple(enumerated))
+                           dict(stats), blast, tuple(enumerated), frozenset(unregistered))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,7 +293,8 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     encoded = {b: a.encoded for b, a in answers.items() if isinstance(a, BookieAnswers)}
     healthy = (held_exactly_their_shares(ledgers, encoded) if encoded and deep is None and not ctx.without
                else [False] * len(ledgers))
-    checked = 0
+    checked = not_due = 0
+    unregistered: set[str] = set()
     for md, held in zip(ledgers, healthy, strict=True):
         found: list[Violation] = []
         if md.last_entry_id < 0:
@@ -307,6 +313,13 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
             residue += past.residue
             if past.violation is not None:
                 found.append(past.violation)
+        if settled and ctx.lost is not None and not ctx.without and (gone := ctx.lost.gone(md)):
+            unregistered |= gone
+            v = check_lost_bookie_recovery(md, per, held, gone, ctx.lost, ctx.now_ms)
+            if v is not None:
+                found.append(v)
+            else:
+                not_due += 1
         owner = owner_from_custom_metadata(md.custom_metadata)
         if found:
             violations += [dataclasses.replace(v, owner=owner) for v in found] if owner else found
@@ -328,9 +341,11 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
                                       frozenset(topics_without.get((scope, name), ())))
              for (scope, name), n in below.items()}
     stats = {k: n for k, n in (("ledgers_with_limbo_copies", limbo),
-                               ("ledgers_with_residue_past_the_close", residue)) if n}
+                               ("ledgers_with_residue_past_the_close", residue),
+                               ("lost_bookie_ledgers_not_yet_due", not_due)) if n}
     return RangeResult(counts={"checked": checked}, violations=tuple(violations), potentially_faulty=faulty,
-                       stats={**stats, **deep_stats(deep)} if deep is not None else stats, blast=blast)
+                       stats={**stats, **deep_stats(deep)} if deep is not None else stats, blast=blast,
+                       unregistered=frozenset(unregistered))
 
 
 def _owned(v: Violation, md: LedgerMetadata) -> Violation:

@@ -131,6 +131,10 @@ class MetadataStore(ABC):
     @abstractmethod
     def replication_disabled(self) -> bool: ...
 
+    @abstractmethod
+    def lost_bookie_recovery_delay(self) -> int | None:
+        """BookKeeper's lostBookieRecoveryDelay as the cluster keeps it (`underreplication/`), if it does."""
+
     # -- bookies ----------------------------------------------------------------------------------
 
     @abstractmethod
@@ -189,6 +193,13 @@ class MetadataStore(ABC):
     def set_orphan_sightings(self, data: bytes) -> None: ...
 
     @abstractmethod
+    def lost_bookie_sightings(self) -> bytes | None:
+        """When each bookie gone from the registrations was first seen gone (JSON), as the leaders record it."""
+
+    @abstractmethod
+    def set_lost_bookie_sightings(self, data: bytes) -> None: ...
+
+    @abstractmethod
     def on_session_lost(self, callback: Callable[[], None]) -> None:
         """Call `callback` (it must not block) when the session, and the leadership it held, is lost."""
 
@@ -202,6 +213,12 @@ class MetadataStore(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def parse_recovery_delay(data: bytes | None) -> int | None:
+    """`underreplication/lostBookieRecoveryDelay`: ASCII seconds (BookKeeper's own shell writes it)."""
+    text = data.decode("ascii", "replace").strip() if data is not None else ""
+    return int(text) if text.isdigit() else None
 
 
 def open_store(settings: ClusterSettings) -> MetadataStore:

@@ -43,7 +43,15 @@ from scrutiny.metadata import (
     ur_mark_path,
 )
 from scrutiny.owners import PulsarOwners, managed_ledger_of
-from scrutiny.store import Election, LedgerRange, LedgerRead, MetadataStore, Registration, Registrations
+from scrutiny.store import (
+    Election,
+    LedgerRange,
+    LedgerRead,
+    MetadataStore,
+    Registration,
+    Registrations,
+    parse_recovery_delay,
+)
 from scrutiny.store.etcdkv import EtcdKV, Session, prefix_end
 
 if TYPE_CHECKING:
@@ -248,6 +256,9 @@ class EtcdStore(MetadataStore):
     def replication_disabled(self) -> bool:
         return self._get(f"{self.root}/underreplication/disable") is not None
 
+    def lost_bookie_recovery_delay(self) -> int | None:
+        return parse_recovery_delay(self._get(f"{self.root}/underreplication/lostBookieRecoveryDelay"))
+
     # -- bookies ------------------------------------------------------------------------------------
 
     def registrations(self) -> Registrations:
@@ -345,6 +356,12 @@ class EtcdStore(MetadataStore):
 
     def set_orphan_sightings(self, data: bytes) -> None:
         self._put(f"{self._auditor}/orphan-sightings", data)
+
+    def lost_bookie_sightings(self) -> bytes | None:
+        return self._get(f"{self._auditor}/lost-bookie-sightings")
+
+    def set_lost_bookie_sightings(self, data: bytes) -> None:
+        self._put(f"{self._auditor}/lost-bookie-sightings", data)
 
     def on_session_lost(self, callback: Callable[[], None]) -> None:
         self.session.on_lost(callback)

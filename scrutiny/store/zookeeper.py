@@ -50,6 +50,7 @@ from scrutiny.store import (
     Registration,
     Registrations,
     chunk_ids,
+    parse_recovery_delay,
 )
 from scrutiny.store.zkrequests import DEFAULT_MAX_IN_FLIGHT, MultiRead, ZooKeeperRequests, submit
 from scrutiny.tls import read_credentials
@@ -236,10 +237,7 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
 
     def lost_bookie_recovery_delay(self) -> int | None:
         got = self.get(f"{self.root}/underreplication/lostBookieRecoveryDelay")
-        if got is None:
-            return None
-        text = got[0].decode("ascii", "replace").strip()
-        return int(text) if text.lstrip("-").isdigit() else None
+        return parse_recovery_delay(None if got is None else got[0])
 
     # -- bookies ----------------------------------------------------------------------------------
 
@@ -356,6 +354,13 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
 
     def set_orphan_sightings(self, data: bytes) -> None:
         self._put(f"{self._auditor_path}/orphan-sightings", data)
+
+    def lost_bookie_sightings(self) -> bytes | None:
+        got = self.get(f"{self._auditor_path}/lost-bookie-sightings")
+        return None if got is None else got[0]
+
+    def set_lost_bookie_sightings(self, data: bytes) -> None:
+        self._put(f"{self._auditor_path}/lost-bookie-sightings", data)
 
     def _put(self, path: str, data: bytes) -> None:
         if self.exists(path):
