@@ -58,10 +58,12 @@ from scrutiny.testing.clusterwriter import ClusterWriter
 log = logging.getLogger(__name__)
 RESTART_SPACING = 12.0
 # The run statistics that say a guarded moment was hit (a false alarm would have hidden there).
-MOMENTS = ("potentially_faulty", "rechecked_again", "reanalyzed_after_metadata_change", "dropped_marked_during_run",
+MOMENTS = ("lost_bookies", "potentially_faulty", "rechecked_again", "reanalyzed_after_metadata_change",
+           "dropped_marked_during_run",
            "deleted_during_run", "relooked_after_registration_change", "left_unsettled_after_rechecks",
            "marks_gone_before_reporting", "ledgers_with_residue_past_the_close", "orphan_candidates")
 ORPHAN_GRACE = 5  # seconds: longer than the churn's garbage collection takes (at most 3 re-check delays)
+LOST_BOOKIE_GRACE = 2  # seconds: longer than a restart or a session renewal keeps a bookie unregistered
 
 
 class MutableHoldings:
@@ -144,8 +146,9 @@ class ChurnCluster:
         self._timers.append(t)
         t.start()
 
-    def restart(self, whole_bookie: bool = False) -> str | None:
-        """An agent (or the whole bookie: registration too) down for less than the re-check delay;
+    def restart(self, whole_bookie: bool = False, session_only: bool = False) -> str | None:
+        """An agent (or the whole bookie: registration too; or only the bookie's registration, its ZooKeeper
+        session expired and renewed while it and its agent go on) down for less than the re-check delay;
         one at a time, never the same bookie twice within RESTART_SPACING."""
         now = time.monotonic()
         with self._lock:
@@ -158,16 +161,18 @@ class ChurnCluster:
             down = self.recheck_delay * self.rng.uniform(0.2, 0.6)
             self._down_until = now + down + 0.05
             self._restarted[bookie] = now
-            self.agents.pop(bookie).stop(grace=0)
-            if whole_bookie:
+            if not session_only:
+                self.agents.pop(bookie).stop(grace=0)
+            if whole_bookie or session_only:
                 self.writer.unregister_bookie(bookie)
-        self.ops["restart_bookie" if whole_bookie else "restart_agent"] += 1
+        self.ops["session_expiry" if session_only else "restart_bookie" if whole_bookie else "restart_agent"] += 1
 
         def back() -> None:
             with self._lock:
-                if whole_bookie:
+                if whole_bookie or session_only:
                     self.writer.register_bookie(BookieRegistration(bookie, False))
-                self._start_agent(bookie)
+                if not session_only:
+                    self._start_agent(bookie)
 
         self._later(down, back)
         return bookie
@@ -257,12 +262,14 @@ class ChurnCluster:
         elif op < 0.85:
             self.rereplicate()
         else:
-            self.restart(whole_bookie=op > 0.95)
+            self.restart(whole_bookie=op > 0.97, session_only=0.93 < op <= 0.97)
 
     def inject_faults(self) -> set[tuple[str, int]]:
         """A bookie loses its copy of one ledger (nobody repairs it): LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY; a
         ledger deleted whose copies the bookies never collect: ORPHAN_LEDGER once sighted for the grace
-        period; adds a replaced bookie took after a close: ENTRIES_PAST_THE_CLOSE."""
+        period; adds a replaced bookie took after a close: ENTRIES_PAST_THE_CLOSE; a bookie whose
+        registration goes for good (its disk, and agent, still there) and whose ledgers nobody marks:
+        LOST_BOOKIE_RECOVERY_NOT_STARTED for each."""
         with self._lock:
             lost, orphaned = sorted(self.closed)[:2]
             self.frozen |= {lost, orphaned}
@@ -272,8 +279,13 @@ class ChurnCluster:
         self.writer.delete_ledger(orphaned)  # and no garbage collection
         past = self.create(past_the_close=3)
         self.frozen.add(past)
+        gone = self.bookies[-1]
+        self.writer.unregister_bookie(gone)
+        with self._lock:
+            unhandled = {("LOST_BOOKIE_RECOVERY_NOT_STARTED", lid) for lid, m in self.closed.items()
+                         if gone in m.bookies}
         return {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", lost), ("ORPHAN_LEDGER", orphaned),
-                ("ENTRIES_PAST_THE_CLOSE", past)}
+                ("ENTRIES_PAST_THE_CLOSE", past)} | unhandled
 
     def close(self) -> None:
         for t in self._timers:
@@ -353,7 +365,9 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
                            random.Random(seed))
     settings = ScanSettings(metadata_service_uri=uri, placement_policy="none", recheck_delay=recheck_delay,
                             underreplicated_grace_period=1, bookie_deadline_seconds=2.0, zk_session_timeout=10,
-                            etcd_lease_ttl=10, orphan_grace_period=ORPHAN_GRACE)
+                            etcd_lease_ttl=10, orphan_grace_period=ORPHAN_GRACE,
+                            # a bookie restarting, or renewing its session, is unregistered for less than this
+                            lost_bookie_grace_period=LOST_BOOKIE_GRACE, lost_bookie_recovery_delay=0)
     result = SoakResult()
     for _ in range(40):
         cluster.create()
@@ -373,6 +387,8 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
         names = list(engines)
         while time.monotonic() - t0 < seconds:
             name = names[result.runs % len(names)]
+            if result.runs % 3 == 1:  # a run that starts while a bookie renews its session (its agent answers)
+                cluster.restart(session_only=True)
             report = ScrutinyRun(settings, AimedEngine(engines[name], cluster), sleep=aimed_sleep(cluster),
                                  record_sightings=True).execute()
             result.runs += 1
@@ -388,7 +404,7 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
         faults = cluster.inject_faults()
         result.faults = sorted(f"{c} {lid}" for c, lid in faults)
         ScrutinyRun(settings, engines[names[0]], record_sightings=True).execute()  # the orphan is sighted
-        time.sleep(ORPHAN_GRACE)
+        time.sleep(max(ORPHAN_GRACE, LOST_BOOKIE_GRACE))  # ... and the lost bookie
         report = ScrutinyRun(settings, engines[names[0]], record_sightings=True).execute()
         got = {(str(v.category), v.ledger_id) for v in report.violations}
         result.fault_found = faults <= got and report.complete
