@@ -128,7 +128,7 @@ def run_size(count: int, entries: int, rounds: int, session: Any) -> dict[str, A
             row["scan s"] = scan
             row["scan / floor"] = scan / row["scan floor s"]
             row["ledgers/s"] = count / scan
-            row["etcd requests / ledger"] = report.stats.get("zk_reads", 0) / count
+            row["etcd requests / ledger"] = report.stats.get("store_reads", 0) / count
             row["etcd CPU s"] = cpu_seconds([etcd.pid])[0] - etcd_cpu
         finally:
             stop_agents(agents)

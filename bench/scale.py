@@ -344,7 +344,7 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
             row["ledgers/s"] = count / scan
             row["CPU s/M ledgers: python"] = spent["python"] * 1e6 / count
             row["CPU s/M ledgers: JVM"] = spent["jvm"] * 1e6 / count
-            row["zk peak in flight"] = report.stats.get("zk_peak_in_flight", 0)
+            row["zk peak in flight"] = report.stats.get("store_peak_in_flight", 0)
             row["driver RSS MB"] = peak.driver_base // (1 << 20)
             row["driver growth in scan MB"] = (peak.driver - peak.driver_base) // (1 << 20)
             row["driver MB: start / middle / end of scan"] = peak.driver_over_time()

@@ -45,6 +45,7 @@ class ClusterSettings:
     # Pulsar's metadata store on etcd (metadata-store:etcd:http://host:2379,...)
     etcd_timeout: float = 10.0  # seconds one request may take before it is retried (on the next endpoint)
     etcd_retry_deadline: float = 60.0
+    etcd_connect_timeout: float = 15.0  # seconds to reach some endpoint at the start (a scan, a daemon's attempt)
     etcd_lease_ttl: int = 30  # seconds: the lease (etcd's session) of the agents' keys and the election
     etcd_auth_file: str = ""  # "user:password" for etcd's authentication
     etcd_tls_ca: str = ""  # etcd client TLS (an https:// endpoint, or these)
@@ -144,6 +145,7 @@ class ScanSettings(ClusterSettings):
             (self.zk_max_in_flight >= 1, "zk_max_in_flight", "at least 1"),
             (self.zk_multi_read in ("auto", "on", "off"), "zk_multi_read", "auto, on or off"),
             (self.etcd_timeout > 0, "etcd_timeout", "more than 0 seconds"),
+            (self.etcd_connect_timeout > 0, "etcd_connect_timeout", "more than 0 seconds"),
             (self.etcd_lease_ttl >= 2, "etcd_lease_ttl", "at least 2 seconds"),
             (self.deep_slices >= 1, "deep_slices", "at least 1"),
             (0 <= self.deep_slice < self.deep_slices, "deep_slice", f"0 .. {self.deep_slices - 1} (deep_slices - 1)"),

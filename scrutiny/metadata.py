@@ -448,7 +448,8 @@ def _parse_pulsar_etcd_uri(uri: str) -> MetadataServiceUri:
     """`metadata-store:etcd:http://host:2379[,https://host:2379...]` (jetcd's endpoints; a bare host:port is
     http). Pulsar's etcd store has no chroot: the ledgers are at /ledgers."""
     endpoints = []
-    for e in (e.strip() for e in uri[len(PULSAR_STORE_PREFIX) + len("etcd:"):].split(",")):
+    # `;` too: Pulsar's driver turns it into `,` for every store, and BookKeeper's metadataServiceUri needs it
+    for e in (e.strip() for e in re.split(r"[;,]", uri[len(PULSAR_STORE_PREFIX) + len("etcd:"):])):
         scheme, sep, rest = e.partition("://")
         if not sep:
             scheme, rest = "http", e

@@ -9,6 +9,7 @@ import os
 import random
 import re
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -51,6 +52,8 @@ def open_etcd(etcd: LocalEtcd, **kw: object) -> EtcdStore:
     ("metadata-store:etcd:http://127.0.0.1:2379", ("http://127.0.0.1:2379",)),
     ("metadata-store:etcd:https://e1:2379,https://e2:2379/", ("https://e1:2379", "https://e2:2379")),
     ("metadata-store:etcd:e1:2379", ("http://e1:2379",)),
+    # as operators copy BookKeeper's metadataServiceUri (`;`), which Pulsar's driver turns into `,`
+    ("metadata-store:etcd:http://a:2379;http://b:2379", ("http://a:2379", "http://b:2379")),
 ])
 def test_pulsar_etcd_uris(uri: str, endpoints: tuple[str, ...]) -> None:
     got = parse_metadata_service_uri(uri)
@@ -73,11 +76,26 @@ def test_unreachable_etcd_is_a_clear_error() -> None:
 
     uri = f"metadata-store:etcd:http://127.0.0.1:{free_port()}"
     with pytest.raises(MetadataStoreUnavailable, match=re.escape("etcd unreachable at http://127.0.0.1")):
-        open_store(ClusterSettings(metadata_service_uri=uri, etcd_timeout=0.3, etcd_retry_deadline=1))
+        open_store(ClusterSettings(metadata_service_uri=uri, etcd_timeout=0.3, etcd_connect_timeout=1))
     with pytest.raises(ConfigError, match="etcd_lease_ttl"):
         from scrutiny.config import ScanSettings
 
         ScanSettings(metadata_service_uri=uri, etcd_lease_ttl=1).validate()
+
+
+def test_a_scan_gives_up_on_an_etcd_that_refuses_every_connection_as_soon_as_on_zookeeper() -> None:
+    """Every endpoint refuses: a one-shot scan fails within the connect timeout (ZooKeeper's default, 15 s),
+    not the retry deadline meant for a store lost in the middle of a run (60 s)."""
+    from scrutiny.testing.localzk import free_port
+
+    assert ClusterSettings().etcd_connect_timeout == ClusterSettings().zk_connect_timeout == 15
+    uri = f"metadata-store:etcd:http://127.0.0.1:{free_port()};http://127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    got = subprocess.run([sys.executable, "-m", "scrutiny.cli", "scan", "--metadata-service-uri", uri,
+                          "--engine", "local"], capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - t0
+    assert got.returncode == 2 and "etcd unreachable at http://127.0.0.1" in got.stderr, got.stderr
+    assert took < 25, took
 
 
 def test_the_tree_in_every_shape_pulsar_and_bookkeeper_leave(etcd_server: LocalEtcd, etcd_tree: EtcdTree) -> None:

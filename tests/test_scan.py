@@ -133,6 +133,8 @@ def test_the_fault_is_reported_when_nothing_changes(small: Small) -> None:
     _, _, _, place = small
     report = ScrutinyRun(only_coverage(place.uri), LocalEngine()).execute()
     assert found(report.violations) == {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 1)}
+    # the store's requests, named for no one store (ZooKeeper or etcd)
+    assert report.stats["store_reads"] > 0 and not {"zk_reads", "zk_peak_in_flight"} & report.stats.keys()
 
 
 def test_metadata_change_during_the_run_is_no_false_alarm(small: Small) -> None:

@@ -509,8 +509,8 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
                                              and in_deep_slice(md.ledger_id, s.deep_slices, s.deep_slice)]),
                                   s.deep_send_passwords) if s.deep else None
         checked = classify(ctx, mode, selection.candidates, answers, deep)
-        io_stats = {"bookie_calls_failed": client.failed_calls - failed_before, "zk_reads": store.reads - reads_before,
-                    "zk_peak_in_flight": store.peak_in_flight}
+        io_stats = {"bookie_calls_failed": client.failed_calls - failed_before,
+                    "store_reads": store.reads - reads_before, "store_peak_in_flight": store.peak_in_flight}
     except (StoreError, DataError) as exc:
         return RangeResult(errors=(f"range {rng.describe()}: {exc}",))
     return RangeResult.merge([

@@ -94,7 +94,8 @@ def open_store(settings: ClusterSettings) -> EtcdStore:
                 auth_file=settings.etcd_auth_file, timeout=settings.etcd_timeout,
                 retry_deadline=settings.etcd_retry_deadline)
     try:
-        kv.first(b"/", b"/\0")  # reachable at all: fail now, not in the middle of a run
+        # reachable at all: fail now (as soon as ZooKeeper's connect would), not in the middle of a run
+        kv.first(b"/", b"/\0", retry_deadline=settings.etcd_connect_timeout)
     except Exception:
         kv.close()
         raise

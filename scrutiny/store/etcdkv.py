@@ -100,10 +100,12 @@ class EtcdKV:
             self._token = got.token
         return [("token", self._token)]
 
-    def call(self, what: str, method: Callable[[Any], Callable[..., T]], request: Any) -> T:
+    def call(self, what: str, method: Callable[[Any], Callable[..., T]], request: Any,
+             retry_deadline: float | None = None) -> T:
         """`method(stubs)(request)`, retried across unavailability (on the next endpoint) until the retry
-        deadline; any other refusal is a StoreError naming `what`."""
-        deadline = time.monotonic() + self.retry_deadline
+        deadline (the connection's, or `retry_deadline`); any other refusal is a StoreError naming `what`."""
+        retry_deadline = self.retry_deadline if retry_deadline is None else retry_deadline
+        deadline = time.monotonic() + retry_deadline
         delays = retry.ZOOKEEPER_REQUEST.delays()
         while True:
             try:
@@ -117,7 +119,7 @@ class EtcdKV:
                     raise StoreError(f"etcd refused {what}: {code.name} {exc.details()}") from None
                 if time.monotonic() >= deadline:
                     raise MetadataStoreUnavailable(
-                        f"etcd unreachable at {', '.join(self.endpoints)} for {self.retry_deadline:.0f} s "
+                        f"etcd unreachable at {', '.join(self.endpoints)} for {retry_deadline:.0f} s "
                         f"({what}: {exc.details()})") from None
                 time.sleep(next(delays))
                 self._connect(after_failure=True)
@@ -153,11 +155,11 @@ class EtcdKV:
     def scan_prefix(self, prefix: bytes, *, keys_only: bool = False) -> Iterator[KeyValue]:
         return self.scan(prefix, prefix_end(prefix), keys_only=keys_only)
 
-    def first(self, key: bytes, end: bytes) -> bytes | None:
+    def first(self, key: bytes, end: bytes, retry_deadline: float | None = None) -> bytes | None:
         """The first key in [key, end), or None."""
         self.reads += 1
         got = self.call(f"a range read from {key!r}", lambda s: s.kv.Range,
-                        pb.RangeRequest(key=key, range_end=end, limit=1, keys_only=True))
+                        pb.RangeRequest(key=key, range_end=end, limit=1, keys_only=True), retry_deadline)
         return got.kvs[0].key if got.kvs else None
 
     def get_many(self, keys: Iterable[bytes]) -> Iterator[tuple[bytes, KeyValue | None]]:
