@@ -5,19 +5,22 @@ Prometheus' conventions under one prefix, `scrutiny_`, plus BookKeeper's own aud
 
 from __future__ import annotations
 
+import logging
 import threading
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from cheroot import wsgi
+from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from scrutiny.errors import ConfigError
 from scrutiny.metadata import parse_host_port
 
 PREFIX = "scrutiny_"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -38,67 +41,54 @@ class Response:
 
 App = Callable[[Request], "Response | None"]  # None: not one of its paths (404)
 MAX_BODY_BYTES = 1 << 20
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 class MetricsEndpoint:
-    """An HTTP server for one registry at /metrics, and for an application's pages beside it (the
-    auditor's); `port` is the one bound (listen on port 0 in tests)."""
+    """/metrics for one registry (prometheus_client's own WSGI application: it negotiates the format
+    with the scraper's Accept, OpenMetrics or text 0.0.4, and gzip), and an application's pages beside it
+    (the auditor's), on a threaded production WSGI server (cheroot, CherryPy's). It refuses a malformed
+    or oversized Content-Length itself. `port` is the one bound (listen on port 0 in tests)."""
 
-    def __init__(self, listen: str, registry: CollectorRegistry) -> None:
+    def __init__(self, listen: str, registry: CollectorRegistry, threads: int = 8) -> None:
         host, port = parse_host_port(listen, "metrics.listen", ConfigError)
         self.registry = registry
         self.app: App | None = None
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:
-                endpoint._serve(self, "GET")
-
-            def do_POST(self) -> None:
-                endpoint._serve(self, "POST")
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # an access log per scrape is noise
-
+        self._metrics: WSGIApp = make_wsgi_app(registry)
+        self._server = wsgi.Server((host, port), self._dispatch, numthreads=threads, server_name="scrutiny")
+        self._server.max_request_body_size = MAX_BODY_BYTES
         try:
-            self._server = ThreadingHTTPServer((host, port), Handler)
+            self._server.prepare()
         except OSError as exc:
-            raise ConfigError(f"metrics.listen: cannot listen on {listen}: {exc.strerror}") from None
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True)
+            raise ConfigError(f"metrics.listen: cannot listen on {listen}: {exc.strerror or exc}") from None
+        self._thread = threading.Thread(target=self._server.serve, name="metrics-http", daemon=True)
         self._thread.start()
-        self.port = int(self._server.server_port)
+        self.port = int(self._server.bind_addr[1])
 
-    def _serve(self, handler: BaseHTTPRequestHandler, method: str) -> None:
-        url = urllib.parse.urlsplit(handler.path)
+    def _dispatch(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
+        if path == "/metrics" and method in ("GET", "HEAD"):
+            return self._metrics(environ, start_response)
         response = None
-        try:
-            if method == "GET" and url.path == "/metrics":
-                response = Response(200, CONTENT_TYPE_LATEST, generate_latest(self.registry))
-            elif self.app is not None:
-                length = int(handler.headers.get("Content-Length") or 0)
-                if length > MAX_BODY_BYTES:  # refused unread: this connection ends with the answer
-                    handler.close_connection = True
-                    response = Response(413, "text/plain", f"a body of at most {MAX_BODY_BYTES} bytes".encode())
-                else:
-                    body = handler.rfile.read(length) if length > 0 else b""
-                    query = dict(urllib.parse.parse_qsl(url.query))
-                    response = self.app(Request(method, url.path, query, dict(handler.headers.items()), body))
-        except Exception as exc:  # one bad request never stops the server
-            response = Response(500, "text/plain", f"{type(exc).__name__}: {exc}".encode())
+        if self.app is not None:
+            try:
+                length = int(environ.get("CONTENT_LENGTH") or 0)  # well-formed and bounded: cheroot checked
+                body = environ["wsgi.input"].read(length) if length > 0 else b""
+                headers = {k[5:].replace("_", "-").title(): v for k, v in environ.items() if k.startswith("HTTP_")}
+                query = dict(urllib.parse.parse_qsl(environ.get("QUERY_STRING", "")))
+                response = self.app(Request(method, path, query, headers, body))
+            except Exception as exc:  # one bad request never stops the server
+                log.exception("%s %s", method, path)
+                response = Response(500, "text/plain", f"{type(exc).__name__}: {exc}".encode())
         if response is None:
-            response = Response(404, "text/plain", f"no page at {url.path}".encode())
-        handler.send_response(response.status)
-        handler.send_header("Content-Type", response.content_type)
-        handler.send_header("Content-Length", str(len(response.body)))
-        handler.end_headers()
-        handler.wfile.write(response.body)
+            response = Response(404, "text/plain", f"no page at {path}".encode())
+        start_response(f"{response.status} {HTTPStatus(response.status).phrase}",
+                       [("Content-Type", response.content_type), ("Content-Length", str(len(response.body)))])
+        return [response.body]
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
+        self._thread.join(timeout=5)
 
 
 def family_names(registry: Any) -> set[str]:

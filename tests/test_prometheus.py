@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from prometheus_client import CollectorRegistry, Counter
 
 from scrutiny.agent import AgentMetrics, BookieServicer
 from scrutiny.auditor import Auditor, AuditorSettings
@@ -25,7 +26,7 @@ from scrutiny.checks import Violation
 from scrutiny.config import ConfigError, MetricsSettings, ScanSettings
 from scrutiny.deeppass import DeepPass
 from scrutiny.findings import Findings
-from scrutiny.prometheus import family_names
+from scrutiny.prometheus import PREFIX, MetricsEndpoint, family_names
 from scrutiny.report import Report
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
@@ -292,3 +293,27 @@ def test_data_at_risk_keeps_firing_across_a_rolling_restart(cluster: tuple[DemoC
             prom.close()
         for a in auditors:
             a.stop()
+
+
+def test_metrics_are_served_in_the_format_the_scraper_asks_for() -> None:
+    """prometheus_client's own application answers /metrics: OpenMetrics to a scraper that asks for it,
+    text 0.0.4 to one that asks for that, gzip when accepted."""
+    import gzip
+
+    registry = CollectorRegistry()
+    Counter(f"{PREFIX}asked", "asked", registry=registry).inc()
+    endpoint = MetricsEndpoint("127.0.0.1:0", registry)
+    try:
+        def get(**headers: str) -> tuple[str, str, bytes]:
+            req = urllib.request.Request(f"http://127.0.0.1:{endpoint.port}/metrics", headers=headers)
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.headers["Content-Type"], resp.headers.get("Content-Encoding", ""), resp.read()
+
+        kind, _, body = get(Accept="application/openmetrics-text; version=1.0.0")
+        assert kind.startswith("application/openmetrics-text; version=1.0.0") and body.endswith(b"# EOF\n")
+        kind, _, body = get(Accept="text/plain;version=0.0.4")
+        assert kind.startswith("text/plain; version=0.0.4") and b"scrutiny_asked_total 1.0" in body
+        kind, encoding, body = get(Accept="text/plain;version=0.0.4", **{"Accept-Encoding": "gzip"})
+        assert encoding == "gzip" and b"scrutiny_asked_total 1.0" in gzip.decompress(body)
+    finally:
+        endpoint.close()
