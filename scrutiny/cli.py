@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from scrutiny.agent import BookieAgent
 from scrutiny.auditor import Auditor, AuditorConfig
+from scrutiny.checks import iso
 from scrutiny.config import (
     AgentSettings,
     AuditorSettings,
@@ -32,7 +33,9 @@ from scrutiny.config import (
 from scrutiny.entrysources import BookieBridgeSource, DbLedgerStorageSource, EntrySource, SyntheticStore
 from scrutiny.errors import EXIT_CLEAN, ConfigError, ScrutinyError, one_line
 from scrutiny.logsetup import configure
+from scrutiny.lostbookies import parse_sightings
 from scrutiny.metadata import parse_host_port
+from scrutiny.orphans import Sightings
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import make_engine
@@ -126,10 +129,15 @@ def _slice(text: str) -> tuple[int, int]:
     return int(k), int(n)
 
 
+URI_FORMS = ("BookKeeper's metadataServiceUri: zk+hierarchical://zk1:2181;zk2:2181/ledgers (also flat, "
+             "longhierarchical; zk:// reads the layout from LAYOUT), or Pulsar's metadata store (PIP-45): "
+             "metadata-store:zk:zk1:2181,zk2:2181/chroot, metadata-store:etcd:http://e1:2379;http://e2:2379")
+
+
 def _scan_flags(p: argparse.ArgumentParser) -> None:
     """The flags of `scan` (and of `rescan`'s output); defaults live in ScanSettings, not here."""
     p.add_argument("--config", help="settings file (YAML, or TOML by extension); flags win")
-    p.add_argument("--metadata-service-uri", help="e.g. zk+hierarchical://127.0.0.1:2181/ledgers")
+    p.add_argument("--metadata-service-uri", help=URI_FORMS)
     p.add_argument("--bookie-endpoint", action="append", type=_pairs("--bookie-endpoint"),
                    metavar="BOOKIE_ID=HOST:PORT", help="where a bookie's agent listens (repeatable)")
     p.add_argument("--agent-default-port", type=int, help="agent port on a bookie's host when nothing else says")
@@ -255,6 +263,26 @@ def run_whatif(args: argparse.Namespace) -> int:
     return status
 
 
+def run_sightings(args: argparse.Namespace) -> int:
+    """The auditor's sightings as operators read them: the orphan candidates (kept compressed) and the lost
+    bookies, each with when it was first seen."""
+    file_values = read_config_file(args.config) if args.config else {}
+    settings = build(ScanSettings, file_values, {"metadata_service_uri": args.metadata_service_uri},
+                     where=args.config or "config")
+    if not settings.metadata_service_uri:
+        raise ConfigError("sightings needs --metadata-service-uri (or metadata_service_uri in --config)")
+    with open_store(settings) as store:
+        orphan_data, lost_data = store.orphan_sightings(), store.lost_bookie_sightings()
+    orphans = Sightings.parse(orphan_data, "the stored orphan sightings") if orphan_data else Sightings()
+    lost = parse_sightings(lost_data, "the stored lost-bookie sightings") if lost_data else {}
+    json.dump({"orphans": {b: {str(lid): iso(t) for lid, t in sorted(per.items())}
+                           for b, per in sorted(orphans.first_seen.items())},
+               "orphans_untracked": orphans.untracked,
+               "lost_bookies": {b: iso(t) for b, t in sorted(lost.items())}}, sys.stdout, indent=1)
+    print()
+    return EXIT_CLEAN
+
+
 def _auditor_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("auditor", help="the background daemon (leader election, schedules, RPC, StatsD)")
     p.add_argument("--config", help="settings file: scan keys at the top level, an `auditor` section")
@@ -372,6 +400,10 @@ def build_parser() -> argparse.ArgumentParser:
     _agent_parser(sub)
     _auditor_parser(sub)
     _rescan_parser(sub)
+    sightings = sub.add_parser("sightings", help="what the auditor has seen and keeps in the store: orphan candidates "
+                               "and bookies gone from the registrations, each since when (JSON)")
+    sightings.add_argument("--config", help="settings file (for the store's TLS and credentials)")
+    sightings.add_argument("--metadata-service-uri", help=URI_FORMS)
     demo = sub.add_parser("demo", help="a local cluster with known faults, agents and a scan")
     demo.add_argument("--metadata-service-uri", help="use this ZooKeeper instead of starting one")
     demo.add_argument("--ledgers", type=int, default=3000, help="healthy ledgers to write")
@@ -394,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure(getattr(args, "log_level", "INFO"))
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
         "scan": run_scan, "whatif": run_whatif, "bookie-agent": run_bookie_agent, "demo": run_demo,
-        "auditor": run_auditor, "rescan": run_rescan}
+        "auditor": run_auditor, "rescan": run_rescan, "sightings": run_sightings}
     try:
         return handlers[args.command](args)
     except ScrutinyError as exc:

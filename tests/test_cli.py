@@ -201,3 +201,13 @@ def test_progress_bar_on_a_terminal_only(demo: tuple[DemoCluster, str]) -> None:
     assert "ledgers/s" in text and "ranges" in text and "<" in text, text[:400]  # ledgers done, rate, ETA
     quiet = scrutiny("scan", "--metadata-service-uri", uri, "--engine", "local", "--recheck-delay", "0.2")
     assert "ledgers/s" not in quiet.stderr  # not a terminal: no bar
+
+
+def test_scan_help_names_every_uri_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scrutiny.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse would wrap at the hyphens
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    text = sub.choices["scan"].format_help()  # type: ignore[attr-defined]
+    for form in ("zk+hierarchical://", "metadata-store:zk:", "metadata-store:etcd:", "zk://"):
+        assert form in text, form

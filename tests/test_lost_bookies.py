@@ -4,6 +4,7 @@ lostBookieRecoveryDelay and the grace; and the races that must not make it a fin
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -140,3 +141,16 @@ def test_stored_sightings_are_checked() -> None:
                 b'{"format": 1, "first_seen_gone_ms": {"b": "soon"}}', b"\xff"):
         with pytest.raises(DataError, match="stored"):
             parse_sightings(bad, "stored")
+
+
+def test_scrutiny_sightings_prints_what_the_auditor_keeps(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    from scrutiny.cli import main
+    from scrutiny.orphans import Sightings
+
+    cluster.run(record=True)
+    cluster.place.registry.set_orphan_sightings(Sightings({bookie(2): {77: 1_700_000_000_000}}).to_bytes())
+    assert main(["sightings", "--metadata-service-uri", cluster.place.uri]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["orphans"] == {bookie(2): {"77": "2023-11-14T22:13:20.000Z"}} and doc["orphans_untracked"] == 0
+    assert set(doc["lost_bookies"]) == {LOST}
+
