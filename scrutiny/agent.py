@@ -21,6 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from scrutiny import codec
+from scrutiny.changefeed import Change, ChangeFeed, Event
 from scrutiny.config import DEFAULT_AGENT_PORT
 from scrutiny.entrysources import EntrySource, Holding, SourceError
 from scrutiny.prometheus import PREFIX, MetricsEndpoint
@@ -40,6 +41,8 @@ IDS_PER_MESSAGE = 65_536  # 512 KiB of ledger ids per ListLedgers message
 ANSWERS_PER_MESSAGE = 1000
 MESSAGE_BYTES = 1 << 20
 SERVICE_NAME = "scrutiny.v1.Bookie"
+HEARTBEAT_SECONDS = 5.0  # a WatchHoldings stream says it is alive at least this often
+WATCH_INTERVAL_SECONDS = 5.0  # the agent looks at its bookie for changes this often (0: never)
 GIVE_UP_AFTER_GRACE = 3.0  # seconds past the stop's grace after which the process ends regardless
 
 Answer = bookie_pb2.GetListOfEntriesOfALedgerResponse
@@ -159,6 +162,10 @@ class AgentMetrics:
                                registry=self.registry)
         self.throttled = Counter(f"{PREFIX}agent_throttled_seconds", "time answers waited for the CPU budget "
                                  "(entries_per_second)", registry=self.registry)
+        self.changes = Counter(f"{PREFIX}agent_changes", "changes seen in what the bookie holds, by kind",
+                               ["kind"], registry=self.registry)
+        self.watch = Histogram(f"{PREFIX}agent_watch_seconds", "one look at the bookie for changes (catch-up "
+                               "included)", registry=self.registry, buckets=(.001, .005, .01, .05, .1, .5, 1, 5))
         self.budget = Gauge(f"{PREFIX}agent_entries_per_second_limit", "the CPU budget: entries listed per second, "
                             "all calls together (0: none)", registry=self.registry)
 
@@ -176,6 +183,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         self.entry_rate = entry_rate or Rate(0)
         self.stopping = threading.Event()
         self.calls = Calls()
+        self.feed = ChangeFeed()
         for rate in (self.deep_rate, self.entry_rate):
             rate.sleep = self.pause
         self.metrics.budget.set(self.entry_rate.rate)
@@ -301,6 +309,43 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
             yield bookie_pb2.ListLedgersResponse(ledger_ids=packed[i:i + step], last_page=complete and
                                                  i + step >= len(packed))
 
+    def watch_once(self) -> list[Change]:
+        """One look at the bookie for changes (its cost paid from the CPU budget), appended to the feed."""
+        changes = getattr(self.source, "changes", None)
+        if changes is None:
+            return []
+        with self.metrics.watch.time():
+            self.source.refresh()
+            found, read = changes()
+        self.spend(read)
+        self.feed.append(found)
+        for c in found:
+            self.metrics.changes.labels(str(c.kind)).inc()
+        return list(found)
+
+    @stoppable
+    def WatchHoldings(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        if getattr(self.source, "changes", None) is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                          f"a {type(self.source).__name__} cannot watch what the bookie holds")
+        msg = bookie_pb2.HoldingsChange
+        feed, last, heartbeat = self.feed, request.after_sequence, time.monotonic()
+        reader = request.feed_id
+        while self.going(context):
+            events, gap = feed.since(reader, last)
+            if gap:
+                yield msg(kind=msg.GAP, feed_id=feed.feed_id, sequence=feed.last,
+                          detail="changes after the cursor are not all kept (or the agent restarted)")
+            for e in events:
+                yield _change_message(feed.feed_id, e)
+                last = e.sequence
+            reader = feed.feed_id
+            if gap and not events:
+                last = feed.last
+            if not feed.wait(last, 1.0) and time.monotonic() - heartbeat >= HEARTBEAT_SECONDS:
+                yield msg(kind=msg.HEARTBEAT, feed_id=feed.feed_id, sequence=feed.last)
+                heartbeat = time.monotonic()
+
     def answers(self, ids: list[int], failed: str) -> list[Any]:
         """One stream message's answers; a source that answers many ledgers at once is asked so."""
         many = getattr(self.source, "availability_many", None)
@@ -371,6 +416,13 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
                      corrupt=[bookie_pb2.CorruptEntry(entry_id=e, reason=r, detail=d) for e, r, d in got.corrupt])
 
 
+def _change_message(feed_id: str, e: Event) -> Any:
+    c = e.change
+    return bookie_pb2.HoldingsChange(kind=str(c.kind), feed_id=feed_id,
+                                     sequence=e.sequence, observed_at_ms=e.observed_ms, ledger_ids=c.ledger_ids,
+                                     entry_log_id=c.entry_log, every_ledger=c.every_ledger, detail=c.detail)
+
+
 class BookieAgent:
     """A running agent: gRPC server, health service, optional ZooKeeper registration."""
 
@@ -379,8 +431,10 @@ class BookieAgent:
                  answers_per_message: int = ANSWERS_PER_MESSAGE,
                  credentials: grpc.ServerCredentials | None = None,
                  deep_bytes_per_second: float = 32 * 1024 * 1024, entries_per_second: float = 0,
-                 unary_catch_up_seconds: float = UNARY_CATCH_UP_SECONDS) -> None:
+                 unary_catch_up_seconds: float = UNARY_CATCH_UP_SECONDS,
+                 watch_interval_seconds: float = WATCH_INTERVAL_SECONDS) -> None:
         self.source = source
+        self.watch_interval = watch_interval_seconds
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent"),
             maximum_concurrent_rpcs=max_concurrent_calls,
@@ -405,9 +459,22 @@ class BookieAgent:
 
     def start(self) -> BookieAgent:
         self.server.start()
+        if self.watch_interval > 0 and getattr(self.source, "changes", None) is not None:
+            threading.Thread(target=self._watch, name="agent-watch", daemon=True).start()
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         return self
+
+    def _watch(self) -> None:
+        """Look at the bookie for changes every `watch_interval` seconds until the agent stops."""
+        stopping = self.servicer.stopping
+        while not stopping.wait(self.watch_interval):
+            try:
+                self.servicer.watch_once()
+            except AgentStopping:
+                return
+            except Exception:  # the bookie's index mid-rewrite, say: the next look tries again
+                log.exception("looking at the bookie for changes")
 
     def serve_metrics(self, listen: str) -> int:
         """Prometheus' /metrics on `listen`; the port bound."""

@@ -68,6 +68,8 @@ def _agent_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--entries-per-second", type=float,
                    help="the CPU budget: index entries listed per second, all calls together (default 0: no limit)")
     p.add_argument("--metrics-listen", help="serve Prometheus' /metrics here, e.g. 0.0.0.0:9191 (not :8000)")
+    p.add_argument("--watch-interval-seconds", type=float,
+                   help="look at the bookie for changes this often (WatchHoldings; default 5; 0: never)")
     p.add_argument("--stop-grace-seconds", type=float,
                    help="after SIGTERM, calls still running get this long (default 5); a second signal: none")
     p.add_argument("--log-level", default="INFO")
@@ -98,7 +100,8 @@ def run_bookie_agent(args: argparse.Namespace) -> int:
     creds = server_credentials(s.tls_cert, s.tls_key, s.tls_client_ca)
     agent = BookieAgent(source, bind=s.bind, workers=s.workers, credentials=creds,
                         deep_bytes_per_second=s.deep_bytes_per_second, entries_per_second=s.entries_per_second,
-                        unary_catch_up_seconds=s.unary_catch_up_seconds).start()
+                        unary_catch_up_seconds=s.unary_catch_up_seconds,
+                        watch_interval_seconds=s.watch_interval_seconds).start()
     if metrics.listen:
         agent.serve_metrics(metrics.listen)
     bind_host, _ = parse_host_port(s.bind, "--bind", ConfigError)

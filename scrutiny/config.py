@@ -337,6 +337,7 @@ class AgentSettings:
     index_cache_bytes: int = 32 * 1024 * 1024  # dbledgerstorage: the agent's block cache, every index together
     unary_catch_up_seconds: float = 0.2  # BP-34's one-ledger call catches up with the bookie at most this often
     stop_grace_seconds: float = 5.0  # after SIGTERM, calls still running get this long (a second signal: none)
+    watch_interval_seconds: float = 5.0  # look at the bookie for changes this often (WatchHoldings; 0: never)
 
     SOURCES = ("dbledgerstorage", "bridge", "synthetic")
 
@@ -356,6 +357,8 @@ class AgentSettings:
             raise ConfigError("agent.workers: must be at least 1")
         if self.deep_bytes_per_second <= 0:
             raise ConfigError("agent.deep_bytes_per_second: must be positive (bytes per second)")
+        if self.watch_interval_seconds < 0:
+            raise ConfigError("agent.watch_interval_seconds: 0 (never) or more seconds")
         if not 0 <= self.stop_grace_seconds <= 300:
             raise ConfigError("agent.stop_grace_seconds: 0 .. 300 (seconds)")
         if self.index_cache_bytes < 1 << 20:

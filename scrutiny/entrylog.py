@@ -24,6 +24,8 @@ LOG_MAGIC = b"BKLO"
 LOG_HEADER = struct.Struct(">4siqi")  # magic, version, ledgersMapOffset, ledgersCount
 ENTRY_SIZE = struct.Struct(">i")
 ENTRY_HEADER = struct.Struct(">qqqq")  # ledgerId, entryId, lastAddConfirmed, length
+MAP_RECORD = struct.Struct(">qqi")  # a ledgers-map record: ledgerId = -1, entryId = -2, count; then count pairs
+MAP_PAIR = struct.Struct(">qq")  # (ledgerId, size)
 DIGEST_BYTES = {"CRC32": 8, "CRC32C": 4, "HMAC": 20, "DUMMY": 0}
 PAYLOAD_HASH_BYTES = 8
 # Why a stored copy is not the entry (the `reason` of CORRUPT_ENTRY).
@@ -36,6 +38,45 @@ BAD_DIGEST = "bad-digest"
 
 def log_path(ledger_dir: str | Path, log_id: int) -> Path:
     return Path(ledger_dir) / "current" / f"{log_id:x}.log"
+
+
+def log_id_of(name: str) -> int | None:
+    """The log id of an entry log's file name (`<hex>.log`), None for any other file."""
+    stem, _, ext = name.partition(".")
+    if ext != "log" or not stem:
+        return None
+    try:
+        return int(stem, 16)
+    except ValueError:
+        return None
+
+
+def ledgers_map_offset(header: bytes) -> int:
+    """Where a finished log's ledgers map starts (0: none yet, the log is still being written; -1: not an
+    entry log)."""
+    if len(header) < LOG_HEADER.size:
+        return -1
+    magic, _, offset, _ = LOG_HEADER.unpack_from(header)
+    return offset if magic == LOG_MAGIC and offset >= 0 else -1
+
+
+def ledgers_map(data: bytes) -> list[int]:
+    """The ledger ids of a ledgers map (its records from the map's offset to the end of the log); ValueError
+    when it is not one."""
+    ids: list[int] = []
+    pos = 0
+    while pos < len(data):
+        if pos + ENTRY_SIZE.size + MAP_RECORD.size > len(data):
+            raise ValueError(f"a ledgers-map record cut at byte {pos}")
+        (size,) = ENTRY_SIZE.unpack_from(data, pos)
+        lid, eid, count = MAP_RECORD.unpack_from(data, pos + ENTRY_SIZE.size)
+        if (lid, eid) != (-1, -2) or count < 0 or size != MAP_RECORD.size + count * MAP_PAIR.size \
+                or pos + ENTRY_SIZE.size + size > len(data):
+            raise ValueError(f"not a ledgers-map record at byte {pos}")
+        start = pos + ENTRY_SIZE.size + MAP_RECORD.size
+        ids += [MAP_PAIR.unpack_from(data, start + i * MAP_PAIR.size)[0] for i in range(count)]
+        pos += ENTRY_SIZE.size + size
+    return ids
 
 
 def split_location(location: int) -> tuple[int, int]:

@@ -38,6 +38,7 @@ from google.protobuf.message import DecodeError
 from scrutiny import codec, entrylog
 from scrutiny.bookkeeper import bookie_protocol_pb2 as bkp
 from scrutiny.bookkeeper import dbledgerstorage_pb2
+from scrutiny.changefeed import Change, Kind
 from scrutiny.errors import StoreError
 
 
@@ -81,6 +82,7 @@ class EntrySource(Protocol):
 # `locations` (key: ledger id, entry id, big-endian int64 each) under <dir>/current/
 
 _LEDGER_KEY = struct.Struct(">q")
+_LOCATION = struct.Struct(">q")
 _KEY = struct.Struct(">qq")
 _SKIPPED_FILES = ("LOCK", "rocksdict-config.json")
 
@@ -205,6 +207,19 @@ class DbLedgerStorageSource:
         self.indexes = [(_SecondaryIndex(d / "ledgers", self.scratch / f"{i}-ledgers", cache),
                          _SecondaryIndex(d / "locations", self.scratch / f"{i}-locations", cache))
                         for i, d in enumerate(dirs)]
+        # Entry logs gone while `locations` still point into them, per directory, and the ledgers that do:
+        # the bookie cannot serve those entries, so they are not copies (`changes` finds them).
+        self.gone_logs: list[set[int]] = [set() for _ in dirs]
+        self.suspects: set[int] = set()
+        self._watch: _Watch | None = None
+
+    def changes(self) -> tuple[list[Change], int]:
+        """What changed in what the bookie holds since the last call (the first only takes stock), and
+        how many index keys that read (for the CPU budget). Call after `refresh`."""
+        with self._lock:
+            if self._watch is None:
+                self._watch = _Watch(self)
+            return self._watch.look()
 
     def refresh(self) -> None:
         with self._lock:
@@ -225,7 +240,7 @@ class DbLedgerStorageSource:
         found: list[np.ndarray] = []
         limbo = False
         with self._lock:
-            for ledgers, locations in self._opened():
+            for d, (ledgers, locations) in enumerate(self._opened()):
                 value = ledgers.get(_LEDGER_KEY.pack(ledger_id))
                 if value is None:
                     continue
@@ -235,10 +250,18 @@ class DbLedgerStorageSource:
                 except DecodeError as exc:
                     raise SourceError(f"ledger {ledger_id}: unreadable LedgerData in {ledgers.db}: {exc}") from None
                 limbo = limbo or data.limbo
-                found.append(_entry_ids(locations, ledger_id))
+                found.append(_entry_ids(locations, ledger_id) if ledger_id not in self.suspects
+                             else self._served(d, locations, ledger_id))
         if not found:
             return None
         return (found[0] if len(found) == 1 else np.unique(np.concatenate(found))), limbo
+
+    def _served(self, d: int, locations: _SecondaryIndex, ledger_id: int) -> np.ndarray:
+        """The entries of a ledger some of whose locations point into a gone entry log: those the bookie
+        can still read (values read: this is for the few ledgers `changes` found)."""
+        gone = self.gone_logs[d]
+        return np.array([eid for eid, value in _index_entries(locations, ledger_id)
+                         if entrylog.split_location(_LOCATION.unpack(value)[0])[0] not in gone], dtype=np.int64)
 
     def availability(self, ledger_id: int) -> Holding | None:
         got = self.entry_ids(ledger_id)
@@ -413,6 +436,118 @@ class DbLedgerStorageSource:
 
 MAX_FRAME = 5 * 1024 * 1024
 _LEN = struct.Struct(">i")
+
+
+COOKIE = "VERSION"  # <dir>/current/VERSION: the bookie's cookie (its instance id, its directories)
+
+
+class _Watch:
+    """What a DbLedgerStorageSource remembers between two looks at its bookie (under the source's lock).
+    Per directory: the cookie, the `ledgers` index's keys as of its last sequence number (a keys-only pass
+    only when that moved), and every entry log's ledgers map (read once, when the log is finished)."""
+
+    def __init__(self, source: DbLedgerStorageSource) -> None:
+        self.source = source
+        self.cookies: list[bytes | None] = []
+        self.sequences: list[int] = []
+        self.held: list[np.ndarray] = []
+        self.logs: list[dict[int, list[int] | None]] = []
+        for d, (ledgers, _) in enumerate(source._opened()):
+            self.cookies.append(self._cookie(d))
+            self.sequences.append(ledgers._handle.latest_sequence_number())
+            self.held.append(self._keys(ledgers))
+            self.logs.append({lid: self._map(d, lid) for lid in self._log_ids(d)})
+
+    def _cookie(self, d: int) -> bytes | None:
+        try:
+            return (self.source.ledger_dirs[d] / "current" / COOKIE).read_bytes()
+        except OSError:
+            return None
+
+    def _keys(self, ledgers: _SecondaryIndex) -> np.ndarray:
+        keys = b"".join(ledgers.keys_from(b""))
+        ids = np.frombuffer(keys, dtype=">i8").astype(np.int64)
+        return np.sort(ids[ids >= 0])
+
+    def _log_ids(self, d: int) -> set[int]:
+        with os.scandir(self.source.ledger_dirs[d] / "current") as it:
+            return {i for e in it if (i := entrylog.log_id_of(e.name)) is not None}
+
+    def _map(self, d: int, log_id: int) -> list[int] | None:
+        """The log's ledgers map, None while it is being written (or unreadable)."""
+        try:
+            with open(entrylog.log_path(self.source.ledger_dirs[d], log_id), "rb") as f:
+                offset = entrylog.ledgers_map_offset(f.read(entrylog.LOG_HEADER.size))
+                if offset <= 0:
+                    return None
+                f.seek(offset)
+                return entrylog.ledgers_map(f.read())
+        except (OSError, ValueError):
+            return None
+
+    def look(self) -> tuple[list[Change], int]:
+        source, changes, read = self.source, [], 0
+        gone_ledgers: list[np.ndarray] = []
+        gone_logs: list[tuple[int, int, list[int] | None]] = []
+        for d, (ledgers, _) in enumerate(source.indexes):
+            cookie = self._cookie(d)
+            if cookie != self.cookies[d]:
+                changes.append(Change(Kind.BOOKIE_RESET, detail=f"the cookie of {source.ledger_dirs[d]} changed",
+                                      every_ledger=True))
+                self.cookies[d] = cookie
+            sequence = ledgers._handle.latest_sequence_number()
+            if sequence != self.sequences[d]:
+                held = self._keys(ledgers)
+                read += held.size
+                if held.size == 0 < self.held[d].size or sequence < self.sequences[d]:
+                    changes.append(Change(Kind.BOOKIE_RESET, every_ledger=True, detail=f"the ledgers index of "
+                                          f"{source.ledger_dirs[d]} was emptied or replaced"))
+                gone_ledgers.append(np.setdiff1d(self.held[d], held, assume_unique=True))
+                self.held[d], self.sequences[d] = held, sequence
+            present = self._log_ids(d)
+            for log_id in present - self.logs[d].keys() | {i for i in present if self.logs[d].get(i) is None}:
+                self.logs[d][log_id] = self._map(d, log_id)
+                source.gone_logs[d].discard(log_id)  # restored
+            gone_logs += [(d, log_id, self.logs[d].pop(log_id)) for log_id in set(self.logs[d]) - present]
+        if gone_ledgers:
+            ids = np.setdiff1d(np.concatenate(gone_ledgers), np.concatenate(self.held))  # held in no directory
+            source.suspects.difference_update(ids.tolist())
+            if ids.size:
+                changes.append(Change(Kind.LEDGERS_GONE, tuple(ids.tolist()), "left the ledgers index"))
+        if gone_logs:
+            for ledgers, locations in source.indexes:  # compaction moves entries before it removes a log
+                ledgers.catch_up()
+                locations.catch_up()
+            for d, log_id, mapped in gone_logs:
+                change, n = self._log_gone(d, log_id, mapped)
+                read += n
+                if change is not None:
+                    changes.append(change)
+        return changes, read
+
+    def _log_gone(self, d: int, log_id: int, mapped: list[int] | None) -> tuple[Change | None, int]:
+        """An entry log removed: the ledgers of its map still held whose locations still point into it."""
+        source = self.source
+        if mapped is None:  # the log being written, or one whose map was unreadable: which ledgers is unknown
+            source.gone_logs[d].add(log_id)
+            return Change(Kind.ENTRY_LOG_GONE, detail=f"{log_id:x}.log of {source.ledger_dirs[d]} (no ledgers map)",
+                          entry_log=log_id, every_ledger=True), 0
+        ledgers, locations = source.indexes[d]
+        affected, read = [], 0
+        for lid in mapped:
+            if ledgers.get(_LEDGER_KEY.pack(lid)) is None:
+                continue
+            for _, value in _index_entries(locations, lid):
+                read += 1
+                if entrylog.split_location(_LOCATION.unpack(value)[0])[0] == log_id:
+                    affected.append(lid)
+                    break
+        if not affected:
+            return None, read  # garbage collection as it should be: nothing held points into it
+        source.gone_logs[d].add(log_id)
+        source.suspects.update(affected)
+        return Change(Kind.ENTRY_LOG_GONE, tuple(sorted(affected)), f"{log_id:x}.log of {source.ledger_dirs[d]} "
+                      "is gone while the index still points into it", entry_log=log_id), read
 
 
 def request_frame(ledger_id: int, txn_id: int) -> bytes:

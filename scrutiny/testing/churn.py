@@ -43,6 +43,7 @@ from kazoo.client import KazooClient
 
 from scrutiny import codec
 from scrutiny.agent import BookieAgent
+from scrutiny.changefeed import Change, Kind
 from scrutiny.checks import expected_share
 from scrutiny.codec import Availability
 from scrutiny.config import ScanSettings
@@ -72,6 +73,7 @@ class MutableHoldings:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ledgers: dict[int, np.ndarray] = {}
+        self._gone: list[int] = []  # dropped since the last look (`changes`)
 
     def put(self, ledger_id: int, entry_ids: np.ndarray) -> None:
         with self._lock:
@@ -80,7 +82,14 @@ class MutableHoldings:
 
     def drop(self, ledger_id: int) -> None:
         with self._lock:
-            self._ledgers.pop(ledger_id, None)
+            if self._ledgers.pop(ledger_id, None) is not None:
+                self._gone.append(ledger_id)
+
+    def changes(self) -> tuple[list[Change], int]:
+        """What a DbLedgerStorage agent would see of the drops since the last look (LEDGERS_GONE)."""
+        with self._lock:
+            gone, self._gone = sorted(self._gone), []
+        return ([Change(Kind.LEDGERS_GONE, tuple(gone), "dropped")] if gone else []), len(gone)
 
     def refresh(self) -> None:
         pass

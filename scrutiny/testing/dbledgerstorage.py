@@ -15,12 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from scrutiny.bookkeeper import dbledgerstorage_pb2
-from scrutiny.entrylog import ENTRY_SIZE, LOG_HEADER, LOG_HEADER_BYTES, LOG_MAGIC, log_path, split_location
+from scrutiny.entrylog import (
+    ENTRY_SIZE,
+    LOG_HEADER,
+    LOG_HEADER_BYTES,
+    LOG_MAGIC,
+    MAP_PAIR,
+    MAP_RECORD,
+    log_path,
+    split_location,
+)
 from scrutiny.entrysources import _KEY, _LEDGER_KEY
 
 _LOCATION = struct.Struct(">q")
-_MAP_RECORD = struct.Struct(">qqi")  # ledgerId = -1, entryId = -2, count
-_MAP_PAIR = struct.Struct(">qq")
 
 
 class EntryLog:
@@ -50,7 +57,7 @@ class EntryLog:
         pairs = list(self.sizes.items())
         for i in range(0, len(pairs), 10_000):
             chunk = pairs[i:i + 10_000]
-            record = _MAP_RECORD.pack(-1, -2, len(chunk)) + b"".join(_MAP_PAIR.pack(*p) for p in chunk)
+            record = MAP_RECORD.pack(-1, -2, len(chunk)) + b"".join(MAP_PAIR.pack(*p) for p in chunk)
             self.file.write(ENTRY_SIZE.pack(len(record)) + record)
         self.file.seek(0)
         self.file.write(LOG_HEADER.pack(LOG_MAGIC, 1, offset, len(pairs)))

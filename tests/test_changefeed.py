@@ -1,0 +1,171 @@
+"""Continuous scrutiny, the bookie's side: the agent's change feed (pure), what a DbLedgerStorage agent sees
+change in a live bookie's real RocksDB indexes and entry logs, and the WatchHoldings stream a reader resumes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from scrutiny import entrylog
+from scrutiny.agent import BookieAgent
+from scrutiny.changefeed import Change, ChangeFeed, Kind
+from scrutiny.entrysources import DbLedgerStorageSource
+from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
+from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
+
+Msg = bookie_pb2.HoldingsChange
+
+
+def test_a_feed_numbers_its_changes_and_tells_a_reader_what_it_missed() -> None:
+    feed = ChangeFeed(most_ids=25)
+    assert feed.since("", 0) == ([], False)  # a first reader, nothing yet
+    feed.append([Change(Kind.LEDGERS_GONE, (1, 2)), Change(Kind.BOOKIE_RESET, every_ledger=True)])
+    events, gap = feed.since("", 0)
+    assert [e.sequence for e in events] == [1, 2] and not gap
+    assert [e.sequence for e in feed.since(feed.feed_id, 1)[0]] == [2]
+    assert feed.since(feed.feed_id, 2) == ([], False)
+    assert feed.since("another-agent", 2)[1]  # the agent restarted: what changed meanwhile is unknown
+    assert feed.since(feed.feed_id, 7)[1]  # a cursor ahead of the feed is not this feed's
+    feed.append([Change(Kind.LEDGERS_GONE, tuple(range(30)))])  # 30 ids in changes of at most 10,000
+    events, gap = feed.since(feed.feed_id, 1)
+    assert gap and [e.sequence for e in events] == [3]  # the older changes went to keep 25 ids at most
+
+
+def test_a_change_of_many_ledgers_is_split_and_a_waiting_reader_wakes() -> None:
+    feed = ChangeFeed()
+    woke = threading.Event()
+    waiter = threading.Thread(target=lambda: woke.set() if feed.wait(0, 10) else None)
+    waiter.start()
+    feed.append([Change(Kind.LEDGERS_GONE, tuple(range(25_000)))])
+    waiter.join(10)
+    assert woke.is_set() and [len(e.change.ledger_ids) for e in feed.since("", 0)[0]] == [10_000, 10_000, 5_000]
+    assert not feed.wait(feed.last, 0.05)
+
+
+# -- a live DbLedgerStorage bookie ------------------------------------------------------------------
+
+def stored(lid: int, eid: int) -> bytes:
+    return entrylog.package_entry(lid, eid, eid - 1, 0, b"x" * 64, "CRC32C")
+
+
+@pytest.fixture
+def bookie(tmp_path: Path) -> Iterator[tuple[Path, LiveBookie]]:
+    """Ledgers 1-3 in entry log 1 (finished: it has its ledgers map), 4-5 in log 2, 6 in log 3 (still being
+    written: no map yet); the bookie is live (its indexes open read-write) and has a cookie."""
+    path = tmp_path / "bookie"
+    live = LiveBookie(path)
+    for log_id, ledgers in ((1, (1, 2, 3)), (2, (4, 5)), (3, (6,))):
+        log = EntryLog(path, log_id)
+        for lid in ledgers:
+            live.write(lid, {e: stored(lid, e) for e in range(10)}, log)
+        if log_id < 3:
+            log.finish()
+    live.flush()
+    (path / "current" / "VERSION").write_text('bookieHost: "127.0.8.1:3181"\ninstanceId: "one"\n')
+    yield path, live
+    live.close()
+
+
+def look(source: DbLedgerStorageSource) -> list[Change]:
+    source.refresh()
+    return source.changes()[0]
+
+
+def test_what_a_dbledgerstorage_agent_sees_change(bookie: tuple[Path, LiveBookie], tmp_path: Path) -> None:
+    path, live = bookie
+    source = DbLedgerStorageSource([path], tmp_path / "scratch")
+    try:
+        assert look(source) == [] and look(source) == []  # the first look takes stock; nothing changed since
+        live.delete(2)  # the bookie's GC (or a loss): the ledger leaves the `ledgers` index
+        live.flush()
+        assert look(source) == [Change(Kind.LEDGERS_GONE, (2,), "left the ledgers index")]
+        # compaction: log 2's entries moved to log 4, then log 2 removed: garbage collection as it should be
+        live.compact(path, 2, EntryLog(path, 4))
+        assert look(source) == []
+        # the class of apache/bookkeeper #4607: log 1 removed while the index still points into it
+        entrylog.log_path(path, 1).unlink()
+        (gone,) = look(source)
+        assert (gone.kind, gone.ledger_ids, gone.entry_log) == (Kind.ENTRY_LOG_GONE, (1, 3), 1)
+        assert source.availability(1) is not None and source.availability(1).entries == 0  # type: ignore[union-attr]
+        assert source.availability(4).entries == 10  # type: ignore[union-attr]  # moved, then its log went: fine
+        # the log being written removed: which ledgers is unknown
+        entrylog.log_path(path, 3).unlink()
+        (unknown,) = look(source)
+        assert unknown.kind is Kind.ENTRY_LOG_GONE and unknown.every_ledger and unknown.entry_log == 3
+        # back as another instance
+        (path / "current" / "VERSION").write_text('bookieHost: "127.0.8.1:3181"\ninstanceId: "two"\n')
+        (reset,) = look(source)
+        assert reset.kind is Kind.BOOKIE_RESET and reset.every_ledger
+    finally:
+        source.close()
+
+
+def test_the_index_emptied_is_a_reset(bookie: tuple[Path, LiveBookie], tmp_path: Path) -> None:
+    path, live = bookie
+    source = DbLedgerStorageSource([path], tmp_path / "scratch")
+    try:
+        look(source)
+        for lid in range(1, 7):
+            live.delete(lid)
+        live.flush()
+        kinds = {c.kind: c for c in look(source)}
+        assert kinds.keys() == {Kind.BOOKIE_RESET, Kind.LEDGERS_GONE}
+        assert kinds[Kind.LEDGERS_GONE].ledger_ids == (1, 2, 3, 4, 5, 6)
+    finally:
+        source.close()
+
+
+def test_watch_holdings_streams_changes_a_reader_resumes(bookie: tuple[Path, LiveBookie], tmp_path: Path) -> None:
+    path, live = bookie
+    agent = BookieAgent(DbLedgerStorageSource([path], tmp_path / "scratch"), bind="127.0.0.1:0",
+                        watch_interval_seconds=0.1).start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{agent.port}") as channel:
+            stub = bookie_pb2_grpc.BookieStub(channel)
+
+            def read(feed_id: str, after: int, until: int) -> list[Msg]:
+                got: list[Msg] = []
+                call = stub.WatchHoldings(bookie_pb2.WatchHoldingsRequest(feed_id=feed_id, after_sequence=after),
+                                          timeout=20)
+                for m in call:
+                    got.append(m)
+                    if m.kind != Msg.HEARTBEAT and len([g for g in got if g.kind != Msg.HEARTBEAT]) >= until:
+                        call.cancel()
+                        break
+                return got
+
+            time.sleep(0.5)  # the agent has taken stock
+            live.delete(5)
+            live.flush()
+            t0 = time.time()
+            (first,) = read("", 0, 1)
+            assert first.kind == Msg.LEDGERS_GONE and list(first.ledger_ids) == [5] and first.sequence == 1
+            assert t0 - 1 <= first.observed_at_ms / 1000 <= time.time()
+            live.delete(6)
+            live.flush()
+            (second,) = read(first.feed_id, first.sequence, 1)  # resumed after the first: only what is new
+            assert list(second.ledger_ids) == [6] and second.sequence == 2
+            gap, *rest = read("an-agent-before-a-restart", 2, 3)
+            assert gap.kind == Msg.GAP and [m.sequence for m in rest] == [1, 2]
+    finally:
+        agent.stop(grace=0)
+
+
+def test_a_source_that_cannot_watch_says_so(tmp_path: Path) -> None:
+    from scrutiny.entrysources import SyntheticStore
+    from scrutiny.testing.synthetic import SyntheticStoreWriter
+
+    w = SyntheticStoreWriter()
+    w.add_entries("b:3181", 1, range(3))
+    agent = BookieAgent(SyntheticStore(w.write_all(tmp_path)["b:3181"]), bind="127.0.0.1:0").start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{agent.port}") as channel, pytest.raises(grpc.RpcError) as err:
+            next(bookie_pb2_grpc.BookieStub(channel).WatchHoldings(bookie_pb2.WatchHoldingsRequest(), timeout=5))
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        agent.stop(grace=0)
