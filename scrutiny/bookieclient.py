@@ -155,6 +155,19 @@ class BookieClient:
                 self._channels[bookie_id] = ch
             return bookie_pb2_grpc.BookieStub(ch)
 
+    def watch_holdings(self, bookie_id: str, feed_id: str, after: int) -> Any:
+        """The bookie's change feed (WatchHoldings) from after `after` of `feed_id` on: an iterator of
+        changes that lasts until cancelled, or until the agent or the channel goes."""
+        return self._stub(bookie_id).WatchHoldings(
+            bookie_pb2.WatchHoldingsRequest(feed_id=feed_id, after_sequence=after))
+
+    def forget(self, bookie_id: str) -> None:
+        """Close the channel to this bookie's agent: the next call resolves its address again."""
+        with self._lock:
+            ch = self._channels.pop(bookie_id, None)
+        if ch is not None:
+            ch.close()
+
     def _slot(self, bookie_id: str) -> threading.Semaphore:
         with self._lock:
             return self._per_bookie.setdefault(bookie_id, threading.Semaphore(self.max_calls_per_bookie))

@@ -267,9 +267,15 @@ class AuditorSettings:
     tls_client_ca: str = ""  # mutual TLS: clients need a certificate from this CA; such a client may Rescan
     insecure_open_rescan: bool = False  # let anyone who reaches the port Rescan (test setups only)
     status_requires_auth: bool = False
+    # continuous scrutiny (the leader): the agents' and the store's change feeds, checked in batches
+    continuous: bool = True
+    continuous_batch_seconds: float = 2.0  # what the feeds named is looked at this often
+    continuous_max_ledgers_per_second: float = 2000.0  # beyond it (a rack lost): a full run instead
 
     def validate(self) -> AuditorSettings:
         parse_host_port(self.listen, "auditor.listen", ConfigError)
+        if self.continuous_batch_seconds <= 0 or self.continuous_max_ledgers_per_second <= 0:
+            raise ConfigError("auditor.continuous_batch_seconds and continuous_max_ledgers_per_second: more than 0")
         for key in ("full_interval_seconds", "underreplication_interval_seconds", "deep_interval_seconds",
                     "shutdown_grace_seconds"):
             if getattr(self, key) < 0:

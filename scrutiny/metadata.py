@@ -500,6 +500,35 @@ def ledger_id_of_mark(name: str) -> int | None:
     return int(name[3:]) if name.startswith("urL") and name[3:].isdigit() else None
 
 
+@dataclass(frozen=True, slots=True)
+class TreeChange:
+    """A change below the ledgers root that continuous scrutiny acts on."""
+
+    what: str  # "ledger" (its metadata), "mark" (its under-replication mark), "registration" (a bookie's)
+    event: str  # created | changed | deleted
+    ledger_id: int = -1
+    bookie_id: str = ""
+
+
+def tree_change(root: str, event: str, path: str) -> TreeChange | None:
+    """What a create, change or delete at `path` (below `root`) is, in any ledger layout; None for the rest
+    (buckets, locks, cookies, the layout...)."""
+    if not path.startswith(root + "/"):
+        return None
+    parts = path[len(root) + 1:].split("/")
+    if parts[0] == "available" and len(parts) in (2, 3) and parts[-1] != "readonly" \
+            and (len(parts) == 2 or parts[1] == "readonly"):
+        return TreeChange("registration", event, bookie_id=parts[-1])
+    if parts[:2] == ["underreplication", "ledgers"] and len(parts) == 7:
+        lid = ledger_id_of_mark(parts[-1])
+        return None if lid is None else TreeChange("mark", event, lid)
+    last = parts[-1]
+    if is_ledger_child(parts[0]) and last.startswith("L") and last[1:].isdigit() \
+            and all(p.isdigit() for p in parts[:-1]) and len(parts) in (1, 3, 5):
+        return TreeChange("ledger", event, int("".join(parts[:-1]) + last[1:]))
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Bookie registrations and racks
 

@@ -34,6 +34,7 @@ class MemoryCluster:
     deep_pass: bytes | None = None
     orphan_sightings: bytes | None = None
     lost_bookie_sightings: bytes | None = None
+    continuous_cursors: bytes | None = None
     lost_bookie_recovery_delay: int | None = None
     last_runs: dict[str, bytes] = field(default_factory=dict)
     replication_disabled: bool = False
@@ -170,6 +171,12 @@ class MemoryStore(MetadataStore):
 
     def set_orphan_sightings(self, data: bytes) -> None:
         self._check().orphan_sightings = data
+
+    def continuous_cursors(self) -> bytes | None:
+        return self._check().continuous_cursors
+
+    def set_continuous_cursors(self, data: bytes) -> None:
+        self._check().continuous_cursors = data
 
     def lost_bookie_sightings(self) -> bytes | None:
         return self._check().lost_bookie_sightings

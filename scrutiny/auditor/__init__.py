@@ -26,6 +26,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.date import DateTrigger
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from scrutiny.auditor.continuous import Continuous
+from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.auditor.lastrun import RunSummary, bequeath, inherit
 from scrutiny.auditor.leadership import Leadership, PeriodicRuns, iso_seconds
 from scrutiny.auditor.runqueue import Later, RunQueue, Ticket
@@ -126,6 +128,10 @@ class Auditor:
         self.leadership: Leadership | None = None
         self.periodic: PeriodicRuns | None = None
         self.inherited: dict[str, RunSummary] = {}  # kind -> the last complete run, as an earlier leader left it
+        self.current = CurrentState()
+        # its safety net: a full run (unless one is queued or running)
+        self.continuous = (Continuous(self.config.scan, self.config.auditor, self.current, lambda _: self._due(FULL))
+                           if settings.continuous else None)
 
     # -- what tests and the RPC look at --------------------------------------------------------
 
@@ -180,6 +186,8 @@ class Auditor:
             log.warning("abandoning the current run at shutdown")
         self.scheduler.shutdown(wait=False)
         self.queue.abandon_rechecks()
+        if self.continuous is not None:
+            self.continuous.stop()
         if self.leadership is not None:
             self.leadership.stop()
         for sink in self.sinks:
@@ -222,6 +230,7 @@ class Auditor:
         s = self.config.auditor
         for sink in self.sinks:
             if isinstance(sink, PrometheusSink):
+                sink.current, sink.continuous = self.current, self.continuous
                 sink.endpoint.app = AuditorWeb(self, authenticator(self._token, s), s.status_requires_auth,
                                                s.rescan_wait_seconds)
 
@@ -238,6 +247,8 @@ class Auditor:
             sink.leadership(True)
         self._inherit()
         self.periodic.schedule(self._intervals())
+        if self.continuous is not None:
+            self.continuous.start(self.leadership.connected_store())  # type: ignore[union-attr]
 
     def _inherit(self) -> None:
         """The last complete run of each kind, whichever auditor ran it, exported at once with its true age:
@@ -250,6 +261,8 @@ class Auditor:
 
     def _deposed(self) -> None:
         assert self.periodic is not None
+        if self.continuous is not None:
+            self.continuous.stop()
         self.periodic.clear()
         self.inherited.clear()
         for sink in self.sinks:
@@ -301,7 +314,7 @@ class Auditor:
 
         settings = self.config.scan
         if ticket.kind == DEEP:  # the next slice of the deep pass, wherever the last leader left it
-            cursor = self._deep_pass()
+            cursor = deep_pass(self.leadership.connected_store(), self.config.auditor)  # type: ignore[union-attr]
             ticket.deep_slice = cursor.next_slice
             settings = dataclasses.replace(settings, deep=True, deep_slices=cursor.slices,
                                            deep_slice=cursor.next_slice)
@@ -311,17 +324,6 @@ class Auditor:
         if not pending.faulty:
             return run.finish(pending)
         return Later(self.config.scan.recheck_delay, lambda: run.finish(pending), pending.store.close)
-
-    def _deep_pass(self) -> DeepPass:
-        """The stored deep-pass cursor, fitted to the configured pass (a fresh one when none or unreadable)."""
-        s = self.config.auditor
-        slices = slices_for(s.deep_pass_days * 86400, s.deep_interval_seconds)
-        data = self.leadership.connected_store().deep_pass()  # type: ignore[union-attr]
-        try:
-            return DeepPass.parse(data).resized(slices) if data else DeepPass.fresh(slices, int(time.time() * 1000))
-        except DataError as exc:
-            log.error("%s: starting a new deep pass", exc)
-            return DeepPass.fresh(slices, int(time.time() * 1000))
 
     def _pause(self, seconds: float) -> None:
         self.stopping.wait(seconds)  # ends early at shutdown
@@ -337,7 +339,7 @@ class Auditor:
     def _publish(self, ticket: Ticket, report: Report) -> None:
         ticket.finished_ms = int(time.time() * 1000)
         if ticket.kind == DEEP and report.complete and self.leading.is_set():
-            self._record_deep_run(ticket, report)
+            record_deep_run(self.leadership.connected_store(), self.config.auditor, ticket, report)  # type: ignore[union-attr]
         run = FinishedRun(ticket.kind, report, ticket.finished_ms - ticket.started_ms, KIND_CATEGORIES[ticket.kind],
                           whole_cluster=ticket.kind in WHOLE_CLUSTER_KINDS and ticket.ledger_ids is None
                           and not ticket.bookie_id, finished_ms=ticket.finished_ms, ran_by=self.address)
@@ -346,22 +348,17 @@ class Auditor:
                 sink.published(run)
             except Exception:
                 log.exception("report sink %s failed", type(sink).__name__)
+        if report.complete and run.whole_cluster and ticket.kind in (FULL, RESCAN, DEEP):
+            missed = self.current.full_run(report.violations, ticket.started_ms, ticket.finished_ms)
+            if missed:
+                log.warning("run %s: %d findings continuous scrutiny should have made", ticket.run_id, missed)
+        elif report.complete and run.whole_cluster:  # the marks' age: every mark was looked at
+            self.current.replaced(report.violations, ticket.finished_ms, ticket.kind, KIND_CATEGORIES[ticket.kind])
         if report.complete and run.whole_cluster and self.leading.is_set():
             self.inherited.pop(ticket.kind, None)
             bequeath(self.leadership.connected_store(), run.summary)  # type: ignore[union-attr]
         if ticket.kind in PERIODIC and report.complete and self.leading.is_set() and self.periodic is not None:
             self.periodic.record(ticket.kind, ticket.started_ms)
-
-    def _record_deep_run(self, ticket: Ticket, report: Report) -> None:
-        """The slice is verified: the cursor moves on, in the store, and the report says where the pass is."""
-        try:
-            cursor = self._deep_pass()
-            if cursor.next_slice == ticket.deep_slice:  # else the pass was resized meanwhile: nothing to record
-                cursor = cursor.after_run(ticket.deep_slice, ticket.started_ms)
-                self.leadership.connected_store().set_deep_pass(cursor.to_bytes())  # type: ignore[union-attr]
-            report.stats.update(cursor.stats())
-        except Exception as exc:  # the next run verifies this slice again: late, never lost
-            log.warning("could not record the deep pass: %s", one_line(exc))
 
     # -- what the RPC asks ----------------------------------------------------------------------
 
@@ -399,5 +396,32 @@ class Auditor:
         run = self.last_run(kind)
         return run.report_json() if isinstance(run, RunSummary) else run.to_json() if run is not None else None
 
+    def current_state(self) -> dict[str, Any]:
+        feeds = dict(self.continuous.feeds) if self.continuous is not None else None
+        return {"leading": self.leading.is_set(), **self.current.to_json(feeds)}
+
     def leader_address(self) -> str:
         return self.leadership.leader_address() if self.leadership is not None else ""
+
+
+def deep_pass(store: MetadataStore, s: AuditorSettings) -> DeepPass:
+    """The stored deep-pass cursor, fitted to the configured pass (a fresh one when none or unreadable)."""
+    slices = slices_for(s.deep_pass_days * 86400, s.deep_interval_seconds)
+    data = store.deep_pass()
+    try:
+        return DeepPass.parse(data).resized(slices) if data else DeepPass.fresh(slices, int(time.time() * 1000))
+    except DataError as exc:
+        log.error("%s: starting a new deep pass", exc)
+        return DeepPass.fresh(slices, int(time.time() * 1000))
+
+
+def record_deep_run(store: MetadataStore, s: AuditorSettings, ticket: Ticket, report: Report) -> None:
+    """The slice is verified: the cursor moves on, in the store, and the report says where the pass is."""
+    try:
+        cursor = deep_pass(store, s)
+        if cursor.next_slice == ticket.deep_slice:  # else the pass was resized meanwhile: nothing to record
+            cursor = cursor.after_run(ticket.deep_slice, ticket.started_ms)
+            store.set_deep_pass(cursor.to_bytes())
+        report.stats.update(cursor.stats())
+    except Exception as exc:  # the next run verifies this slice again: late, never lost
+        log.warning("could not record the deep pass: %s", one_line(exc))

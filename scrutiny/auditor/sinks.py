@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import statsd
 from prometheus_client import CollectorRegistry
@@ -24,6 +24,10 @@ from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.categories import CATEGORY_NAMES, REGISTRY, Category, spec
 from scrutiny.prometheus import PREFIX, MetricsEndpoint
 from scrutiny.report import Report
+
+if TYPE_CHECKING:
+    from scrutiny.auditor.continuous import Continuous
+    from scrutiny.auditor.currentstate import CurrentState
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +170,8 @@ class PrometheusSink(ReportSink):
         self._checked = 0
         self._calls_failed = 0
         self._deep_bytes = 0
+        self.current: CurrentState | None = None  # the leader's current state (continuous scrutiny)
+        self.continuous: Continuous | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self.endpoint = MetricsEndpoint(listen, self.registry)
@@ -233,8 +239,12 @@ class PrometheusSink(ReportSink):
             yield GaugeMetricFamily(f"{PREFIX}python_allocated_blocks",
                                     "memory blocks the interpreter holds (sys.getallocatedblocks): the Python heap, "
                                     "apart from native memory", value=sys.getallocatedblocks())
-            violations = GaugeMetricFamily(f"{PREFIX}violations", "ledgers per category, last complete run",
-                                           labels=["category"])
+            if self.leading and self.current is not None and self.current.baseline_ms:
+                # the current state: the last full run's findings, those found since, less those cleared
+                now = self.current.counts()
+                counts = {cat: now.get(cat, 0) for cat in counts}
+            violations = GaugeMetricFamily(f"{PREFIX}violations", "ledgers per category now: the last complete "
+                                           "run's, updated by continuous scrutiny", labels=["category"])
             for cat, n in counts.items():
                 violations.add_metric([cat], n)
                 gauge = _bookkeeper_gauge(cat)
@@ -256,6 +266,8 @@ class PrometheusSink(ReportSink):
             yield from _blast_families(blast)
             yield from _orphan_families(orphans)
             yield from _lost_families(lost)
+            if self.leading:
+                yield from _continuous_families(self.current, self.continuous)
             reported = CounterMetricFamily(f"{PREFIX}violations_reported", "findings reported, every run",
                                            labels=["category"])
             for cat in REGISTRY:
@@ -356,6 +368,32 @@ def _lost_families(lost: dict[str, dict[str, int]]) -> Iterator[Metric]:
         below.add_metric([bookie], f.get("below_aq", 0))
     yield ledgers
     yield below
+
+
+def _continuous_families(current: CurrentState | None, continuous: Continuous | None) -> Iterator[Metric]:
+    """Continuous scrutiny on the leader: whether it watches, its feeds, its gaps, what it missed."""
+    if current is None or continuous is None:
+        return
+    yield GaugeMetricFamily(f"{PREFIX}continuous_watching", "1 while continuous scrutiny has seen every change "
+                            "since watching_since (0: not watching)", value=int(current.watching_since_ms > 0))
+    feeds = GaugeMetricFamily(f"{PREFIX}continuous_feeds", "change feeds followed, by state (up, down, "
+                              "unavailable: a source or store that cannot watch)", labels=["kind", "state"])
+    states = Counter(("metadata" if f == "metadata" else "agent", st) for f, st in list(continuous.feeds.items()))
+    for (kind, st), n in sorted(states.items()):
+        feeds.add_metric([kind, st], n)
+    yield feeds
+    stats = continuous.stats
+    gaps = CounterMetricFamily(f"{PREFIX}continuous_feed_gaps", "times a feed may have missed changes (each "
+                               "schedules a full run)", labels=["kind"])
+    for kind in ("metadata", "agent"):
+        gaps.add_metric([kind], stats[f"gaps.{kind}"])
+    yield gaps
+    yield CounterMetricFamily(f"{PREFIX}continuous_degraded", "mass events looked at by a full run instead "
+                              "(continuous_max_ledgers_per_second)", value=stats["degraded"])
+    yield CounterMetricFamily(f"{PREFIX}continuous_ledgers_checked", "ledgers looked at by continuous scrutiny",
+                              value=stats["ledgers_checked"])
+    yield CounterMetricFamily(f"{PREFIX}continuous_missed", "findings of a full run that continuous scrutiny, "
+                              "watching without a gap, should have made and did not", value=current.missed)
 
 
 def _bookkeeper_gauge(category: str) -> str:

@@ -42,6 +42,8 @@ class WebApi(Protocol):
 
     def last_run(self, kind: str) -> Report | RunSummary | None: ...
 
+    def current_state(self) -> dict[str, Any]: ...
+
 
 class HttpError(Exception):
     def __init__(self, status: int, message: str) -> None:
@@ -60,7 +62,8 @@ class AuditorWeb:
         routes: dict[tuple[str, str], Callable[[Request], Response]] = {
             ("GET", "/"): self.page_status, ("GET", "/findings"): self.page_findings,
             ("GET", "/blast-radius"): self.page_blast, ("GET", "/api/v1/status"): self.api_status,
-            ("GET", "/api/v1/report"): self.api_report, ("GET", "/api/v1/blast-radius"): self.api_blast,
+            ("GET", "/api/v1/report"): self.api_report, ("GET", "/api/v1/current"): self.api_current,
+            ("GET", "/api/v1/blast-radius"): self.api_blast,
             ("POST", "/api/v1/rescan"): self.api_rescan, ("POST", "/api/v1/whatif"): self.api_whatif}
         path = req.path.rstrip("/") or "/"
         handler = routes.get((req.method, path))
@@ -129,6 +132,11 @@ class AuditorWeb:
 
     def api_status(self, req: Request) -> Response:
         return _json(200, _status_json(self.api.status()))
+
+    def api_current(self, req: Request) -> Response:
+        """The current state: the last full run's findings, plus those continuous scrutiny found since, less
+        those a later look cleared, each with `detected_at` and `found_by`."""
+        return _json(200, self.api.current_state())
 
     def api_report(self, req: Request) -> Response:
         _, run = self._run(req)

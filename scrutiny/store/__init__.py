@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, Self
 import numpy as np
 
 from scrutiny.errors import ConfigError, StoreError
-from scrutiny.metadata import BookieRegistration, LedgerMetadata, UnderreplicationMark
+from scrutiny.metadata import BookieRegistration, LedgerMetadata, TreeChange, UnderreplicationMark
 from scrutiny.owners import PulsarOwners
 
 if TYPE_CHECKING:
@@ -193,11 +193,24 @@ class MetadataStore(ABC):
     def set_orphan_sightings(self, data: bytes) -> None: ...
 
     @abstractmethod
+    def continuous_cursors(self) -> bytes | None:
+        """Where continuous scrutiny is in each agent's change feed, as the leaders record it."""
+
+    @abstractmethod
+    def set_continuous_cursors(self, data: bytes) -> None: ...
+
+    @abstractmethod
     def lost_bookie_sightings(self) -> bytes | None:
         """When each bookie gone from the registrations was first seen gone (JSON), as the leaders record it."""
 
     @abstractmethod
     def set_lost_bookie_sightings(self, data: bytes) -> None: ...
+
+    def watch_tree(self, on_change: Callable[[TreeChange], None], on_gap: Callable[[str], None]) -> Registration | None:
+        """Every change to a ledger's metadata, an under-replication mark or a bookie's registration, as it
+        happens (`on_change`, called on the store's own thread: take note only), and each time some may have
+        been missed (`on_gap`), until closed; None where this store cannot watch (then only runs look)."""
+        return None
 
     @abstractmethod
     def on_session_lost(self, callback: Callable[[], None]) -> None:

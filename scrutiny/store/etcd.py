@@ -358,6 +358,12 @@ class EtcdStore(MetadataStore):
     def set_orphan_sightings(self, data: bytes) -> None:
         self._put(f"{self._auditor}/orphan-sightings", data)
 
+    def continuous_cursors(self) -> bytes | None:
+        return self._get(f"{self._auditor}/continuous-cursors")
+
+    def set_continuous_cursors(self, data: bytes) -> None:
+        self._put(f"{self._auditor}/continuous-cursors", data)
+
     def lost_bookie_sightings(self) -> bytes | None:
         return self._get(f"{self._auditor}/lost-bookie-sightings")
 

@@ -26,6 +26,7 @@ from scrutiny.metadata import (
     Layout,
     MetadataError,
     MetadataServiceUri,
+    TreeChange,
     UnderreplicationMark,
     decode_agent_registration,
     decode_bookie_service_info,
@@ -38,6 +39,7 @@ from scrutiny.metadata import (
     ledger_path,
     parse_layout,
     parse_metadata_service_uri,
+    tree_change,
     ur_mark_path,
 )
 from scrutiny.owners import PulsarOwners, managed_ledger_of
@@ -52,7 +54,8 @@ from scrutiny.store import (
     chunk_ids,
     parse_recovery_delay,
 )
-from scrutiny.store.zkrequests import DEFAULT_MAX_IN_FLIGHT, MultiRead, ZooKeeperRequests, submit
+from scrutiny.store.zkrequests import DEFAULT_MAX_IN_FLIGHT, OPERATION_TIMEOUT, MultiRead, ZooKeeperRequests, submit
+from scrutiny.store.zkwatch import TreeWatch
 from scrutiny.tls import read_credentials
 
 if TYPE_CHECKING:
@@ -355,6 +358,13 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
     def set_orphan_sightings(self, data: bytes) -> None:
         self._put(f"{self._auditor_path}/orphan-sightings", data)
 
+    def continuous_cursors(self) -> bytes | None:
+        got = self.get(f"{self._auditor_path}/continuous-cursors")
+        return None if got is None else got[0]
+
+    def set_continuous_cursors(self, data: bytes) -> None:
+        self._put(f"{self._auditor_path}/continuous-cursors", data)
+
     def lost_bookie_sightings(self) -> bytes | None:
         got = self.get(f"{self._auditor_path}/lost-bookie-sightings")
         return None if got is None else got[0]
@@ -367,6 +377,22 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
             self.client.set(path, data)
         else:
             self.client.create(path, data, makepath=True)
+
+    def watch_tree(self, on_change: Callable[[TreeChange], None], on_gap: Callable[[str], None]) -> Registration | None:
+        """A persistent recursive watch on the ledgers root (ZooKeeper 3.6+, as multiRead: a server that
+        lacks it would end the session, so it is asked for only where multiRead was found to work)."""
+        if not self.multi_read:
+            log.warning("ZooKeeper before 3.6 (no multiRead, so no persistent watch): continuous scrutiny "
+                        "learns of metadata changes only from runs")
+            return None
+        root = self.root
+
+        def event(kind: str, path: str) -> None:
+            change = tree_change(root, kind, path)
+            if change is not None:
+                on_change(change)
+
+        return TreeWatch(self.client, root, event, on_gap, timeout=OPERATION_TIMEOUT)
 
     def on_session_lost(self, callback: Callable[[], None]) -> None:
         def listener(state: str) -> None:  # on kazoo's event thread: only flag, never block

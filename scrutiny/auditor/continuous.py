@@ -1,0 +1,299 @@
+"""Continuous scrutiny on the auditor's leader: learn from the bookies and the metadata what changed, and
+check only that, with the same BP-34 steps as any run.
+
+Two feeds: every agent's WatchHoldings stream (ledgers gone from a bookie's index, an entry log removed
+under ledgers that still need it, a bookie back empty), and the metadata store's watch (a ledger closed or
+its ensemble changed, deleted, marked or unmarked, a bookie's registration gone or back). What they name is
+batched, and each batch is a scoped run (`ScrutinyRun.execute(ledger_ids=...)`: re-check, re-read, marks,
+registrations, as every run) whose findings update the current state (`CurrentState`). A feed that may have
+missed something (a reconnection to ZooKeeper, an agent restarted, changes no longer kept) and a mass event
+(more ledgers at once than `continuous_max_ledgers_per_second` allows) schedule a full run instead, the
+safety net. The agents' cursors are kept in the store: a new leader goes on where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import grpc
+
+from scrutiny.auditor.currentstate import CurrentState
+from scrutiny.bookieclient import BookieClient
+from scrutiny.categories import Category, Phase, in_phase
+from scrutiny.config import AuditorSettings, ScanSettings
+from scrutiny.errors import DataError
+from scrutiny.metadata import TreeChange
+from scrutiny.report import Report
+from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.engines import LocalEngine
+from scrutiny.store import MetadataStore, Registration
+from scrutiny.v1 import bookie_pb2
+
+log = logging.getLogger(__name__)
+Msg = bookie_pb2.HoldingsChange
+LOOKED_AT: tuple[Category, ...] = in_phase(Phase.LEDGERS) + in_phase(Phase.MARKS)  # what a scoped run finds
+AGENTS_EVERY_SECONDS = 10.0  # how often the leader looks for agents it does not follow yet
+RECONNECT_SECONDS = 2.0
+CURSORS_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Due:
+    at_ms: int
+    why: str
+
+
+class Continuous:
+    def __init__(self, scan: ScanSettings, settings: AuditorSettings, state: CurrentState,
+                 schedule_full: Callable[[str], None], now: Callable[[], float] = time.time) -> None:
+        # A batch's own run: the local engine (a batch is small), the run's delayed re-check as any run's.
+        self.scan = replace(scan, engine="local", orphan_check=False, blast_radius=False)
+        self.settings, self.state, self.schedule_full, self.now = settings, state, schedule_full, now
+        self.stats: Counter[str] = Counter()
+        self.feeds: dict[str, str] = {}  # feed -> "up" | "down" | "unavailable"
+        self._lock = threading.Lock()
+        self._ledgers: dict[int, Due] = {}
+        self._bookies: dict[str, Due] = {}
+        self._cursors: dict[str, tuple[str, int]] = {}  # bookie -> (feed id, last sequence looked at)
+        self._seen: dict[str, tuple[str, int]] = {}  # ... last sequence taken note of
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watch: Registration | None = None
+        self._store: MetadataStore | None = None
+        self._calls: dict[str, Any] = {}
+        self._client: BookieClient | None = None
+
+    def _ms(self) -> int:
+        return int(self.now() * 1000)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self, store: MetadataStore) -> None:
+        """On election: follow the feeds from where the last leader's cursors say, and look at what they name."""
+        self._stop.clear()
+        self._store = store
+        self._cursors = self._stored_cursors(store)
+        self._seen = dict(self._cursors)
+        self.state.watching(self._ms())
+        self._watch = store.watch_tree(self._on_tree, lambda why: self._gap("metadata", why))
+        self.feeds["metadata"] = "up" if self._watch is not None else "unavailable"
+        self._client = BookieClient.from_settings(self.scan, {})
+        for target, name in ((self._follow_agents, "continuous-agents"), (self._work, "continuous")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.state.stopped_watching()
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        with self._lock:
+            calls = list(self._calls.values())
+        for call in calls:
+            call.cancel()
+        for t in self._threads:
+            t.join(timeout=10)
+        self._threads.clear()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        self.feeds.clear()
+
+    # -- what the feeds say -----------------------------------------------------------------------
+
+    def _gap(self, feed: str, why: str) -> None:
+        """A feed may have missed changes: only a full run can tell what they were."""
+        log.warning("continuous scrutiny: %s feed: %s; scheduling a full run", feed, why)
+        self.stats[f"gaps.{feed.split(' ')[0]}"] += 1
+        self.state.watching(self._ms())
+        self.schedule_full(f"a gap in the {feed} feed")
+
+    def _look(self, ledger_ids: list[int] | tuple[int, ...], why: str, after_s: float = 0.0) -> None:
+        at = self._ms() + int(after_s * 1000)
+        with self._lock:
+            for lid in ledger_ids:
+                old = self._ledgers.get(lid)
+                self._ledgers[lid] = Due(max(at, old.at_ms) if old else at, why)
+
+    def _look_at_bookie(self, bookie: str, why: str, after_s: float = 0.0) -> None:
+        with self._lock:
+            self._bookies[bookie] = Due(self._ms() + int(after_s * 1000), why)
+
+    def _on_tree(self, change: TreeChange) -> None:
+        """On the store's own thread: take note only."""
+        s = self.scan
+        if change.what == "ledger":
+            if change.event == "deleted":
+                with self._lock:
+                    self._ledgers.pop(change.ledger_id, None)
+                self.state.forget([change.ledger_id])
+            elif change.event == "changed":  # closed, or its ensemble changed: once the write cache is flushed
+                self._look([change.ledger_id], "its metadata changed", s.write_cache_grace_seconds)
+        elif change.what == "mark":
+            self._look([change.ledger_id], f"its under-replication mark was {change.event}")
+        elif change.event == "deleted":  # a registration gone: BookKeeper marks its ledgers after the delay
+            self._look_at_bookie(change.bookie_id, f"{change.bookie_id}'s registration went away",
+                                 s.lost_bookie_recovery_delay + s.lost_bookie_grace_period + 1)
+        elif change.event == "created":
+            self._look_at_bookie(change.bookie_id, f"{change.bookie_id} registered again")
+
+    def _follow_agents(self) -> None:
+        followed: set[str] = set()
+        while not self._stop.is_set():
+            try:
+                assert self._store is not None
+                addresses = {**self._store.agent_addresses(), **self.scan.bookie_endpoints}
+                assert self._client is not None
+                self._client.resolver.registered.update(addresses)
+                for bookie in sorted(set(addresses) - followed):
+                    t = threading.Thread(target=self._follow, args=(bookie,), name=f"feed-{bookie}", daemon=True)
+                    t.start()
+                    self._threads.append(t)
+                    followed.add(bookie)
+            except Exception as exc:  # the store away for a moment: the next round
+                log.info("continuous scrutiny: cannot list the agents now: %s", exc)
+            self._stop.wait(AGENTS_EVERY_SECONDS)
+
+    def _follow(self, bookie: str) -> None:
+        feed = f"agent {bookie}"
+        while not self._stop.is_set():
+            feed_id, after = self._seen.get(bookie, ("", 0))
+            try:
+                assert self._client is not None
+                call = self._client.watch_holdings(bookie, feed_id, after)
+                with self._lock:
+                    self._calls[bookie] = call
+                self.feeds[feed] = "up"
+                for msg in call:
+                    self._on_agent(bookie, feed_id, msg)
+                    feed_id = msg.feed_id
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    self.feeds[feed] = "unavailable"  # a bridge to a stock bookie: full runs only
+                    return
+                self.feeds[feed] = "down"
+                if self._client is not None:
+                    self._client.forget(bookie)  # its agent may come back elsewhere
+            except Exception:
+                log.exception("following %s", feed)
+                self.feeds[feed] = "down"
+            self._stop.wait(RECONNECT_SECONDS)
+
+    def _on_agent(self, bookie: str, feed_id: str, msg: Any) -> None:
+        if msg.kind == Msg.HEARTBEAT:
+            return
+        if msg.kind == Msg.GAP:
+            if feed_id:  # a first reader has missed nothing: it starts watching now
+                self._gap(f"agent {bookie}", msg.detail)
+            self._seen[bookie] = (msg.feed_id, msg.sequence)
+            return
+        why = f"{Msg.Kind.Name(msg.kind)} on {bookie}" + (f": {msg.detail}" if msg.detail else "")
+        self.stats["agent_changes"] += 1
+        if msg.every_ledger or msg.kind == Msg.BOOKIE_RESET:
+            self._look_at_bookie(bookie, why)
+        else:
+            self._look(list(msg.ledger_ids), why)
+        self._seen[bookie] = (msg.feed_id, msg.sequence)
+
+    # -- looking ------------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        interval = self.settings.continuous_batch_seconds
+        while not self._stop.wait(interval):
+            try:
+                self.batch()
+            except Exception:
+                log.exception("continuous scrutiny: a batch failed; its ledgers wait for the next")
+
+    def batch(self) -> None:
+        """The ledgers and bookies due now, looked at with BP-34's steps; the current state updated."""
+        now = self._ms()
+        most = max(1, int(self.settings.continuous_max_ledgers_per_second * self.settings.continuous_batch_seconds))
+        with self._lock:
+            due = {lid: d for lid, d in self._ledgers.items() if d.at_ms <= now}
+            bookies = {b: d for b, d in self._bookies.items() if d.at_ms <= now}
+            if len(due) > most:  # a mass event (a rack lost): one full run, never a storm of small ones
+                for lid in due:
+                    del self._ledgers[lid]
+                self.stats["degraded"] += 1
+                degraded = len(due)
+                due = {}
+            else:
+                degraded = 0
+                for lid in due:
+                    del self._ledgers[lid]
+            for b in bookies:
+                del self._bookies[b]
+            cursors = dict(self._seen)
+            settled = not self._ledgers and not self._bookies
+        if degraded:
+            self.schedule_full(f"{degraded} ledgers changed at once (continuous_max_ledgers_per_second)")
+        if due:
+            report = self._scoped(ledger_ids=sorted(due))
+            if report is None:
+                self._look(sorted(due), "an incomplete look", self.settings.continuous_batch_seconds)
+            else:
+                self.state.looked_again(due, report.violations, self._ms(),
+                                        {lid: f"continuous: {d.why}" for lid, d in due.items()}, LOOKED_AT)
+        for bookie, d in bookies.items():
+            report = self._scoped(only_bookie=bookie)
+            if report is None:
+                self._look_at_bookie(bookie, d.why, self.settings.continuous_batch_seconds)
+            else:
+                self.state.looked_again_bookie(bookie, report.violations, self._ms(), f"continuous: {d.why}",
+                                               LOOKED_AT)
+        if settled and cursors != self._cursors and self._store is not None:
+            try:
+                self._store.set_continuous_cursors(_cursors_bytes(cursors))
+                self._cursors = cursors
+            except Exception as exc:  # kept next time; a new leader meanwhile re-reads a little more
+                log.info("continuous scrutiny: cannot record the cursors now: %s", exc)
+
+    def _scoped(self, **scope: Any) -> Report | None:
+        """A run over these ledgers (or one bookie's), as any run; None when it could not complete (the
+        caller looks again at the next batch)."""
+        report = ScrutinyRun(self.scan, LocalEngine(), kind="continuous", sleep=self._pause).execute(**scope)
+        if not report.complete:
+            log.info("continuous scrutiny: an incomplete look (%s): trying again", report.errors[:1])
+            return None
+        self.stats["batches"] += 1
+        self.stats["ledgers_checked"] += report.ledgers.get("checked", 0)
+        return report
+
+    def _pause(self, seconds: float) -> None:
+        self._stop.wait(seconds)  # a batch's delayed re-check ends early when the leader steps down
+
+    # -- cursors ------------------------------------------------------------------------------------
+
+    def _stored_cursors(self, store: MetadataStore) -> dict[str, tuple[str, int]]:
+        data = store.continuous_cursors()
+        try:
+            return parse_cursors(data) if data else {}
+        except DataError as exc:
+            log.error("%s: following every agent from its oldest kept change", exc)
+            return {}
+
+
+def _cursors_bytes(cursors: dict[str, tuple[str, int]]) -> bytes:
+    return json.dumps({"format": CURSORS_FORMAT, "agents": {b: {"feed_id": f, "sequence": s}
+                                                           for b, (f, s) in sorted(cursors.items())}}).encode()
+
+
+def parse_cursors(data: bytes) -> dict[str, tuple[str, int]]:
+    """The stored cursors; DataError saying what is wrong otherwise."""
+    try:
+        doc = json.loads(data)
+        if doc.get("format") != CURSORS_FORMAT:
+            raise ValueError(f"not format {CURSORS_FORMAT}")
+        return {str(b): (str(c["feed_id"]), int(c["sequence"])) for b, c in doc["agents"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise DataError(f"the stored continuous-scrutiny cursors: {exc}") from None

@@ -1,0 +1,132 @@
+"""The current state: what is wrong now, as the leader knows it between full runs.
+
+The last full run's findings, plus those continuous scrutiny found since, minus those a later look
+cleared; each with when it was first seen (`detected_at`) and how (`found_by`: the run kind, or what
+changed). A full run replaces the state and is the safety net: each of its findings that continuous
+mode, watching since before the previous full run without a gap, should have made and did not is counted
+as missed (`scrutiny_continuous_missed_total`). Thread-safe: the page, the API and /metrics read it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scrutiny.categories import REGISTRY, Category, Fact
+from scrutiny.checks import Violation, iso
+
+# What continuous mode looks at: what the bookies hold and who is registered (placement, the durability
+# policy and the marks' age change only with the metadata, which it also follows, but a run finds them).
+WATCHED = frozenset(c for c, spec in REGISTRY.items() if Fact.ANSWERS in spec.facts)
+
+
+@dataclass(frozen=True)
+class Current:
+    violation: Violation
+    detected_ms: int
+    found_by: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.violation.to_json(), "detected_at": iso(self.detected_ms), "found_by": self.found_by}
+
+
+class CurrentState:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._found: dict[tuple[Category, int], Current] = {}
+        self.baseline_ms = 0  # when the full run the state rests on started (0: none yet)
+        self.watching_since_ms = 0  # continuous mode has seen every change since then (0: not watching)
+        self.missed = 0
+
+    def watching(self, since_ms: int) -> None:
+        """Continuous mode (re)started, or found a gap in a feed: it has seen every change only from now on."""
+        with self._lock:
+            self.watching_since_ms = since_ms
+
+    def stopped_watching(self) -> None:
+        with self._lock:
+            self.watching_since_ms = 0
+
+    def full_run(self, found: Iterable[Violation], started_ms: int, finished_ms: int) -> int:
+        """A complete whole-cluster run: the new state; the findings continuous mode missed (counted)."""
+        with self._lock:
+            trusted = 0 < self.watching_since_ms <= self.baseline_ms and self.baseline_ms > 0
+            new: dict[tuple[Category, int], Current] = {}
+            missed = 0
+            for v in found:
+                key = (v.category, v.ledger_id)
+                before = self._found.get(key)
+                if before is None and trusted and v.category in WATCHED:
+                    missed += 1
+                new[key] = Current(v, before.detected_ms if before else finished_ms, before.found_by if before
+                                   else "full")
+            self._found, self.baseline_ms = new, started_ms
+            self.missed += missed
+            return missed
+
+    def looked_again(self, ledger_ids: Collection[int], found: Iterable[Violation], now_ms: int,
+                     found_by: str | Mapping[int, str], categories: Collection[Category]) -> tuple[int, int]:
+        """A look at these ledgers (for these categories) found this: what it no longer finds is cleared, what
+        is new is added with its detection time and how it was found (the same for all, or per ledger).
+        (new, cleared)."""
+        ids = set(ledger_ids)
+        with self._lock:
+            fresh = {(v.category, v.ledger_id): v for v in found}
+            cleared = [k for k in self._found if k[1] in ids and k[0] in categories and k not in fresh]
+            for k in cleared:
+                del self._found[k]
+            added = 0
+            for key, v in fresh.items():
+                before = self._found.get(key)
+                if before is None:
+                    added += 1
+                how = found_by if isinstance(found_by, str) else found_by.get(v.ledger_id, "")
+                self._found[key] = Current(v, before.detected_ms if before else now_ms,
+                                           before.found_by if before else how)
+            return added, len(cleared)
+
+    def looked_again_bookie(self, bookie: str, found: Iterable[Violation], now_ms: int, found_by: str,
+                            categories: Collection[Category]) -> tuple[int, int]:
+        """A look at every ledger of one bookie: what names that bookie (or counts it as gone) and is not found
+        again is cleared; what is new is added."""
+        fresh = list(found)
+        with self._lock:
+            ids = {k[1] for k, c in self._found.items()
+                   if bookie in c.violation.bookies or bookie in c.violation.details.get("lost_bookies", ())}
+        return self.looked_again(ids | {v.ledger_id for v in fresh}, fresh, now_ms, found_by, categories)
+
+    def replaced(self, found: Iterable[Violation], now_ms: int, found_by: str,
+                 categories: Collection[Category]) -> None:
+        """A whole-cluster run of some categories only (the marks' age): those categories as it found them."""
+        fresh = list(found)
+        with self._lock:
+            ids = {k[1] for k in self._found if k[0] in categories}
+        self.looked_again(ids | {v.ledger_id for v in fresh}, fresh, now_ms, found_by, categories)
+
+    def forget(self, ledger_ids: Collection[int]) -> None:
+        """Deleted ledgers: nothing about them stands."""
+        ids = set(ledger_ids)
+        with self._lock:
+            for k in [k for k in self._found if k[1] in ids]:
+                del self._found[k]
+
+    def counts(self) -> Counter[str]:
+        with self._lock:
+            return Counter(str(k[0]) for k in self._found)
+
+    def findings(self) -> list[Current]:
+        """Worst first, then the newest."""
+        with self._lock:
+            out = list(self._found.values())
+        return sorted(out, key=lambda c: (REGISTRY[c.violation.category].rank, -c.detected_ms, c.violation.ledger_id))
+
+    def to_json(self, feeds: dict[str, str] | None, most: int = 1000) -> dict[str, Any]:
+        """What /api/v1/current answers: the state's figures and its worst `most` findings."""
+        found = self.findings()
+        return {"continuous": feeds is not None, "feeds": feeds or {},
+                "watching_since": iso(self.watching_since_ms) if self.watching_since_ms else None,
+                "full_run_started_at": iso(self.baseline_ms) if self.baseline_ms else None, "missed": self.missed,
+                "counts": dict(self.counts()), "total": len(found), "violations": [f.to_json() for f in found[:most]]}

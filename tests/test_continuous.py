@@ -1,0 +1,202 @@
+"""Continuous scrutiny, end to end on a real ZooKeeper: an auditor's leader follows a live DbLedgerStorage
+bookie's agent (real RocksDB indexes and entry logs), agents on changing synthetic holdings, and the
+store's persistent watch; each loss class is found by continuous mode alone (no periodic run), normal
+garbage collection and a re-replication that copies first are not findings, a feed gap schedules a full
+run, and a new leader goes on from the cursors the last one kept."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from scrutiny import entrylog
+from scrutiny.agent import BookieAgent
+from scrutiny.auditor import Auditor
+from scrutiny.auditor.continuous import parse_cursors
+from scrutiny.auditor.sinks import PrometheusSink
+from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
+from scrutiny.entrysources import DbLedgerStorageSource
+from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
+from scrutiny.scan.engines import LocalEngine
+from scrutiny.store import MetadataStore
+from scrutiny.testing import store_on
+from scrutiny.testing.churn import MutableHoldings, share
+from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
+from scrutiny.testing.localzk import LocalZooKeeper
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.slow
+LIVE = "127.0.9.1:3181"  # the DbLedgerStorage bookie
+B2, B3, B4 = (f"127.0.9.{n}:3181" for n in (2, 3, 4))
+ENSEMBLE = (LIVE, B2, B3)
+FOUND_WITHIN = 30  # seconds: generous for a loaded CI machine (the latency goal is bench.continuous's)
+
+
+def md(lid: int, ensemble: tuple[str, ...] = ENSEMBLE) -> LedgerMetadata:
+    return LedgerMetadata(lid, LedgerState.CLOSED, 3, 2, 2, 29, 3000, (Segment(0, ensemble),))
+
+
+@dataclass
+class Cluster:
+    writer: ClusterWriter
+    live: LiveBookie
+    path: Path
+    synthetic: dict[str, MutableHoldings]
+    agents: dict[str, BookieAgent]
+    scan: ScanSettings
+    settings: AuditorSettings
+    registry: MetadataStore
+
+    def auditor(self) -> Auditor:
+        return Auditor(self.scan, self.settings, metrics=MetricsSettings(listen="127.0.0.1:0"),
+                       engine=LocalEngine()).start()
+
+
+@pytest.fixture
+def cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, tmp_path: Path) -> Iterator[Cluster]:
+    """Ledgers 1-3 in the live bookie's entry log 1, 4-8 in its log 2 (both finished); every copy in place."""
+    root = f"{zk_namespace}/ledgers"
+    uri = f"zk+hierarchical://{zk_server.hosts}{root}"
+    w = ClusterWriter(zk_client, root)
+    w.init_cluster()
+    w.write_ledgers([md(lid) for lid in range(1, 9)])
+    path = tmp_path / "live"
+    live = LiveBookie(path)
+    for log_id, ledgers in ((1, range(1, 4)), (2, range(4, 9))):
+        log = EntryLog(path, log_id)
+        for lid in ledgers:
+            live.write(lid, {int(e): entrylog.package_entry(lid, int(e), int(e) - 1, 0, b"p" * 32, "CRC32C")
+                             for e in share(md(lid), LIVE)}, log)
+        log.finish()
+    live.flush()
+    synthetic = {b: MutableHoldings() for b in (B2, B3, B4)}
+    for lid in range(1, 9):
+        for b in (B2, B3):
+            synthetic[b].put(lid, share(md(lid), b))
+    registry = store_on(zk_client, uri)
+    agents = {LIVE: BookieAgent(DbLedgerStorageSource([path], tmp_path / "scratch"), bind="127.0.0.1:0",
+                                watch_interval_seconds=0.2)}
+    agents |= {b: BookieAgent(h, bind="127.0.0.1:0", watch_interval_seconds=0.2) for b, h in synthetic.items()}
+    for b, a in agents.items():
+        a.start()
+        a.register(registry, b, f"127.0.0.1:{a.port}")
+        w.register_bookie(BookieRegistration(b, False))
+    token = tmp_path / "token"
+    token.write_text("t")
+    scan = ScanSettings(metadata_service_uri=uri, engine="local", placement_policy="none", recheck_delay=0.2,
+                        write_cache_grace_seconds=0.5, orphan_check=False)
+    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), token_file=str(token),
+                               full_interval_seconds=0, underreplication_interval_seconds=0,
+                               continuous_batch_seconds=0.3)
+    try:
+        yield Cluster(w, live, path, synthetic, agents, scan, settings, registry)
+    finally:
+        for a in agents.values():
+            a.stop(grace=0)
+        live.close()
+
+
+def current(a: Auditor) -> dict[tuple[str, int], dict[str, object]]:
+    return {(v["category"], v["ledger_id"]): v for v in a.current_state()["violations"]}
+
+
+def full_run(a: Auditor) -> None:
+    """A whole-cluster run, waited for: the current state's baseline."""
+    before = a.last.get("rescan")
+    a.rescan(None, "")
+    wait_for(lambda: a.last.get("rescan") is not before, 60)
+
+
+def test_each_loss_is_found_by_continuous_mode_and_normal_gc_is_not(cluster: Cluster) -> None:
+    a = cluster.auditor()
+    try:
+        wait_for(a.leading.is_set, 30)
+        full_run(a)
+        assert current(a) == {} and a.current.baseline_ms
+        time.sleep(1)  # the agents' first looks have taken stock
+        # an entry log removed while the index still points into it (apache/bookkeeper #4607)
+        entrylog.log_path(cluster.path, 1).unlink()
+        # a ledger gone from a bookie whose metadata still names it
+        cluster.synthetic[B2].drop(4)
+        # a re-replication that moved ledger 5 to a bookie that never got the entries
+        cluster.writer.update_ledger(md(5, (LIVE, B2, B4)))
+        # ... and one that copied first (ledger 6 to B4): no finding
+        cluster.synthetic[B4].put(6, share(md(6, (LIVE, B2, B4)), B4))
+        cluster.writer.update_ledger(md(6, (LIVE, B2, B4)))
+        # normal garbage collection: the metadata goes first, then the bookies' copies
+        cluster.writer.delete_ledger(7)
+        time.sleep(0.5)
+        cluster.synthetic[B2].drop(7)
+        cluster.live.delete(7)
+        cluster.live.flush()
+        wanted = {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", lid) for lid in (1, 2, 3, 4, 5)}
+        wait_for(lambda: set(current(a)) == wanted, FOUND_WITHIN)
+        found = current(a)
+        assert str(found["LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 1]["found_by"]).startswith("continuous: ENTRY_LOG_GONE")
+        assert "LEDGERS_GONE" in str(found["LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 4]["found_by"])
+        assert "metadata changed" in str(found["LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 5]["found_by"])
+        assert all(v["detected_at"] for v in found.values())
+        assert "full" not in a.last  # continuous mode alone
+        port = next(s for s in a.sinks if isinstance(s, PrometheusSink)).endpoint.port
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert 'scrutiny_violations{category="LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"} 5.0' in metrics
+        assert "scrutiny_continuous_watching 1.0" in metrics
+        # the safety net agrees: a full run finds the same, and nothing continuous mode missed
+        full_run(a)
+        assert set(current(a)) == wanted and a.current.missed == 0
+        # repaired (the copy back): a later look clears it
+        cluster.synthetic[B2].put(4, share(md(4), B2))
+        cluster.writer.update_ledger(md(4))  # the repair's own metadata write (its new version)
+        wait_for(lambda: ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 4) not in current(a), FOUND_WITHIN)
+    finally:
+        a.stop()
+
+
+def test_a_feed_gap_schedules_a_full_run_and_a_new_leader_goes_on_from_the_cursors(cluster: Cluster) -> None:
+    a = cluster.auditor()
+    try:
+        wait_for(a.leading.is_set, 30)
+        time.sleep(1)
+        cluster.synthetic[B3].drop(8)
+        wait_for(lambda: ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 8) in current(a), FOUND_WITHIN)
+        wait_for(lambda: B3 in parse_cursors(a.leadership.connected_store().continuous_cursors() or b""), 10)  # type: ignore[union-attr]
+        # the agent of B3 restarts (at the same address): its feed is new, what changed meanwhile unknown
+        port = cluster.agents[B3].port
+        cluster.agents[B3].stop(grace=0)
+        cluster.agents[B3] = BookieAgent(cluster.synthetic[B3], bind=f"127.0.0.1:{port}",
+                                         watch_interval_seconds=0.2).start()
+        cluster.agents[B3].register(cluster.registry, B3, f"127.0.0.1:{port}")
+        wait_for(lambda: "rescan" in a.last or "full" in a.last, 60)
+        assert a.continuous is not None and a.continuous.stats["gaps.agent"] == 1
+    finally:
+        a.stop()
+    # a new leader: the cursors it inherits are the last one's (B3's new feed); no gap when it goes on
+    cursors = parse_cursors(cluster.registry.continuous_cursors() or b"")
+    assert cursors[B3][0] == cluster.agents[B3].servicer.feed.feed_id
+    b = cluster.auditor()
+    try:
+        wait_for(b.leading.is_set, 30)
+        time.sleep(1)
+        cluster.synthetic[B2].drop(3)
+        wait_for(lambda: ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 3) in current(b), FOUND_WITHIN)
+        assert b.continuous is not None and b.continuous.stats["gaps.agent"] == 0
+    finally:
+        b.stop()
+
+
+def test_continuous_mode_can_be_off(cluster: Cluster) -> None:
+    cluster.settings = dataclasses.replace(cluster.settings, continuous=False)
+    a = cluster.auditor()
+    try:
+        wait_for(a.leading.is_set, 30)
+        assert a.continuous is None and a.current_state()["continuous"] is False
+    finally:
+        a.stop()
