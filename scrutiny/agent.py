@@ -492,6 +492,7 @@ class BookieAgent:
         if self._stopped.is_set():
             return True
         self.servicer.stopping.set()
+        self.servicer.feed.close()  # WatchHoldings streams end at once
         self.health.enter_graceful_shutdown()
         if self.registration is not None:
             self.registration.close()

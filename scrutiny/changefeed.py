@@ -64,6 +64,7 @@ class ChangeFeed:
         self._events: deque[Event] = deque()
         self._ids = 0
         self._last = 0
+        self._closed = False
         self._changed = threading.Condition()
 
     @property
@@ -91,7 +92,13 @@ class ChangeFeed:
             gap = after < first - 1 or after > self._last
             return [e for e in self._events if e.sequence > after] if not gap else list(self._events), gap
 
-    def wait(self, after: int, timeout: float) -> bool:
-        """Until there is a change after `after` (True), or `timeout` seconds."""
+    def close(self) -> None:
+        """No reader waits any more (the agent is stopping)."""
         with self._changed:
-            return self._changed.wait_for(lambda: self._last > after, timeout)
+            self._closed = True
+            self._changed.notify_all()
+
+    def wait(self, after: int, timeout: float) -> bool:
+        """Until there is a change after `after` (True), or `timeout` seconds, or the feed is closed."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._last > after or self._closed, timeout) and not self._closed

@@ -37,6 +37,10 @@ def test_churn_soak_reports_nothing_then_finds_the_fault(zk_server: LocalZooKeep
     assert result.moments["ledgers_with_residue_past_the_close"] and result.moments["orphan_candidates"], summary
     assert {f.split()[0] for f in result.faults} == FAULTS, summary
     assert result.fault_found and result.fault_report_extra == [], summary
+    # continuous scrutiny beside the runs: nothing during the churn, every fault it can see found by itself
+    assert result.continuous_false_alarms == [], json.dumps(result.continuous_false_alarms[:5], indent=1)
+    assert result.continuous_found and result.continuous_missed == 0, summary
+    assert {f.split()[0] for f in result.continuous_expected} == FAULTS - {"ORPHAN_LEDGER"}, summary
 
 
 def test_churn_soak_on_etcd(etcd_server: LocalEtcd, etcd_tree: EtcdTree, spark_engine: object) -> None:
@@ -51,6 +55,7 @@ def test_churn_soak_on_etcd(etcd_server: LocalEtcd, etcd_tree: EtcdTree, spark_e
     assert result.moments["potentially_faulty"], summary
     assert {f.split()[0] for f in result.faults} == FAULTS, summary
     assert result.fault_found and result.fault_report_extra == [], summary
+    assert result.continuous_false_alarms == [] and result.continuous_found, summary
 
 
 def test_auditor_soak_threads_and_fds_stay_flat(zk_server: LocalZooKeeper, zk_client: KazooClient,

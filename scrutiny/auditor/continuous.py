@@ -29,6 +29,7 @@ from scrutiny.bookieclient import BookieClient
 from scrutiny.categories import Category, Phase, in_phase
 from scrutiny.config import AuditorSettings, ScanSettings
 from scrutiny.errors import DataError
+from scrutiny.lostbookies import parse_sightings, sightings_to_bytes
 from scrutiny.metadata import TreeChange
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
@@ -61,6 +62,7 @@ class Continuous:
         self._lock = threading.Lock()
         self._ledgers: dict[int, Due] = {}
         self._bookies: dict[str, Due] = {}
+        self._gone: dict[str, int] = {}  # bookie -> when the watch saw its registration go (ms)
         self._cursors: dict[str, tuple[str, int]] = {}  # bookie -> (feed id, last sequence looked at)
         self._seen: dict[str, tuple[str, int]] = {}  # ... last sequence taken note of
         self._stop = threading.Event()
@@ -84,6 +86,9 @@ class Continuous:
         self.state.watching(self._ms())
         self._watch = store.watch_tree(self._on_tree, lambda why: self._gap("metadata", why))
         self.feeds["metadata"] = "up" if self._watch is not None else "unavailable"
+        # ZooKeeper's watch replays nothing: what changed between the last leader's end (or this one's start)
+        # and this watch is unknown, and so is what the current state held: a full run says.
+        self._gap("metadata", "a new leader's watch starts now; what changed before it is unknown")
         self._client = BookieClient.from_settings(self.scan, {})
         for target, name in ((self._follow_agents, "continuous-agents"), (self._work, "continuous")):
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -141,9 +146,13 @@ class Continuous:
         elif change.what == "mark":
             self._look([change.ledger_id], f"its under-replication mark was {change.event}")
         elif change.event == "deleted":  # a registration gone: BookKeeper marks its ledgers after the delay
+            with self._lock:
+                self._gone.setdefault(change.bookie_id, self._ms())
             self._look_at_bookie(change.bookie_id, f"{change.bookie_id}'s registration went away",
                                  s.lost_bookie_recovery_delay + s.lost_bookie_grace_period + 1)
         elif change.event == "created":
+            with self._lock:
+                self._gone.pop(change.bookie_id, None)
             self._look_at_bookie(change.bookie_id, f"{change.bookie_id} registered again")
 
     def _follow_agents(self) -> None:
@@ -244,6 +253,8 @@ class Continuous:
             else:
                 self.state.looked_again(due, report.violations, self._ms(),
                                         {lid: f"continuous: {d.why}" for lid, d in due.items()}, LOOKED_AT)
+        if bookies:
+            self._sight_lost_bookies()
         for bookie, d in bookies.items():
             report = self._scoped(only_bookie=bookie)
             if report is None:
@@ -268,6 +279,22 @@ class Continuous:
         self.stats["batches"] += 1
         self.stats["ledgers_checked"] += report.ledgers.get("checked", 0)
         return report
+
+    def _sight_lost_bookies(self) -> None:
+        """The watch saw when each registration went: the lost-bookie sightings a run reads (the earlier of
+        that and what runs recorded), so that the lost-bookie check counts its delay from then."""
+        with self._lock:
+            gone = dict(self._gone)
+        if not gone or self._store is None:
+            return
+        try:
+            data = self._store.lost_bookie_sightings()
+            seen = parse_sightings(data, "the stored lost-bookie sightings") if data else {}
+            merged = {**seen, **{b: min(t, seen.get(b, t)) for b, t in gone.items()}}
+            if merged != seen:
+                self._store.set_lost_bookie_sightings(sightings_to_bytes(merged))
+        except Exception as exc:  # the runs' own sightings then: later, never early
+            log.info("continuous scrutiny: cannot record when registrations went: %s", exc)
 
     def _pause(self, seconds: float) -> None:
         self._stop.wait(seconds)  # a batch's delayed re-check ends early when the leader steps down

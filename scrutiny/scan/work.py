@@ -8,11 +8,12 @@ Results of many ranges merge into one (`RangeResult.merge`); only they travel ba
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import enum
 import gc
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -454,39 +455,75 @@ def what_if(md: LedgerMetadata, per: Mapping[str, BookieAnswer], without: frozen
 YOUNG_COLLECTION_THRESHOLD = 10_000
 
 
+@dataclass
+class _Resources:
+    store: MetadataStore
+    client: BookieClient
+    users: int = 0
+    retired: bool = False
+
+    def close(self) -> None:
+        self.client.close()
+        self.store.close()
+
+
 class ExecutorResources:
-    """One metadata-store session and one set of agent channels per executor process, reused by every
-    task the process runs (Spark reuses its Python workers); rebuilt when the settings change."""
+    """Metadata-store sessions and agent channels per executor process, reused by every task the process
+    runs (Spark reuses its Python workers), one set per run settings and agents: a few at once, since runs of
+    different settings can share a process (the auditor's continuous scrutiny beside a local full run). A
+    set is closed once it is among the least recently used and no task uses it."""
+
+    MOST = 4
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._key: tuple[ScanSettings, Mapping[str, str]] | None = None
-        self._store: MetadataStore | None = None
-        self._client: BookieClient | None = None
+        self._sets: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], _Resources] = OrderedDict()
 
-    def get(self, ctx: RunContext) -> tuple[MetadataStore, BookieClient]:
-        key = (ctx.settings, dict(ctx.agent_addresses))
+    def _acquire(self, ctx: RunContext) -> _Resources:
+        key = (repr(ctx.settings), tuple(sorted(ctx.agent_addresses.items())))  # settings hold dicts: unhashable
         with self._lock:
-            if self._key != key or self._store is None or self._client is None:
+            got = self._sets.get(key)
+            if got is None:
                 young, *older = gc.get_threshold()
                 if 0 < young < YOUNG_COLLECTION_THRESHOLD:  # 0: collection switched off, leave it so
                     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *older)
-                self._close()
-                self._store = open_store(ctx.settings)
-                self._client = BookieClient.from_settings(ctx.settings, ctx.agent_addresses)
-                self._key = key
-            return self._store, self._client
+                got = self._sets[key] = _Resources(open_store(ctx.settings),
+                                                   BookieClient.from_settings(ctx.settings, ctx.agent_addresses))
+            self._sets.move_to_end(key)
+            got.users += 1
+            while len(self._sets) > self.MOST:
+                _, old = self._sets.popitem(last=False)
+                old.retired = True
+                if not old.users:
+                    old.close()
+            return got
 
-    def _close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-        if self._store is not None:
-            self._store.close()
-        self._key, self._store, self._client = None, None, None
+    def _release(self, got: _Resources) -> None:
+        with self._lock:
+            got.users -= 1
+            if got.retired and not got.users:
+                got.close()
+
+    @contextlib.contextmanager
+    def use(self, ctx: RunContext) -> Iterator[tuple[MetadataStore, BookieClient]]:
+        """The session and channels for this run's settings, kept open while the caller uses them."""
+        got = self._acquire(ctx)
+        try:
+            yield got.store, got.client
+        finally:
+            self._release(got)
+
+    def get(self, ctx: RunContext) -> tuple[MetadataStore, BookieClient]:
+        """The same, for a caller that holds no task (tests, benches): open until retired or closed."""
+        got = self._acquire(ctx)
+        self._release(got)
+        return got.store, got.client
 
     def close(self) -> None:
         with self._lock:
-            self._close()
+            sets, self._sets = list(self._sets.values()), OrderedDict()
+        for got in sets:
+            got.close()
 
 
 EXECUTOR = ExecutorResources()
@@ -497,20 +534,20 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
     """Read one range and check it. Never raises for one bad ledger; a range that cannot be read at
     all comes back with an error (the run is then incomplete)."""
     try:
-        store, client = EXECUTOR.get(ctx)
-        reads_before, failed_before = store.reads, client.failed_calls
-        ids = store.ledger_ids(rng)
-        enumerated = (LedgerIds.of(np.array(ids, dtype=np.int64)),) if ctx.holdings and mode is Pass.FIRST else ()
-        selection = select(ctx, store.read_ledgers(ids))
-        s = ctx.settings
-        deadline = s.recheck_deadline if mode is Pass.FINAL else s.bookie_deadline_seconds
-        answers = client.fetch_many(wanted(selection.candidates), deadline) if selection.candidates else {}
-        deep = client.verify_many(by_bookie([md for md in selection.candidates if md.last_entry_id >= 0
-                                             and in_deep_slice(md.ledger_id, s.deep_slices, s.deep_slice)]),
-                                  s.deep_send_passwords) if s.deep else None
-        checked = classify(ctx, mode, selection.candidates, answers, deep)
-        io_stats = {"bookie_calls_failed": client.failed_calls - failed_before,
-                    "store_reads": store.reads - reads_before, "store_peak_in_flight": store.peak_in_flight}
+        with EXECUTOR.use(ctx) as (store, client):
+            reads_before, failed_before = store.reads, client.failed_calls
+            ids = store.ledger_ids(rng)
+            enumerated = (LedgerIds.of(np.array(ids, dtype=np.int64)),) if ctx.holdings and mode is Pass.FIRST else ()
+            selection = select(ctx, store.read_ledgers(ids))
+            s = ctx.settings
+            deadline = s.recheck_deadline if mode is Pass.FINAL else s.bookie_deadline_seconds
+            answers = client.fetch_many(wanted(selection.candidates), deadline) if selection.candidates else {}
+            deep = client.verify_many(by_bookie([md for md in selection.candidates if md.last_entry_id >= 0
+                                                 and in_deep_slice(md.ledger_id, s.deep_slices, s.deep_slice)]),
+                                      s.deep_send_passwords) if s.deep else None
+            checked = classify(ctx, mode, selection.candidates, answers, deep)
+            io_stats = {"bookie_calls_failed": client.failed_calls - failed_before,
+                        "store_reads": store.reads - reads_before, "store_peak_in_flight": store.peak_in_flight}
     except (StoreError, DataError) as exc:
         return RangeResult(errors=(f"range {rng.describe()}: {exc}",))
     return RangeResult.merge([

@@ -43,16 +43,18 @@ from kazoo.client import KazooClient
 
 from scrutiny import codec
 from scrutiny.agent import BookieAgent
+from scrutiny.auditor.continuous import Continuous
+from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.changefeed import Change, Kind
 from scrutiny.checks import expected_share
 from scrutiny.codec import Availability
-from scrutiny.config import ScanSettings
+from scrutiny.config import AuditorSettings, ScanSettings
 from scrutiny.entrysources import Holding
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import Engine, LocalEngine, Progress
 from scrutiny.scan.work import Pass, RangeResult, RunContext
-from scrutiny.store import LedgerRange
+from scrutiny.store import LedgerRange, open_store
 from scrutiny.testing import store_for
 from scrutiny.testing.clusterwriter import ClusterWriter
 
@@ -144,7 +146,7 @@ class ChurnCluster:
     # -- agents and bookies --------------------------------------------------------------------
 
     def _start_agent(self, bookie: str) -> None:
-        agent = BookieAgent(self.holdings[bookie], bind="127.0.0.1:0", workers=4).start()
+        agent = BookieAgent(self.holdings[bookie], bind="127.0.0.1:0", workers=4, watch_interval_seconds=0.3).start()
         agent.register(self.store, bookie, f"127.0.0.1:{agent.port}")
         self.agents[bookie] = agent
 
@@ -353,6 +355,14 @@ class SoakResult:
     faults: list[str] = field(default_factory=list)
     fault_found: bool = False
     fault_report_extra: list[str] = field(default_factory=list)
+    # continuous scrutiny beside the runs (its own current state): what it reported during the churn (false
+    # alarms), whether it found the injected faults it can see by itself, and what the last full run found
+    # that it had not (missed)
+    continuous_false_alarms: list[dict[str, Any]] = field(default_factory=list)
+    continuous_expected: list[str] = field(default_factory=list)
+    continuous_found: bool = False
+    continuous_missed: int = 0
+    continuous_stats: dict[str, int] = field(default_factory=dict)
 
     @property
     def ops_per_minute(self) -> float:
@@ -363,7 +373,10 @@ class SoakResult:
                 "operations": dict(self.operations), "operations_per_minute": round(self.ops_per_minute),
                 "false_alarms": len(self.false_alarms), "incomplete_runs": self.incomplete_runs,
                 "moments": dict(self.moments), "faults": self.faults,
-                "fault_found": self.fault_found, "fault_report_extra": self.fault_report_extra}
+                "fault_found": self.fault_found, "fault_report_extra": self.fault_report_extra,
+                "continuous_false_alarms": len(self.continuous_false_alarms),
+                "continuous_expected": self.continuous_expected, "continuous_found": self.continuous_found,
+                "continuous_missed": self.continuous_missed, "continuous_stats": self.continuous_stats}
 
 
 def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, Engine], seed: int = 1,
@@ -390,6 +403,10 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
                 log.exception("churn step failed")
 
     churner = threading.Thread(target=churn, name="churn", daemon=True)
+    state = CurrentState()
+    watcher = Continuous(settings, AuditorSettings(continuous_batch_seconds=0.3), state, lambda why: None)
+    watched = open_store(settings)  # as the auditor opens it (multiRead probed: the watch needs 3.6+)
+    watcher.start(watched)
     t0 = time.monotonic()
     churner.start()
     try:
@@ -405,23 +422,43 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
             result.incomplete_runs += not report.complete
             result.moments.update({k: v for k, v in report.stats.items() if k in MOMENTS})
             result.false_alarms += [{"run": report.run_id, "engine": name, **v.to_json()} for v in report.violations]
+            result.continuous_false_alarms += [c.to_json() for c in state.findings()]
+            state.full_run(report.violations, int(time.time() * 1000), int(time.time() * 1000))
         stop.set()
         churner.join()
         result.seconds = time.monotonic() - t0
         result.operations = Counter(cluster.ops)
         time.sleep(recheck_delay * 4)  # every pending garbage collection and restart is done
+        result.continuous_false_alarms += [c.to_json() for c in state.findings()]
         faults = cluster.inject_faults()
         result.faults = sorted(f"{c} {lid}" for c, lid in faults)
+        # What continuous mode sees by itself: a copy gone (the agent's feed); with the store's watch also a
+        # close with adds past it, and a registration gone (its ledgers after the lost-bookie delay)
+        seen = {f for f in faults if f[0] == "LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"
+                or (watcher.feeds.get("metadata") == "up" and f[0] != "ORPHAN_LEDGER")}
+        result.continuous_expected = sorted(f"{c} {lid}" for c, lid in seen)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not seen <= _keys(state):
+            time.sleep(0.2)
+        result.continuous_found = seen <= _keys(state) and not (_keys(state) - faults)
         ScrutinyRun(settings, engines[names[0]], record_sightings=True).execute()  # the orphan is sighted
         time.sleep(max(ORPHAN_GRACE, LOST_BOOKIE_GRACE))  # ... and the lost bookie
         report = ScrutinyRun(settings, engines[names[0]], record_sightings=True).execute()
         got = {(str(v.category), v.ledger_id) for v in report.violations}
         result.fault_found = faults <= got and report.complete
         result.fault_report_extra = sorted(f"{c} {lid}" for c, lid in got - faults)
+        result.continuous_missed = state.full_run(report.violations, int(time.time() * 1000), int(time.time() * 1000))
+        result.continuous_stats = dict(watcher.stats)
     finally:
         stop.set()
+        watcher.stop()
+        watched.close()
         cluster.close()
     return result
+
+
+def _keys(state: CurrentState) -> set[tuple[str, int]]:
+    return {(str(c.violation.category), c.violation.ledger_id) for c in state.findings()}
 
 
 @dataclass(frozen=True)
