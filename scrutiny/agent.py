@@ -524,7 +524,10 @@ class BookieAgent:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        requested.wait()
+        # Waited for in slices: a signal the kernel delivers to another thread only flags it, and Python runs
+        # the handler once the main thread runs again (a wait without a timeout would never return).
+        while not requested.wait(0.2):
+            pass
         watchdog = threading.Timer(grace + GIVE_UP_AFTER_GRACE, _exit_now, (1, f"the agent did not stop within "
                                                                           f"{grace + GIVE_UP_AFTER_GRACE:.0f} s"))
         watchdog.daemon = True
