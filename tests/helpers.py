@@ -20,13 +20,14 @@ from scrutiny.testing.synthetic import SyntheticStoreWriter
 SLOW_AGENT = Path(__file__).resolve().parent / "slow_agent.py"
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 30.0) -> None:
+def wait_for(predicate: Callable[[], object], timeout: float = 30.0,
+             saying: Callable[[], str] = lambda: "") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.1)
-    raise AssertionError("timed out")
+    raise AssertionError(f"timed out {saying()}")
 
 
 def auditor_process(config: Path, log: Path | None = None) -> subprocess.Popen[str]:

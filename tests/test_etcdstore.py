@@ -297,3 +297,49 @@ def test_bucket_search_finds_every_ledger_however_sparse(etcd_server: LocalEtcd,
         assert sorted(lid for r in ranges for lid in store.ledger_ids(r)) == sorted(ids)
     assert len({r.token for r in ranges}) == len(ranges)
     assert requests < 60 * len(ranges), requests  # a gallop per gap: logarithmic in its width
+
+
+def test_the_tree_watch_resumes_where_it_stopped_and_a_compaction_is_a_gap(etcd_server: LocalEtcd,
+                                                                            etcd_tree: EtcdTree) -> None:
+    """etcd's watch from a revision: what changed while nobody watched is delivered to the next watch that
+    resumes from the last position (a new leader's), and a history compacted past it is a gap."""
+    from scrutiny.metadata import BookieRegistration, TreeChange, UnderreplicationMark
+
+    w = ClusterWriter(etcd_tree, "/ledgers")
+    w.init_cluster()
+    store = open_etcd(etcd_server)
+    changes: list[TreeChange] = []
+    gaps: list[str] = []
+    try:
+        watch = store.watch_tree(changes.append, gaps.append)
+        w.write_ledgers([closed(1)])
+        w.update_ledger(closed(1, last=19))
+        w.mark_underreplicated(UnderreplicationMark(1, (B[0],), 5))
+        w.register_bookie(BookieRegistration(B[0], False), ephemeral=False)
+        w.delete_ledger(1)
+        expected = [TreeChange("ledger", "created", 1), TreeChange("ledger", "changed", 1),
+                    TreeChange("mark", "created", 1), TreeChange("registration", "created", bookie_id=B[0]),
+                    TreeChange("ledger", "deleted", 1)]
+        wait_for(lambda: changes == expected, 10, lambda: f"{changes}")
+        wait_for(lambda: int(watch.position()) >= etcd_tree.kv.revision(), 10)
+        position = watch.position()
+        watch.close()
+        w.write_ledgers([closed(2)])  # while nobody watches
+        w.unmark_underreplicated(1)
+        changes.clear()
+        watch = store.watch_tree(changes.append, gaps.append, resume=position)
+        wait_for(lambda: changes == [TreeChange("ledger", "created", 2), TreeChange("mark", "deleted", 1)], 10)
+        position = watch.position()
+        watch.close()
+        w.write_ledgers([closed(3)])  # two revisions: the first one after the position is compacted away
+        w.write_ledgers([closed(5)])
+        subprocess.run(["etcdctl", "--endpoints", etcd_server.endpoint, "compact", str(etcd_tree.kv.revision())],
+                       check=True, capture_output=True, timeout=30)
+        watch = store.watch_tree(changes.append, gaps.append, resume=position)
+        wait_for(lambda: bool(gaps), 10)
+        assert "compacted" in gaps[0]
+        w.write_ledgers([closed(4)])  # watched again from the compaction on
+        wait_for(lambda: TreeChange("ledger", "created", 4) in changes, 10)
+        watch.close()
+    finally:
+        store.close()

@@ -55,7 +55,10 @@ def test_churn_soak_on_etcd(etcd_server: LocalEtcd, etcd_tree: EtcdTree, spark_e
     assert result.moments["potentially_faulty"], summary
     assert {f.split()[0] for f in result.faults} == FAULTS, summary
     assert result.fault_found and result.fault_report_extra == [], summary
+    # continuous scrutiny on etcd's watch (resumable from a revision) and the agents' feeds
     assert result.continuous_false_alarms == [] and result.continuous_found, summary
+    assert result.continuous_missed == 0, summary
+    assert {f.split()[0] for f in result.continuous_expected} == FAULTS - {"ORPHAN_LEDGER"}, summary
 
 
 def test_auditor_soak_threads_and_fds_stay_flat(zk_server: LocalZooKeeper, zk_client: KazooClient,

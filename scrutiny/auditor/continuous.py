@@ -34,7 +34,7 @@ from scrutiny.metadata import TreeChange
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
-from scrutiny.store import MetadataStore, Registration
+from scrutiny.store import MetadataStore, TreeWatchHandle
 from scrutiny.v1 import bookie_pb2
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,8 @@ class Continuous:
         self._seen: dict[str, tuple[str, int]] = {}  # ... last sequence taken note of
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._watch: Registration | None = None
+        self._watch: TreeWatchHandle | None = None
+        self._position = ""
         self._store: MetadataStore | None = None
         self._calls: dict[str, Any] = {}
         self._client: BookieClient | None = None
@@ -81,14 +82,17 @@ class Continuous:
         """On election: follow the feeds from where the last leader's cursors say, and look at what they name."""
         self._stop.clear()
         self._store = store
-        self._cursors = self._stored_cursors(store)
+        self._cursors, position = self._stored_cursors(store)
         self._seen = dict(self._cursors)
         self.state.watching(self._ms())
-        self._watch = store.watch_tree(self._on_tree, lambda why: self._gap("metadata", why))
+        self._watch = store.watch_tree(self._on_tree, lambda why: self._gap("metadata", why), position)
+        self._position = position
         self.feeds["metadata"] = "up" if self._watch is not None else "unavailable"
-        # ZooKeeper's watch replays nothing: what changed between the last leader's end (or this one's start)
-        # and this watch is unknown, and so is what the current state held: a full run says.
-        self._gap("metadata", "a new leader's watch starts now; what changed before it is unknown")
+        if self._watch is not None and not (position and self._watch.position()):
+            # ZooKeeper's watch replays nothing: what changed before it started is unknown
+            self._gap("metadata", "a new leader's watch starts now; what changed before it is unknown")
+        else:  # etcd's resumes where the last leader stopped; the agents' feeds too
+            self.schedule_full("the new leader's current state (it keeps no findings across leaders)")
         self._client = BookieClient.from_settings(self.scan, {})
         for target, name in ((self._follow_agents, "continuous-agents"), (self._work, "continuous")):
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -243,6 +247,7 @@ class Continuous:
             for b in bookies:
                 del self._bookies[b]
             cursors = dict(self._seen)
+            position = self._watch.position() if self._watch is not None else ""
             settled = not self._ledgers and not self._bookies
         if degraded:
             self.schedule_full(f"{degraded} ledgers changed at once (continuous_max_ledgers_per_second)")
@@ -262,10 +267,10 @@ class Continuous:
             else:
                 self.state.looked_again_bookie(bookie, report.violations, self._ms(), f"continuous: {d.why}",
                                                LOOKED_AT)
-        if settled and cursors != self._cursors and self._store is not None:
+        if settled and (cursors, position) != (self._cursors, self._position) and self._store is not None:
             try:
-                self._store.set_continuous_cursors(_cursors_bytes(cursors))
-                self._cursors = cursors
+                self._store.set_continuous_cursors(_cursors_bytes(cursors, position))
+                self._cursors, self._position = cursors, position
             except Exception as exc:  # kept next time; a new leader meanwhile re-reads a little more
                 log.info("continuous scrutiny: cannot record the cursors now: %s", exc)
 
@@ -301,26 +306,28 @@ class Continuous:
 
     # -- cursors ------------------------------------------------------------------------------------
 
-    def _stored_cursors(self, store: MetadataStore) -> dict[str, tuple[str, int]]:
+    def _stored_cursors(self, store: MetadataStore) -> tuple[dict[str, tuple[str, int]], str]:
         data = store.continuous_cursors()
         try:
-            return parse_cursors(data) if data else {}
+            return parse_cursors(data) if data else ({}, "")
         except DataError as exc:
-            log.error("%s: following every agent from its oldest kept change", exc)
-            return {}
+            log.error("%s: following every feed from now", exc)
+            return {}, ""
 
 
-def _cursors_bytes(cursors: dict[str, tuple[str, int]]) -> bytes:
-    return json.dumps({"format": CURSORS_FORMAT, "agents": {b: {"feed_id": f, "sequence": s}
-                                                           for b, (f, s) in sorted(cursors.items())}}).encode()
+def _cursors_bytes(cursors: dict[str, tuple[str, int]], position: str) -> bytes:
+    return json.dumps({"format": CURSORS_FORMAT, "metadata": position,
+                       "agents": {b: {"feed_id": f, "sequence": n} for b, (f, n) in sorted(cursors.items())}}).encode()
 
 
-def parse_cursors(data: bytes) -> dict[str, tuple[str, int]]:
-    """The stored cursors; DataError saying what is wrong otherwise."""
+def parse_cursors(data: bytes) -> tuple[dict[str, tuple[str, int]], str]:
+    """The stored cursors: each agent's (feed, sequence), and where the store's watch can resume; DataError
+    saying what is wrong otherwise."""
     try:
         doc = json.loads(data)
         if doc.get("format") != CURSORS_FORMAT:
             raise ValueError(f"not format {CURSORS_FORMAT}")
-        return {str(b): (str(c["feed_id"]), int(c["sequence"])) for b, c in doc["agents"].items()}
+        agents = {str(b): (str(c["feed_id"]), int(c["sequence"])) for b, c in doc["agents"].items()}
+        return agents, str(doc.get("metadata", ""))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise DataError(f"the stored continuous-scrutiny cursors: {exc}") from None

@@ -92,6 +92,15 @@ class Registration(Protocol):
     def close(self) -> None: ...
 
 
+class TreeWatchHandle(Protocol):
+    """A running watch of the ledgers tree."""
+
+    def position(self) -> str:
+        """Where a later watch can resume without a gap ("" where the store cannot resume)."""
+
+    def close(self) -> None: ...
+
+
 class MetadataStore(ABC):
     reads: int = 0  # requests sent, for the run's statistics
     peak_in_flight: int = 0
@@ -206,10 +215,12 @@ class MetadataStore(ABC):
     @abstractmethod
     def set_lost_bookie_sightings(self, data: bytes) -> None: ...
 
-    def watch_tree(self, on_change: Callable[[TreeChange], None], on_gap: Callable[[str], None]) -> Registration | None:
+    def watch_tree(self, on_change: Callable[[TreeChange], None], on_gap: Callable[[str], None],
+                   resume: str = "") -> TreeWatchHandle | None:
         """Every change to a ledger's metadata, an under-replication mark or a bookie's registration, as it
         happens (`on_change`, called on the store's own thread: take note only), and each time some may have
-        been missed (`on_gap`), until closed; None where this store cannot watch (then only runs look)."""
+        been missed (`on_gap`), until closed; from `resume` (a position an earlier watch gave) where the store
+        can; None where this store cannot watch (then only runs look)."""
         return None
 
     @abstractmethod

@@ -24,12 +24,16 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING
 
+import grpc
+
+from scrutiny.errors import StoreError
 from scrutiny.metadata import (
     SHORT_PATH_LIMIT,
     BookieRegistration,
     Layout,
     MetadataError,
     MetadataServiceUri,
+    TreeChange,
     UnderreplicationMark,
     decode_agent_registration,
     decode_bookie_service_info,
@@ -40,6 +44,7 @@ from scrutiny.metadata import (
     ledger_id_of_mark,
     ledger_path,
     parse_metadata_service_uri,
+    tree_change,
     ur_mark_path,
 )
 from scrutiny.owners import PulsarOwners, managed_ledger_of
@@ -370,6 +375,12 @@ class EtcdStore(MetadataStore):
     def set_lost_bookie_sightings(self, data: bytes) -> None:
         self._put(f"{self._auditor}/lost-bookie-sightings", data)
 
+    def watch_tree(self, on_change: Callable[[TreeChange], None], on_gap: Callable[[str], None],
+                   resume: str = "") -> EtcdTreeWatch:
+        """etcd's watch, from the revision after `resume` (or now): ordered and gap-free while etcd keeps
+        that history; a broken stream resumes from the last revision seen, a compacted one is a gap."""
+        return EtcdTreeWatch(self.kv, self.root, on_change, on_gap, int(resume) if resume.isdigit() else 0)
+
     def on_session_lost(self, callback: Callable[[], None]) -> None:
         self.session.on_lost(callback)
 
@@ -436,3 +447,46 @@ class EtcdElection:
 
     def cancel(self) -> None:
         self._cancelled.set()
+
+
+class EtcdTreeWatch:
+    """A watch of every key below the ledgers root, on its own thread, resumed from the last revision seen
+    when the stream breaks (etcd replays what changed meanwhile); a compacted start revision is a gap."""
+
+    def __init__(self, kv: EtcdKV, root: str, on_change: Callable[[TreeChange], None],
+                 on_gap: Callable[[str], None], after: int) -> None:
+        self.kv, self.root, self.on_change, self.on_gap = kv, root, on_change, on_gap
+        self._stop = threading.Event()
+        self._seen = after or kv.revision()  # every change up to this revision is accounted for
+        self._thread = threading.Thread(target=self._run, name="etcd-watch", daemon=True)
+        self._thread.start()
+
+    def position(self) -> str:
+        return str(self._seen)
+
+    def _run(self) -> None:
+        prefix = (self.root + "/").encode()
+        while not self._stop.is_set():
+            try:
+                for batch in self.kv.watch(prefix, self._seen + 1, self._stop):
+                    if batch.compact_revision:
+                        self._seen = self.kv.revision()
+                        self.on_gap(f"etcd compacted its history past revision {batch.compact_revision - 1}")
+                        break  # a new watch from now
+                    for kind, key, _ in batch.events:
+                        change = tree_change(self.root, kind, key)
+                        if change is not None:
+                            self.on_change(change)
+                    if batch.events:
+                        self._seen = max(self._seen, batch.events[-1][2])
+                    elif not batch.created:  # progress: nothing below the root changed up to the store's revision
+                        self._seen = max(self._seen, batch.revision)
+            except (grpc.RpcError, StoreError) as exc:
+                if not self._stop.is_set():
+                    log.info("etcd watch interrupted (%s): resuming after revision %d", exc, self._seen)
+                    self._stop.wait(1.0)
+                    self.kv.reconnect()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

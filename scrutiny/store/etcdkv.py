@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 
@@ -45,6 +45,13 @@ def prefix_end(prefix: bytes) -> bytes:
             return bytes(end)
         end.pop()
     return b"\0"  # every key
+
+
+class WatchBatch(NamedTuple):
+    events: list[tuple[str, str, int]]  # (created | changed | deleted, key, its revision), in order
+    revision: int  # the store's revision when etcd sent it
+    compact_revision: int  # not 0: the start revision is gone from etcd's history (the watch is cancelled)
+    created: bool  # the watch's first answer: what follows may still replay revisions before `revision`
 
 
 class EtcdKV:
@@ -86,6 +93,7 @@ class EtcdKV:
                              if self._credentials is not None else grpc.insecure_channel(target, options))
             self.kv = pb_grpc.KVStub(self._channel)
             self.lease = pb_grpc.LeaseStub(self._channel)
+            self.watcher = pb_grpc.WatchStub(self._channel)
             self.auth = pb_grpc.AuthStub(self._channel)
             self._token = None
         if after_failure:
@@ -245,6 +253,38 @@ class EtcdKV:
         if got.error:
             raise StoreError(f"etcd refused a lease: {got.error}")
         return got.ID
+
+    def revision(self) -> int:
+        """The store's current revision."""
+        got = self.call("a read of the revision", lambda s: s.kv.Range, pb.RangeRequest(key=b"/", limit=1,
+                                                                                      keys_only=True))
+        return int(got.header.revision)
+
+    def reconnect(self) -> None:
+        """The next endpoint (a stream broke on this one)."""
+        self._connect(after_failure=True)
+
+    def watch(self, prefix: bytes, start_revision: int, stop: threading.Event) -> Iterator[WatchBatch]:
+        """What changed below `prefix` from `start_revision` on, a response at a time, until `stop` or the
+        stream fails (grpc.RpcError: the caller resumes from the last revision it saw); a watch etcd
+        cancelled for another reason than compaction is a StoreError."""
+        create = pb.WatchRequest(create_request=pb.WatchCreateRequest(
+            key=prefix, range_end=prefix_end(prefix), start_revision=start_revision, progress_notify=True))
+
+        def requests() -> Iterator[Any]:
+            yield create
+            stop.wait()  # the request side stays open until the watch ends
+
+        call = self.watcher.Watch(requests(), metadata=self._metadata())
+        stop_watch = threading.Thread(target=lambda: (stop.wait(), call.cancel()), daemon=True)
+        stop_watch.start()
+        for resp in call:
+            if resp.canceled and not resp.compact_revision:
+                raise StoreError(f"etcd cancelled the watch: {resp.cancel_reason}")
+            events = [("deleted" if ev.type == pb.Event.DELETE else "created"
+                       if ev.kv.create_revision == ev.kv.mod_revision else "changed",
+                       ev.kv.key.decode("utf-8", "replace"), ev.kv.mod_revision) for ev in resp.events]
+            yield WatchBatch(events, resp.header.revision, resp.compact_revision, resp.created)
 
     def keep_alive(self, lease: int) -> int:
         """One keep-alive: the lease's remaining TTL (0 or less: it is gone). One attempt, no retry: the

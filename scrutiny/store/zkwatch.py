@@ -91,6 +91,9 @@ class TreeWatch:
             log.warning("could not add the persistent watch on %s again: %s", self.path, exc)
         self.on_gap("the connection to ZooKeeper was interrupted: changes meanwhile were not seen")
 
+    def position(self) -> str:
+        return ""  # ZooKeeper's watches replay nothing: no later watch can resume from here
+
     def close(self) -> None:
         self._closed.set()
         self.client.remove_listener(self._state)

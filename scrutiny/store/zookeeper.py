@@ -378,7 +378,8 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
         else:
             self.client.create(path, data, makepath=True)
 
-    def watch_tree(self, on_change: Callable[[TreeChange], None], on_gap: Callable[[str], None]) -> Registration | None:
+    def watch_tree(self, on_change: Callable[[TreeChange], None], on_gap: Callable[[str], None],
+                   resume: str = "") -> TreeWatch | None:
         """A persistent recursive watch on the ledgers root (ZooKeeper 3.6+, as multiRead: a server that
         lacks it would end the session, so it is asked for only where multiRead was found to work)."""
         if not self.multi_read:
