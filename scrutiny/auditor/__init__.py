@@ -396,9 +396,9 @@ class Auditor:
         run = self.last_run(kind)
         return run.report_json() if isinstance(run, RunSummary) else run.to_json() if run is not None else None
 
-    def current_state(self) -> dict[str, Any]:
+    def current_state(self, most: int = 1000, newest_first: bool = False) -> dict[str, Any]:
         feeds = dict(self.continuous.feeds) if self.continuous is not None else None
-        return {"leading": self.leading.is_set(), **self.current.to_json(feeds)}
+        return {"leading": self.leading.is_set(), **self.current.to_json(feeds, most, newest_first)}
 
     def leader_address(self) -> str:
         return self.leadership.leader_address() if self.leadership is not None else ""

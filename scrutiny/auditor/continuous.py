@@ -283,6 +283,7 @@ class Continuous:
             return None
         self.stats["batches"] += 1
         self.stats["ledgers_checked"] += report.ledgers.get("checked", 0)
+        self.stats["store_reads"] += report.stats.get("store_reads", 0)
         return report
 
     def _sight_lost_bookies(self) -> None:

@@ -117,15 +117,17 @@ class CurrentState:
         with self._lock:
             return Counter(str(k[0]) for k in self._found)
 
-    def findings(self) -> list[Current]:
-        """Worst first, then the newest."""
+    def findings(self, newest_first: bool = False) -> list[Current]:
+        """Worst first, then the newest (or the newest first)."""
         with self._lock:
             out = list(self._found.values())
+        if newest_first:
+            return sorted(out, key=lambda c: (-c.detected_ms, c.violation.ledger_id))
         return sorted(out, key=lambda c: (REGISTRY[c.violation.category].rank, -c.detected_ms, c.violation.ledger_id))
 
-    def to_json(self, feeds: dict[str, str] | None, most: int = 1000) -> dict[str, Any]:
-        """What /api/v1/current answers: the state's figures and its worst `most` findings."""
-        found = self.findings()
+    def to_json(self, feeds: dict[str, str] | None, most: int = 1000, newest_first: bool = False) -> dict[str, Any]:
+        """What /api/v1/current answers: the state's figures and its worst (or newest) `most` findings."""
+        found = self.findings(newest_first)
         return {"continuous": feeds is not None, "feeds": feeds or {},
                 "watching_since": iso(self.watching_since_ms) if self.watching_since_ms else None,
                 "full_run_started_at": iso(self.baseline_ms) if self.baseline_ms else None, "missed": self.missed,

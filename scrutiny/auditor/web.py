@@ -42,7 +42,7 @@ class WebApi(Protocol):
 
     def last_run(self, kind: str) -> Report | RunSummary | None: ...
 
-    def current_state(self) -> dict[str, Any]: ...
+    def current_state(self, most: int = 1000, newest_first: bool = False) -> dict[str, Any]: ...
 
 
 class HttpError(Exception):
@@ -136,7 +136,13 @@ class AuditorWeb:
     def api_current(self, req: Request) -> Response:
         """The current state: the last full run's findings, plus those continuous scrutiny found since, less
         those a later look cleared, each with `detected_at` and `found_by`."""
-        return _json(200, self.api.current_state())
+        order = req.query.get("order", "worst")
+        if order not in ("worst", "newest"):
+            raise HttpError(400, "order must be worst or newest")
+        limit = req.query.get("limit", "1000")
+        if not limit.isdigit() or not 1 <= int(limit) <= 10_000:
+            raise HttpError(400, "limit must be 1 .. 10000")
+        return _json(200, self.api.current_state(int(limit), order == "newest"))
 
     def api_report(self, req: Request) -> Response:
         _, run = self._run(req)

@@ -76,6 +76,7 @@ class MutableHoldings:
         self._lock = threading.Lock()
         self._ledgers: dict[int, np.ndarray] = {}
         self._gone: list[int] = []  # dropped since the last look (`changes`)
+        self._wiped = False
 
     def put(self, ledger_id: int, entry_ids: np.ndarray) -> None:
         with self._lock:
@@ -87,11 +88,21 @@ class MutableHoldings:
             if self._ledgers.pop(ledger_id, None) is not None:
                 self._gone.append(ledger_id)
 
+    def wipe(self) -> None:
+        """The bookie back empty (a disk replaced, the bookie formatted again under its id)."""
+        with self._lock:
+            self._ledgers.clear()
+            self._gone.clear()
+            self._wiped = True
+
     def changes(self) -> tuple[list[Change], int]:
-        """What a DbLedgerStorage agent would see of the drops since the last look (LEDGERS_GONE)."""
+        """What a DbLedgerStorage agent would see since the last look: the drops (LEDGERS_GONE), a wipe
+        (BOOKIE_RESET)."""
         with self._lock:
             gone, self._gone = sorted(self._gone), []
-        return ([Change(Kind.LEDGERS_GONE, tuple(gone), "dropped")] if gone else []), len(gone)
+            wiped, self._wiped = self._wiped, False
+        found = [Change(Kind.BOOKIE_RESET, detail="back empty", every_ledger=True)] if wiped else []
+        return found + ([Change(Kind.LEDGERS_GONE, tuple(gone), "dropped")] if gone else []), len(gone)
 
     def refresh(self) -> None:
         pass
