@@ -30,13 +30,8 @@ class MemoryCluster:
     bookies: dict[str, BookieRegistration] = field(default_factory=dict)
     racks: dict[str, str] = field(default_factory=dict)
     agents: dict[str, str] = field(default_factory=dict)
-    cadence: dict[str, int] = field(default_factory=dict)
-    deep_pass: bytes | None = None
-    orphan_sightings: bytes | None = None
-    lost_bookie_sightings: bytes | None = None
-    continuous_cursors: bytes | None = None
+    auditor_records: dict[str, bytes] = field(default_factory=dict)
     lost_bookie_recovery_delay: int | None = None
-    last_runs: dict[str, bytes] = field(default_factory=dict)
     replication_disabled: bool = False
     up: bool = True
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -148,41 +143,11 @@ class MemoryStore(MetadataStore):
     def election(self, identifier: str, name: str = "") -> Election:
         return _FirstComer(identifier)
 
-    def cadence(self, kind: str) -> int | None:
-        return self._check().cadence.get(kind)
+    def auditor_record(self, name: str) -> bytes | None:
+        return self._check().auditor_records.get(name)
 
-    def set_cadence(self, kind: str, started_ms: int) -> None:
-        self._check().cadence[kind] = started_ms
-
-    def last_run(self, kind: str) -> bytes | None:
-        return self._check().last_runs.get(kind)
-
-    def set_last_run(self, kind: str, data: bytes) -> None:
-        self._check().last_runs[kind] = data
-
-    def deep_pass(self) -> bytes | None:
-        return self._check().deep_pass
-
-    def set_deep_pass(self, data: bytes) -> None:
-        self._check().deep_pass = data
-
-    def orphan_sightings(self) -> bytes | None:
-        return self._check().orphan_sightings
-
-    def set_orphan_sightings(self, data: bytes) -> None:
-        self._check().orphan_sightings = data
-
-    def continuous_cursors(self) -> bytes | None:
-        return self._check().continuous_cursors
-
-    def set_continuous_cursors(self, data: bytes) -> None:
-        self._check().continuous_cursors = data
-
-    def lost_bookie_sightings(self) -> bytes | None:
-        return self._check().lost_bookie_sightings
-
-    def set_lost_bookie_sightings(self, data: bytes) -> None:
-        self._check().lost_bookie_sightings = data
+    def set_auditor_record(self, name: str, data: bytes) -> None:
+        self._check().auditor_records[name] = data
 
     def on_session_lost(self, callback: Callable[[], None]) -> None:
         pass

@@ -203,3 +203,18 @@ def test_continuous_mode_can_be_off(cluster: Cluster) -> None:
         assert a.continuous is None and a.current_state()["continuous"] is False
     finally:
         a.stop()
+
+
+def test_a_mass_event_is_a_full_run_not_a_storm() -> None:
+    """More ledgers at once than continuous_max_ledgers_per_second allows (a rack lost): one full run."""
+    from scrutiny.auditor.continuous import Continuous
+    from scrutiny.auditor.currentstate import CurrentState
+
+    asked: list[str] = []
+    c = Continuous(ScanSettings(metadata_service_uri="zk://127.0.0.1:1/ledgers"),
+                   AuditorSettings(continuous_batch_seconds=2, continuous_max_ledgers_per_second=100),
+                   CurrentState(), asked.append)
+    c._look(list(range(201)), "a rack lost")  # 201 > 100/s * 2 s
+    c.batch()
+    assert c.stats["degraded"] == 1 and len(asked) == 1 and "201 ledgers changed at once" in asked[0]
+    assert c._ledgers == {}  # the full run looks at them all

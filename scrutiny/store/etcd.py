@@ -335,45 +335,11 @@ class EtcdStore(MetadataStore):
     def election(self, identifier: str, name: str = "") -> Election:
         return EtcdElection(self, name or f"{self._auditor}/election", identifier)
 
-    def cadence(self, kind: str) -> int | None:
-        got = self._get(f"{self._auditor}/cadence/{kind}")
-        try:
-            return None if got is None else int(got.decode())
-        except ValueError:
-            return None
+    def auditor_record(self, name: str) -> bytes | None:
+        return self._get(f"{self._auditor}/{name}")
 
-    def set_cadence(self, kind: str, started_ms: int) -> None:
-        self._put(f"{self._auditor}/cadence/{kind}", str(started_ms).encode())
-
-    def last_run(self, kind: str) -> bytes | None:
-        return self._get(f"{self._auditor}/last-run/{kind}")
-
-    def set_last_run(self, kind: str, data: bytes) -> None:
-        self._put(f"{self._auditor}/last-run/{kind}", data)
-
-    def deep_pass(self) -> bytes | None:
-        return self._get(f"{self._auditor}/deep-pass")
-
-    def set_deep_pass(self, data: bytes) -> None:
-        self._put(f"{self._auditor}/deep-pass", data)
-
-    def orphan_sightings(self) -> bytes | None:
-        return self._get(f"{self._auditor}/orphan-sightings")
-
-    def set_orphan_sightings(self, data: bytes) -> None:
-        self._put(f"{self._auditor}/orphan-sightings", data)
-
-    def continuous_cursors(self) -> bytes | None:
-        return self._get(f"{self._auditor}/continuous-cursors")
-
-    def set_continuous_cursors(self, data: bytes) -> None:
-        self._put(f"{self._auditor}/continuous-cursors", data)
-
-    def lost_bookie_sightings(self) -> bytes | None:
-        return self._get(f"{self._auditor}/lost-bookie-sightings")
-
-    def set_lost_bookie_sightings(self, data: bytes) -> None:
-        self._put(f"{self._auditor}/lost-bookie-sightings", data)
+    def set_auditor_record(self, name: str, data: bytes) -> None:
+        self._put(f"{self._auditor}/{name}", data)
 
     def watch_tree(self, on_change: Callable[[TreeChange], None], on_gap: Callable[[str], None],
                    resume: str = "") -> EtcdTreeWatch:

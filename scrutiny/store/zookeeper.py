@@ -327,50 +327,12 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
         election: Election = self.client.Election(name or f"{self._auditor_path}/election", identifier)
         return election
 
-    def cadence(self, kind: str) -> int | None:
-        got = self.get(f"{self._auditor_path}/cadence/{kind}")
-        try:
-            return None if got is None else int(got[0].decode())
-        except ValueError:
-            return None
-
-    def set_cadence(self, kind: str, started_ms: int) -> None:
-        self._put(f"{self._auditor_path}/cadence/{kind}", str(started_ms).encode())
-
-    def last_run(self, kind: str) -> bytes | None:
-        got = self.get(f"{self._auditor_path}/last-run/{kind}")
+    def auditor_record(self, name: str) -> bytes | None:
+        got = self.get(f"{self._auditor_path}/{name}")
         return None if got is None else got[0]
 
-    def set_last_run(self, kind: str, data: bytes) -> None:
-        self._put(f"{self._auditor_path}/last-run/{kind}", data)
-
-    def deep_pass(self) -> bytes | None:
-        got = self.get(f"{self._auditor_path}/deep-pass")
-        return None if got is None else got[0]
-
-    def set_deep_pass(self, data: bytes) -> None:
-        self._put(f"{self._auditor_path}/deep-pass", data)
-
-    def orphan_sightings(self) -> bytes | None:
-        got = self.get(f"{self._auditor_path}/orphan-sightings")
-        return None if got is None else got[0]
-
-    def set_orphan_sightings(self, data: bytes) -> None:
-        self._put(f"{self._auditor_path}/orphan-sightings", data)
-
-    def continuous_cursors(self) -> bytes | None:
-        got = self.get(f"{self._auditor_path}/continuous-cursors")
-        return None if got is None else got[0]
-
-    def set_continuous_cursors(self, data: bytes) -> None:
-        self._put(f"{self._auditor_path}/continuous-cursors", data)
-
-    def lost_bookie_sightings(self) -> bytes | None:
-        got = self.get(f"{self._auditor_path}/lost-bookie-sightings")
-        return None if got is None else got[0]
-
-    def set_lost_bookie_sightings(self, data: bytes) -> None:
-        self._put(f"{self._auditor_path}/lost-bookie-sightings", data)
+    def set_auditor_record(self, name: str, data: bytes) -> None:
+        self._put(f"{self._auditor_path}/{name}", data)
 
     def _put(self, path: str, data: bytes) -> None:
         if self.exists(path):
