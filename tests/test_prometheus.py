@@ -143,7 +143,13 @@ def test_alert_rules_pass_promtool() -> None:
 
 def exported() -> set[str]:
     """Every name the auditor and the agent export once they have something to say."""
+    from scrutiny.auditor.continuous import Continuous
+    from scrutiny.auditor.currentstate import CurrentState
+
     sink = PrometheusSink("127.0.0.1:0")
+    sink.current = CurrentState()
+    sink.continuous = Continuous(ScanSettings(metadata_service_uri="zk://127.0.0.1:1/ledgers"), AuditorSettings(),
+                                 sink.current, lambda why: None)
     try:
         sink.leadership(True)
         sink.published(a_run())
