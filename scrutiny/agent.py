@@ -507,9 +507,6 @@ class BookieAgent:
         self._stopped.set()
         return drained
 
-    def wait(self) -> None:
-        self._stopped.wait()
-
     def serve_until_signalled(self, grace: float, after: Callable[[], None] | None = None) -> int:
         """The agent process's life: serve until SIGTERM or SIGINT, then stop within `grace` (and, past
         it, whatever holds the stop up: a store that does not answer the deregistration, a call deep in
