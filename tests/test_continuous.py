@@ -151,6 +151,8 @@ def test_each_loss_is_found_by_continuous_mode_and_normal_gc_is_not(cluster: Clu
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         assert 'scrutiny_violations{category="LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"} 5.0' in metrics
         assert "scrutiny_continuous_watching 1.0" in metrics
+        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read().decode()
+        assert "Continuous scrutiny: watching every change since" in page and "ENTRY_LOG_GONE" in page
         # the safety net agrees: a full run finds the same, and nothing continuous mode missed
         full_run(a)
         assert set(current(a)) == wanted and a.current.missed == 0

@@ -221,6 +221,9 @@ def test_with_status_requires_auth_the_pages_need_the_token_too() -> None:
         def last_run(self, kind: str) -> None:
             return None
 
+        def current_state(self, most: int = 1000, newest_first: bool = False) -> dict[str, Any]:
+            return {"continuous": False}
+
     web = AuditorWeb(Api(), Authenticator(TOKEN, False, False), True, 5.0)  # type: ignore[arg-type]
     for path in ("/", "/api/v1/status", "/findings"):
         refused = web(Request("GET", path, {}, {}))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -219,6 +220,8 @@ class AuditorWeb:
             c = s.current
             parts.append(f"<p>Running: {_e(c.kind)} run {_e(c.run_id)}, {c.ranges_done} of {c.ranges_total or '?'} "
                          "ranges.</p>")
+        if s.leading:
+            parts.append(_continuous_html(self.api.current_state(most=10, newest_first=True)))
         rows = []
         for kind in KINDS:
             run = self.api.last_run(kind)
@@ -328,6 +331,23 @@ def _html(status: int, title: str, body: str) -> Response:
     page = (f"<!doctype html><html><head><meta charset=utf-8><title>{_e(title)}</title><style>{STYLE}</style>"
             f"</head><body><h1>{_e(title)}</h1>{body}</body></html>")
     return Response(status, "text/html; charset=utf-8", page.encode())
+
+
+def _continuous_html(state: dict[str, Any]) -> str:
+    """The status page's view of the current state: its counts, its newest findings, how it is watched."""
+    if not state["continuous"]:
+        return "<h2>Now</h2><p>Continuous scrutiny is off (auditor.continuous): only runs look.</p>"
+    feeds = Counter(state["feeds"].values())
+    watching = (f"watching every change since {_e(state['watching_since'])}" if state["watching_since"]
+                else "<span class=warn>not watching</span>")
+    counts = ", ".join(f"<a href='/findings?category={_e(c)}'>{_e(c)}</a> {n}" for c, n in
+                       sorted(state["counts"].items())) or "none"
+    newest = "".join(f"<li>{_e(v['detected_at'])}: {_e(v['category'])} on <a href='/ledgers/{v['ledger_id']}'>"
+                     f"ledger {v['ledger_id']}</a> ({_e(v['found_by'])})</li>" for v in state["violations"])
+    return (f"<h2>Now</h2><p>Continuous scrutiny: {watching}; feeds "
+            + ", ".join(f"{n} {_e(st)}" for st, n in sorted(feeds.items())) + f"; {state['missed']} missed "
+            f"(found by a full run first). Findings now (ledgers): {counts}. "
+            "JSON: <a href='/api/v1/current'>/api/v1/current</a>.</p>" + (f"<ul>{newest}</ul>" if newest else ""))
 
 
 def _json(status: int, doc: Any) -> Response:
