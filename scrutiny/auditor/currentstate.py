@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,7 @@ class CurrentState:
     def full_run(self, found: Iterable[Violation], started_ms: int, finished_ms: int) -> int:
         """A complete whole-cluster run: the new state; the findings continuous mode missed (counted)."""
         with self._lock:
-            trusted = 0 < self.watching_since_ms <= self.baseline_ms and self.baseline_ms > 0
+            trusted = 0 < self.watching_since_ms <= self.baseline_ms
             new: dict[tuple[Category, int], Current] = {}
             missed = 0
             for v in found:
@@ -92,19 +92,22 @@ class CurrentState:
                             categories: Collection[Category]) -> tuple[int, int]:
         """A look at every ledger of one bookie: what names that bookie (or counts it as gone) and is not found
         again is cleared; what is new is added."""
-        fresh = list(found)
-        with self._lock:
-            ids = {k[1] for k, c in self._found.items()
-                   if bookie in c.violation.bookies or bookie in c.violation.details.get("lost_bookies", ())}
-        return self.looked_again(ids | {v.ledger_id for v in fresh}, fresh, now_ms, found_by, categories)
+        return self._looked_again_where(lambda c: bookie in c.violation.bookies
+                                        or bookie in c.violation.details.get("lost_bookies", ()),
+                                        found, now_ms, found_by, categories)
 
     def replaced(self, found: Iterable[Violation], now_ms: int, found_by: str,
-                 categories: Collection[Category]) -> None:
+                 categories: Collection[Category]) -> tuple[int, int]:
         """A whole-cluster run of some categories only (the marks' age): those categories as it found them."""
+        return self._looked_again_where(lambda c: c.violation.category in categories, found, now_ms, found_by,
+                                        categories)
+
+    def _looked_again_where(self, looked_at: Callable[[Current], bool], found: Iterable[Violation], now_ms: int,
+                            found_by: str, categories: Collection[Category]) -> tuple[int, int]:
         fresh = list(found)
         with self._lock:
-            ids = {k[1] for k in self._found if k[0] in categories}
-        self.looked_again(ids | {v.ledger_id for v in fresh}, fresh, now_ms, found_by, categories)
+            ids = {k[1] for k, c in self._found.items() if looked_at(c)}
+        return self.looked_again(ids | {v.ledger_id for v in fresh}, fresh, now_ms, found_by, categories)
 
     def forget(self, ledger_ids: Collection[int]) -> None:
         """Deleted ledgers: nothing about them stands."""

@@ -303,7 +303,7 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
                 past = check_past_the_close(md, answers_for(md, answers))
                 residue += past.residue
                 if past.violation is not None:
-                    violations.append(_owned(past.violation, md))
+                    violations.append(past.violation)  # its owner: the driver's, as for every unowned finding
             continue
         checked += 1
         per, cov = analyse(ctx, mode, md, answers, policy, grace_ms, found, faulty, deep_answers, held)
@@ -347,11 +347,6 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     return RangeResult(counts={"checked": checked}, violations=tuple(violations), potentially_faulty=faulty,
                        stats={**stats, **deep_stats(deep)} if deep is not None else stats, blast=blast,
                        unregistered=frozenset(unregistered))
-
-
-def _owned(v: Violation, md: LedgerMetadata) -> Violation:
-    owner = owner_from_custom_metadata(md.custom_metadata)
-    return dataclasses.replace(v, owner=owner) if owner else v
 
 
 def deep_stats(deep: DeepAnswers) -> dict[str, int]:

@@ -284,7 +284,7 @@ class ChurnCluster:
         elif op < 0.85:
             self.rereplicate()
         else:
-            self.restart(whole_bookie=op > 0.97, session_only=0.93 < op <= 0.97)
+            self.restart(whole_bookie=op > 0.95, session_only=0.92 < op <= 0.95)
 
     def inject_faults(self) -> set[tuple[str, int]]:
         """A bookie loses its copy of one ledger (nobody repairs it): LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY; a
