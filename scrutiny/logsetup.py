@@ -27,8 +27,21 @@ class JsonLines(logging.Formatter):
         return json.dumps(doc)
 
 
+class _Stderr(logging.StreamHandler):
+    """Whatever sys.stderr is when a line is written: a caller that swaps it (a test's capture, a
+    daemon redirecting it) never leaves the handler writing to a closed file."""
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: object) -> None:
+        pass
+
+
 def configure(level: str = "INFO", json_lines: bool = False) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.addFilter(_RunIdFilter())
     handler.setFormatter(JsonLines() if json_lines else logging.Formatter(
         "%(asctime)s %(levelname)s %(name)s [%(run_id)s]: %(message)s"))

@@ -217,6 +217,7 @@ def test_a_mass_event_is_a_full_run_not_a_storm() -> None:
                    AuditorSettings(continuous_batch_seconds=2, continuous_max_ledgers_per_second=100),
                    CurrentState(), asked.append)
     c._look(list(range(201)), "a rack lost")  # 201 > 100/s * 2 s
+    assert c.pending() == 201
     c.batch()
     assert c.stats["degraded"] == 1 and len(asked) == 1 and "201 ledgers changed at once" in asked[0]
-    assert c._ledgers == {}  # the full run looks at them all
+    assert c.pending() == 0  # the full run looks at them all

@@ -6,6 +6,7 @@ the close, deletes collected later among them). Nothing may be reported; the fau
 from __future__ import annotations
 
 import json
+from statistics import median
 
 from kazoo.client import KazooClient
 
@@ -66,7 +67,10 @@ def test_auditor_soak_threads_and_fds_stay_flat(zk_server: LocalZooKeeper, zk_cl
     samples = auditor_soak(zk_client, f"{zk_namespace}/ledgers", zk_server.hosts, runs=16, engine=LocalEngine(),
                            reports_dir=str(tmp_path))
     assert len(samples) == 16
-    warm, last = samples[3], samples[-1]  # after the first runs opened what the process keeps
-    assert last.threads <= warm.threads + 2, samples
-    assert last.fds <= warm.fds + 4, samples
-    assert last.rss_mb <= warm.rss_mb + 30, samples
+    # Each sample is taken with the auditor at rest (runs may still start): the last ones against the
+    # most the process held once the first runs had opened what it keeps. A leak of one per run would
+    # stand about ten above it.
+    warm, last = samples[2:6], samples[-4:]
+    assert median(s.threads for s in last) <= max(s.threads for s in warm) + 2, samples
+    assert median(s.fds for s in last) <= max(s.fds for s in warm) + 4, samples
+    assert median(s.rss_mb for s in last) <= max(s.rss_mb for s in warm) + 30, samples

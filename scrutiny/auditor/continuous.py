@@ -62,6 +62,7 @@ class Continuous:
         self._lock = threading.Lock()
         self._ledgers: dict[int, Due] = {}
         self._bookies: dict[str, Due] = {}
+        self._looking = 0  # ledgers and bookies of the batch under way
         self._gone: dict[str, int] = {}  # bookie -> when the watch saw its registration go (ms)
         self._cursors: dict[str, tuple[str, int]] = {}  # bookie -> (feed id, last sequence looked at)
         self._seen: dict[str, tuple[str, int]] = {}  # ... last sequence taken note of
@@ -75,6 +76,11 @@ class Continuous:
 
     def _ms(self) -> int:
         return int(self.now() * 1000)
+
+    def pending(self) -> int:
+        """Ledgers and bookies waiting for a look, or being looked at: the backlog."""
+        with self._lock:
+            return len(self._ledgers) + len(self._bookies) + self._looking
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -246,11 +252,21 @@ class Continuous:
                     del self._ledgers[lid]
             for b in bookies:
                 del self._bookies[b]
+            self._looking = len(due) + len(bookies)
             cursors = dict(self._seen)
             position = self._watch.position() if self._watch is not None else ""
             settled = not self._ledgers and not self._bookies
-        if degraded:
-            self.schedule_full(f"{degraded} ledgers changed at once (continuous_max_ledgers_per_second)")
+        try:
+            if degraded:
+                self.schedule_full(f"{degraded} ledgers changed at once (continuous_max_ledgers_per_second)")
+            self._look_now(due, bookies)
+        finally:
+            with self._lock:
+                self._looking = 0
+        if settled:
+            self._record_cursors(cursors, position)
+
+    def _look_now(self, due: dict[int, Due], bookies: dict[str, Due]) -> None:
         if due:
             report = self._scoped(ledger_ids=sorted(due))
             if report is None:
@@ -267,7 +283,9 @@ class Continuous:
             else:
                 self.state.looked_again_bookie(bookie, report.violations, self._ms(), f"continuous: {d.why}",
                                                LOOKED_AT)
-        if settled and (cursors, position) != (self._cursors, self._position) and self._store is not None:
+
+    def _record_cursors(self, cursors: dict[str, tuple[str, int]], position: str) -> None:
+        if (cursors, position) != (self._cursors, self._position) and self._store is not None:
             try:
                 self._store.set_continuous_cursors(_cursors_bytes(cursors, position))
                 self._cursors, self._position = cursors, position

@@ -388,6 +388,8 @@ def _continuous_families(current: CurrentState | None, continuous: Continuous | 
     for kind in ("metadata", "agent"):
         gaps.add_metric([kind], stats[f"gaps.{kind}"])
     yield gaps
+    yield GaugeMetricFamily(f"{PREFIX}continuous_pending", "ledgers and bookies waiting for continuous "
+                            "scrutiny's look, or being looked at", value=continuous.pending())
     yield CounterMetricFamily(f"{PREFIX}continuous_degraded", "mass events looked at by a full run instead "
                               "(continuous_max_ledgers_per_second)", value=stats["degraded"])
     yield CounterMetricFamily(f"{PREFIX}continuous_ledgers_checked", "ledgers looked at by continuous scrutiny",

@@ -149,6 +149,7 @@ class ChurnCluster:
         self._down_until = 0.0  # one restart at a time
         self._restarted: dict[str, float] = {}
         self._timers: list[threading.Timer] = []
+        self._quiet = threading.Event()
         for b in self.bookies:
             self.holdings[b] = MutableHoldings()
             self.writer.register_bookie(BookieRegistration(b, False))
@@ -163,7 +164,7 @@ class ChurnCluster:
 
     def _later(self, seconds: float, fn: Callable[[], None]) -> None:
         t = threading.Timer(seconds, fn)
-        t.daemon = True
+        t.daemon, t.name = True, "churn-timer"
         self._timers = [old for old in self._timers if old.is_alive()]  # a long soak keeps only the pending
         self._timers.append(t)
         t.start()
@@ -273,7 +274,22 @@ class ChurnCluster:
             for b in set(bookies) - keep:
                 self.holdings[b].drop(ledger_id)
 
+    @contextlib.contextmanager
+    def quiet(self, timeout: float = 5.0) -> Iterator[None]:
+        """No churn for the block, which starts once what is under way has ended (restarted bookies back,
+        copies collected): a moment to measure the auditor without the cluster's own comings and goings."""
+        self._quiet.set()
+        try:
+            deadline = time.monotonic() + timeout
+            for t in list(self._timers):
+                t.join(max(0.0, deadline - time.monotonic()))
+            yield
+        finally:
+            self._quiet.clear()
+
     def step(self) -> None:
+        if self._quiet.is_set():
+            return
         op = self.rng.random()
         if op < 0.30 or len(self.closed) < 20:
             self.create()
@@ -499,11 +515,18 @@ def spark_children_mb(proc: Any) -> tuple[float, float]:
     return jvm / 2**20, workers / 2**20
 
 
+# The threads of the cluster simulated in this process (in production, other processes): its agents'
+# workers, their watches, the churn and its timers.
+CLUSTER_THREADS = ("agent", "churn")
+
+
 def _usage(run: int) -> Sample:
     import psutil
 
     me = psutil.Process()
-    return Sample(run, me.memory_info().rss / 2**20, me.num_fds(), me.num_threads(), *spark_children_mb(me))
+    cluster = sum(t.name.startswith(CLUSTER_THREADS) for t in threading.enumerate())
+    return Sample(run, me.memory_info().rss / 2**20, me.num_fds(), me.num_threads() - cluster,
+                  *spark_children_mb(me))
 
 
 def populated(cluster: ChurnCluster, ledgers: int = 60) -> ChurnCluster:
@@ -529,6 +552,17 @@ def churning(cluster: ChurnCluster, period: float = 0.05) -> Iterator[ChurnClust
         stop.set()
         churner.join()
         cluster.close()
+
+
+def _continuous_settled(auditor: Any, timeout: float) -> None:
+    """Every feed up (a stream holds a gRPC thread while it is open) and no look under way (each opens a
+    store session): the auditor at rest, whatever the churn left it doing."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and auditor.continuous is not None:
+        c = auditor.continuous
+        if c.pending() == 0 and all(state == "up" for state in list(c.feeds.values())):
+            return
+        time.sleep(0.05)
 
 
 def auditor_soak(client: KazooClient, root: str, hosts: str, runs: int, engine: Engine, reports_dir: str,
@@ -558,7 +592,9 @@ def auditor_soak(client: KazooClient, root: str, hosts: str, runs: int, engine: 
                     if last.report.violations:
                         first = next(iter(last.report.violations))
                         raise AssertionError(f"false alarm in run {seen}: {first.to_json()}")
-                    samples.append(_usage(len(samples) + 1))
+                    with cluster.quiet():
+                        _continuous_settled(auditor, 5.0)
+                        samples.append(_usage(len(samples) + 1))
                 time.sleep(0.05)
         finally:
             auditor.stop()
