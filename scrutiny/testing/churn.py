@@ -150,6 +150,7 @@ class ChurnCluster:
         self._restarted: dict[str, float] = {}
         self._timers: list[threading.Timer] = []
         self._quiet = threading.Event()
+        self._stepping = threading.Lock()
         for b in self.bookies:
             self.holdings[b] = MutableHoldings()
             self.writer.register_bookie(BookieRegistration(b, False))
@@ -165,9 +166,9 @@ class ChurnCluster:
     def _later(self, seconds: float, fn: Callable[[], None]) -> None:
         t = threading.Timer(seconds, fn)
         t.daemon, t.name = True, "churn-timer"
+        t.start()
         self._timers = [old for old in self._timers if old.is_alive()]  # a long soak keeps only the pending
         self._timers.append(t)
-        t.start()
 
     def restart(self, whole_bookie: bool = False, session_only: bool = False) -> str | None:
         """An agent (or the whole bookie: registration too; or only the bookie's registration, its ZooKeeper
@@ -280,6 +281,8 @@ class ChurnCluster:
         copies collected): a moment to measure the auditor without the cluster's own comings and goings."""
         self._quiet.set()
         try:
+            with self._stepping:  # the step under way ends first
+                pass
             deadline = time.monotonic() + timeout
             for t in list(self._timers):
                 t.join(max(0.0, deadline - time.monotonic()))
@@ -288,8 +291,11 @@ class ChurnCluster:
             self._quiet.clear()
 
     def step(self) -> None:
-        if self._quiet.is_set():
-            return
+        with self._stepping:
+            if not self._quiet.is_set():
+                self._step()
+
+    def _step(self) -> None:
         op = self.rng.random()
         if op < 0.30 or len(self.closed) < 20:
             self.create()
