@@ -225,3 +225,18 @@ def in_phase(phase: Phase) -> tuple[Category, ...]:
 
 def resting_on(fact: Fact) -> frozenset[Category]:
     return frozenset(c for c, s in REGISTRY.items() if fact in s.facts)
+
+
+# Acknowledged data at risk now: what pages (deploy/prometheus: ScrutinyDataAtRisk, ScrutinyCorruptCopies,
+# ScrutinyLostBookieDataAtRisk). The console's verdict and every row say it apart from the rest.
+AT_RISK = frozenset({Category.NO_REPLICA_OF_AN_ENTRY, Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY,
+                     Category.CORRUPT_ENTRY, Category.DIVERGENT_COPIES})
+SEVERITIES = ("critical", "error", "warning")  # worst first
+
+
+def severity_of(category: Category, details: Mapping[str, Any]) -> str:
+    """critical (data at risk now), error or warning: one finding's, as the alerts see it."""
+    if category in AT_RISK or (category is Category.LOST_BOOKIE_RECOVERY_NOT_STARTED
+                               and details.get("below_ack_quorum")):
+        return "critical"
+    return str(REGISTRY[category].severity)

@@ -206,10 +206,10 @@ class Findings:
         return bool(self._query("SELECT 1 FROM finding WHERE json_type(details, ?) IS NOT NULL LIMIT 1",
                                 [f"$.{key}"]))
 
-    def worst(self, limit: int, offset: int = 0, category: str = "", topic: str = "", bookie: str = "",
-              ledger_id: int | None = None) -> tuple[int, list[Violation]]:
+    def worst(self, limit: int, offset: int = 0, category: str = "", topic: str = "",
+              bookie: str | tuple[str, ...] = "", ledger_id: int | None = None) -> tuple[int, list[Violation]]:
         """(how many match, a page of them worst first) for the findings of a category, a topic, a
-        bookie or a ledger (each when given)."""
+        bookie (or any of several: a rack's) or a ledger (each when given)."""
         cond, args = _filter(category, topic, bookie, ledger_id)
         total = self._query(f"SELECT COUNT(*) FROM finding WHERE {cond}", args)[0][0]
         rows = self._query(f"SELECT {_COLUMNS} FROM finding WHERE {cond} ORDER BY rank, ledger_id LIMIT ? OFFSET ?",
@@ -217,22 +217,27 @@ class Findings:
         return total, [_violation(r) for r in rows]
 
     def per_topic(self, limit: int, category: str = "", topic: str = "",
-                  bookie: str = "") -> list[tuple[str, str, int]]:
+                  bookie: str | tuple[str, ...] = "") -> list[tuple[str, str, int]]:
         """(topic or "", category, ledgers) of the matching findings: worst category first, then most ledgers."""
         cond, args = _filter(category, topic, bookie, None)
         return self._query("SELECT COALESCE(owner_name, ''), category, COUNT(*) FROM finding "
                            f"WHERE {cond} GROUP BY 1, 2 ORDER BY MIN(rank), 3 DESC, 1, 2 LIMIT ?", [*args, limit])
 
 
-def _filter(category: str, topic: str, bookie: str, ledger_id: int | None) -> tuple[str, list[Any]]:
+def _filter(category: str, topic: str, bookie: str | tuple[str, ...],
+            ledger_id: int | None) -> tuple[str, list[Any]]:
     where, args = ["1"], []
     for clause, value, wanted in (("category = ?", category, bool(category)),
                                   ("owner_name = ?", topic, bool(topic)),
-                                  ("EXISTS (SELECT 1 FROM json_each(bookies) WHERE value = ?)", bookie, bool(bookie)),
                                   ("ledger_id = ?", ledger_id, ledger_id is not None)):
         if wanted:
             where.append(clause)
             args.append(value)
+    if bookie != "":
+        names = (bookie,) if isinstance(bookie, str) else bookie
+        marks = ", ".join("?" * len(names)) or "NULL"  # a rack without bookies matches nothing
+        where.append(f"EXISTS (SELECT 1 FROM json_each(bookies) WHERE value IN ({marks}))")
+        args += names
     return " AND ".join(where), args
 
 def _violation(row: tuple[Any, ...]) -> Violation:

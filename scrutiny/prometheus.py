@@ -5,7 +5,10 @@ Prometheus' conventions under one prefix, `scrutiny_`, plus BookKeeper's own aud
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import ssl
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
@@ -13,11 +16,13 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
-from cheroot import wsgi
+from cheroot import server, wsgi
+from cheroot.ssl.builtin import BuiltinSSLAdapter
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from scrutiny.errors import ConfigError
 from scrutiny.metadata import parse_host_port
+from scrutiny.tls import read_secret
 
 PREFIX = "scrutiny_"
 log = logging.getLogger(__name__)
@@ -30,6 +35,11 @@ class Request:
     query: dict[str, str]  # the last value of each parameter
     headers: Mapping[str, str]
     body: bytes = b""
+    client_verified: bool = False  # a client certificate the configured client CA verified (HTTPS)
+
+    def wants_html(self) -> bool:
+        """A browser (it asks for HTML first); curl and scripts get JSON."""
+        return "text/html" in self.headers.get("Accept", "")
 
 
 @dataclass(frozen=True)
@@ -42,21 +52,76 @@ class Response:
 App = Callable[[Request], "Response | None"]  # None: not one of its paths (404)
 MAX_BODY_BYTES = 1 << 20
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+METHODS = ("GET", "HEAD", "POST")
+
+
+@dataclass(frozen=True)
+class HttpsFiles:
+    """HTTPS for the endpoint: its certificate and key; with `client_ca`, a client certificate that CA
+    signed is verified and counts as authentication (browsers and scrapers without one still connect)."""
+
+    cert: str
+    key: str
+    client_ca: str = ""
+
+    def context(self) -> BuiltinSSLAdapter:
+        for path, what in ((self.cert, "TLS certificate"), (self.key, "TLS key"), (self.client_ca, "TLS client CA")):
+            if path:
+                read_secret(path, what)  # a clear error naming the file
+        try:
+            adapter = BuiltinSSLAdapter(self.cert, self.key)
+            if self.client_ca:
+                adapter.context.load_verify_locations(self.client_ca)
+                adapter.context.verify_mode = ssl.CERT_OPTIONAL
+        except (ssl.SSLError, OSError) as exc:
+            raise ConfigError(f"HTTPS with {self.cert} and {self.key}: {exc}") from None
+        return adapter
+
+
+def json_error(status: int, message: str) -> Response:
+    return Response(status, "application/json", json.dumps({"error": message}).encode())
+
+
+class _JsonRefusals(server.HTTPRequest):
+    """cheroot refuses some requests itself, before any application sees them (a malformed or oversized
+    Content-Length, plain HTTP on the HTTPS port, a request line too long): in JSON, as every refusal here."""
+
+    def simple_response(self, status: Any, msg: Any = "") -> None:
+        status = str(status)
+        text = msg.decode("latin-1") if isinstance(msg, bytes) else str(msg)
+        body = json.dumps({"error": text or status}).encode()
+        closing = status[:3] in {"413", "414"}
+        if closing:
+            self.close_connection = True
+        head = [f"{self.server.protocol} {status}", "Content-Type: application/json",
+                f"Content-Length: {len(body)}", *(["Connection: close"] if closing else [])]
+        with contextlib.suppress(OSError):  # the client went away
+            self.conn.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+
+
+class _Connection(server.HTTPConnection):
+    RequestHandlerClass = _JsonRefusals
 
 
 class MetricsEndpoint:
     """/metrics for one registry (prometheus_client's own WSGI application: it negotiates the format
     with the scraper's Accept, OpenMetrics or text 0.0.4, and gzip), and an application's pages beside it
-    (the auditor's), on a threaded production WSGI server (cheroot, CherryPy's). It refuses a malformed
-    or oversized Content-Length itself. `port` is the one bound (listen on port 0 in tests)."""
+    (the auditor's), on a threaded production WSGI server (cheroot, CherryPy's) that speaks HTTPS. It
+    refuses a malformed or oversized Content-Length itself, in JSON. `port` is the one bound (listen on
+    port 0 in tests)."""
 
-    def __init__(self, listen: str, registry: CollectorRegistry, threads: int = 8) -> None:
+    def __init__(self, listen: str, registry: CollectorRegistry, threads: int = 8,
+                 https: HttpsFiles | None = None) -> None:
         host, port = parse_host_port(listen, "metrics.listen", ConfigError)
         self.registry = registry
         self.app: App | None = None
+        self.scheme = "https" if https else "http"
         self._metrics: WSGIApp = make_wsgi_app(registry)
         self._server = wsgi.Server((host, port), self._dispatch, numthreads=threads, server_name="scrutiny")
+        self._server.ConnectionClass = _Connection
         self._server.max_request_body_size = MAX_BODY_BYTES
+        if https is not None:
+            self._server.ssl_adapter = https.context()
         try:
             self._server.prepare()
         except OSError as exc:
@@ -67,24 +132,34 @@ class MetricsEndpoint:
 
     def _dispatch(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
-        if path == "/metrics" and method in ("GET", "HEAD"):
+        extra: list[tuple[str, str]] = []
+        if method not in METHODS:  # PUT, DELETE, PATCH, ...: nothing here changes that way
+            response: Response | None = json_error(405, f"{method} is not served here (only {', '.join(METHODS)})")
+            extra.append(("Allow", ", ".join(METHODS)))
+        elif path == "/metrics" and method in ("GET", "HEAD"):
             return self._metrics(environ, start_response)
-        response = None
-        if self.app is not None:
-            try:
-                length = int(environ.get("CONTENT_LENGTH") or 0)  # well-formed and bounded: cheroot checked
-                body = environ["wsgi.input"].read(length) if length > 0 else b""
-                headers = {k[5:].replace("_", "-").title(): v for k, v in environ.items() if k.startswith("HTTP_")}
-                query = dict(urllib.parse.parse_qsl(environ.get("QUERY_STRING", "")))
-                response = self.app(Request(method, path, query, headers, body))
-            except Exception as exc:  # one bad request never stops the server
-                log.exception("%s %s", method, path)
-                response = Response(500, "text/plain", f"{type(exc).__name__}: {exc}".encode())
+        else:
+            response = self._application(environ, method, path)
         if response is None:
-            response = Response(404, "text/plain", f"no page at {path}".encode())
+            response = json_error(404, f"no page at {path}")
         start_response(f"{response.status} {HTTPStatus(response.status).phrase}",
-                       [("Content-Type", response.content_type), ("Content-Length", str(len(response.body)))])
+                       [("Content-Type", response.content_type), ("Content-Length", str(len(response.body))),
+                        *extra])
         return [response.body]
+
+    def _application(self, environ: dict[str, Any], method: str, path: str) -> Response | None:
+        if self.app is None:
+            return None
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)  # well-formed and bounded: cheroot checked
+            body = environ["wsgi.input"].read(length) if length > 0 else b""
+            headers = {k[5:].replace("_", "-").title(): v for k, v in environ.items() if k.startswith("HTTP_")}
+            query = dict(urllib.parse.parse_qsl(environ.get("QUERY_STRING", "")))
+            verified = environ.get("SSL_CLIENT_VERIFY") == "SUCCESS"
+            return self.app(Request("GET" if method == "HEAD" else method, path, query, headers, body, verified))
+        except Exception as exc:  # one bad request never stops the server
+            log.exception("%s %s", method, path)
+            return json_error(500, f"{type(exc).__name__}: {exc}")
 
     def close(self) -> None:
         self._server.stop()

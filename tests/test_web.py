@@ -129,6 +129,12 @@ def test_a_get_on_a_post_path_and_a_huge_body_are_refused(auditor: tuple[DemoClu
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    driver = make_browser()
+    yield driver
+    driver.quit()
+
+
+def make_browser(width: int = 1400, height: int = 1000) -> Any:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -137,17 +143,15 @@ def browser() -> Iterator[Any]:
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or ""
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000"):
+                f"--window-size={width},{height}"):
         options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=shutil.which("chromedriver")), options=options)
-    yield driver
-    driver.quit()
+    return webdriver.Chrome(service=Service(executable_path=shutil.which("chromedriver")), options=options)
 
 
 def test_the_page_in_a_browser_shows_filters_and_sorts(auditor: tuple[DemoCluster, Auditor, str], browser: Any,
                                                        tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     _, a, base = auditor
     browser.get(f"{base}/")
@@ -161,6 +165,7 @@ def test_the_page_in_a_browser_shows_filters_and_sorts(auditor: tuple[DemoCluste
     browser.save_screenshot(str(tmp_path / "findings.png"))
     Select(browser.find_element(By.ID, "category")).select_by_visible_text("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY")
     browser.find_element(By.ID, "filter").click()
+    WebDriverWait(browser, 10).until(lambda d: "category=LESS_THAN_AQ" in d.current_url)  # the new page, not the old
     rows = browser.find_elements(By.CSS_SELECTOR, "tr.finding")
     assert {r.find_element(By.TAG_NAME, "td").text for r in rows} == {"9002", "9008"}
     assert all("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY" in r.text for r in rows)
@@ -210,11 +215,17 @@ def test_a_standbys_page_names_the_leader_and_its_api_redirects(
 
 
 def test_with_status_requires_auth_the_pages_need_the_token_too() -> None:
+    from scrutiny.auditor.currentstate import CurrentState
     from scrutiny.auditor.service import Authenticator, Status
     from scrutiny.auditor.web import AuditorWeb
     from scrutiny.prometheus import Request
 
     class Api:
+        current = CurrentState()
+
+        def run_history(self) -> list[Any]:
+            return []
+
         def status(self) -> Status:
             return Status(True, "a:1")
 
@@ -222,7 +233,8 @@ def test_with_status_requires_auth_the_pages_need_the_token_too() -> None:
             return None
 
         def current_state(self, most: int = 1000, newest_first: bool = False) -> dict[str, Any]:
-            return {"continuous": False}
+            return {"continuous": False, "feeds": {}, "total": 0, "violations": [], "missed": 0,
+                    "watching_since": None}
 
     web = AuditorWeb(Api(), Authenticator(TOKEN, False, False), True, 5.0)  # type: ignore[arg-type]
     for path in ("/", "/api/v1/status", "/findings"):

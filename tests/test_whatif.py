@@ -95,12 +95,14 @@ def test_blast_radius_matches_a_brute_force(cluster: tuple, spark_engine: object
     scopes = [("bookies", b, {b}) for b in B]
     scopes += [("racks", r, {b for b in B if RACKS[b] == r}) for r in set(RACKS.values())]
     for scope, name, gone in scopes:
-        below = [md for md in mds.values() if gone & md.bookies and least_without(md, held, gone) < md.ack_quorum]
+        depending = [md for md in mds.values() if gone & md.bookies]
+        below = [md for md in depending if least_without(md, held, gone) < md.ack_quorum]
         none = [md for md in below if least_without(md, held, gone) == 0]
-        if below:
+        if depending:
             expect[scope][name] = {"ledgers_below_aq": len(below), "ledgers_without_a_copy": len(none),
                                    "topics_below_aq": len({md.ledger_id % 4 for md in below}),
-                                   "topics_without_a_copy": len({md.ledger_id % 4 for md in none})}
+                                   "topics_without_a_copy": len({md.ledger_id % 4 for md in none}),
+                                   "ledgers": len(depending), "topics": len({md.ledger_id % 4 for md in depending})}
     assert report.blast_radius == expect
     assert json.loads(report.dumps())["blast_radius"] == expect
 

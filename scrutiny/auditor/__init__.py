@@ -26,6 +26,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.date import DateTrigger
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from scrutiny.auditor import history
 from scrutiny.auditor.continuous import Continuous
 from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.auditor.lastrun import RunSummary, bequeath, inherit
@@ -34,16 +35,19 @@ from scrutiny.auditor.runqueue import Later, RunQueue, Ticket
 from scrutiny.auditor.service import AuditorServicer, Authenticator, Status
 from scrutiny.auditor.sinks import FinishedRun, PrometheusSink, ReportFiles, ReportSink, StatsdSink
 from scrutiny.auditor.web import AuditorWeb
+from scrutiny.bookieclient import BookieClient
 from scrutiny.categories import REGISTRY, Category, Phase, in_phase
+from scrutiny.checks import BookieAnswer
 from scrutiny.config import DEFAULT_AUDITOR_PORT, AuditorSettings, MetricsSettings, ScanSettings, StatsdSettings
 from scrutiny.deeppass import DeepPass, slices_for
-from scrutiny.errors import DataError, NotLeader, RequestError, one_line
+from scrutiny.errors import DataError, NotLeader, RequestError, StoreError, one_line
 from scrutiny.findings import Findings
-from scrutiny.metadata import parse_host_port
+from scrutiny.metadata import LedgerMetadata, parse_host_port
+from scrutiny.prometheus import HttpsFiles
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun, check_marks
 from scrutiny.scan.engines import Engine, make_engine
-from scrutiny.store import MetadataStore, open_store
+from scrutiny.store import LedgerRead, MetadataStore, open_store
 from scrutiny.tls import read_secret, server_credentials
 from scrutiny.v1 import auditor_pb2_grpc
 
@@ -77,7 +81,9 @@ def build_sinks(config: AuditorConfig, running: Sequence[ReportSink] = ()) -> li
         sinks.append(StatsdSink(config.statsd.host, config.statsd.port, config.statsd.prefix))
     if config.metrics.listen:
         kept = [s for s in running if isinstance(s, PrometheusSink)]
-        sinks.append(kept[0] if kept else PrometheusSink(config.metrics.listen))
+        a = config.auditor  # the page and its API carry the token: HTTPS with the RPC's own certificate
+        https = HttpsFiles(a.tls_cert, a.tls_key, a.tls_client_ca) if a.tls_cert or a.tls_key else None
+        sinks.append(kept[0] if kept else PrometheusSink(config.metrics.listen, https))
     return sinks
 
 
@@ -356,7 +362,9 @@ class Auditor:
             self.current.replaced(report.violations, ticket.finished_ms, ticket.kind, KIND_CATEGORIES[ticket.kind])
         if report.complete and run.whole_cluster and self.leading.is_set():
             self.inherited.pop(ticket.kind, None)
-            bequeath(self.leadership.connected_store(), run.summary)  # type: ignore[union-attr]
+            store = self.leadership.connected_store()  # type: ignore[union-attr]
+            bequeath(store, run.summary)
+            history.record(store, history.point_of(ticket.kind, report, ticket.finished_ms, run.duration_ms))
         if ticket.kind in PERIODIC and report.complete and self.leading.is_set() and self.periodic is not None:
             self.periodic.record(ticket.kind, ticket.started_ms)
 
@@ -402,6 +410,37 @@ class Auditor:
 
     def leader_address(self) -> str:
         return self.leadership.leader_address() if self.leadership is not None else ""
+
+    # -- what the console asks (live, from the store and the bookies) -------------------------------
+
+    def _store(self) -> MetadataStore:
+        assert self.leadership is not None
+        return self.leadership.connected_store()
+
+    def run_history(self) -> list[history.RunPoint]:
+        try:
+            return history.read(self._store())
+        except StoreError:
+            return []
+
+    def bookies_now(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(bookie -> writable | read-only, bookie -> rack) as the store says now."""
+        store = self._store()
+        regs = store.registrations()
+        racks = dict(self.config.scan.racks) or store.racks(self.config.scan.racks_znode)[0]
+        return {**dict.fromkeys(regs.writable, "writable"), **dict.fromkeys(regs.readonly, "read-only")}, racks
+
+    def ledger(self, ledger_id: int) -> LedgerRead:
+        return next(iter(self._store().read_ledgers([ledger_id])))
+
+    def ask_bookies(self, md: LedgerMetadata, deadline: float = 3.0) -> dict[str, BookieAnswer | None]:
+        """What each bookie of the ledger holds of it now (one short call each, in parallel)."""
+        s = self.config.scan
+        addresses = {**self._store().agent_addresses(), **s.bookie_endpoints}
+        with BookieClient.from_settings(s, addresses) as client:
+            client.retries = 0  # a page waits for one look, not for backoffs
+            got = client.fetch_many({b: [md.ledger_id] for b in md.bookies}, deadline)
+        return {b: a.get(md.ledger_id) for b, a in got.items()}
 
 
 def deep_pass(store: MetadataStore, s: AuditorSettings) -> DeepPass:

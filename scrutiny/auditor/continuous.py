@@ -150,7 +150,7 @@ class Continuous:
             if change.event == "deleted":
                 with self._lock:
                     self._ledgers.pop(change.ledger_id, None)
-                self.state.forget([change.ledger_id])
+                self.state.forget([change.ledger_id], self._ms())
             elif change.event == "changed":  # closed, or its ensemble changed: once the write cache is flushed
                 self._look([change.ledger_id], "its metadata changed", s.write_cache_grace_seconds)
         elif change.what == "mark":

@@ -10,7 +10,7 @@ as missed (`scrutiny_continuous_missed_total`). Thread-safe: the page, the API a
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,10 +33,26 @@ class Current:
         return {**self.violation.to_json(), "detected_at": iso(self.detected_ms), "found_by": self.found_by}
 
 
+@dataclass(frozen=True)
+class Resolved:
+    was: Current
+    resolved_ms: int
+    resolved_by: str  # the run kind, or the continuous look, that no longer found it
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.was.to_json(), "resolved_at": iso(self.resolved_ms), "resolved_by": self.resolved_by}
+
+
+RESOLVED_KEPT = 500
+
+
 class CurrentState:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._found: dict[tuple[Category, int], Current] = {}
+        self._resolved: deque[Resolved] = deque(maxlen=RESOLVED_KEPT)  # the newest last
+        self.previous_full_ms = 0  # when the full run before the last one finished (0: none)
+        self.last_full_ms = 0
         self.baseline_ms = 0  # when the full run the state rests on started (0: none yet)
         self.watching_since_ms = 0  # continuous mode has seen every change since then (0: not watching)
         self.missed = 0
@@ -63,7 +79,9 @@ class CurrentState:
                     missed += 1
                 new[key] = Current(v, before.detected_ms if before else finished_ms, before.found_by if before
                                    else "full")
+            self._resolved.extend(Resolved(c, finished_ms, "full") for k, c in self._found.items() if k not in new)
             self._found, self.baseline_ms = new, started_ms
+            self.previous_full_ms, self.last_full_ms = self.last_full_ms, finished_ms
             self.missed += missed
             return missed
 
@@ -77,7 +95,8 @@ class CurrentState:
             fresh = {(v.category, v.ledger_id): v for v in found}
             cleared = [k for k in self._found if k[1] in ids and k[0] in categories and k not in fresh]
             for k in cleared:
-                del self._found[k]
+                self._resolved.append(Resolved(self._found.pop(k), now_ms,
+                                               found_by if isinstance(found_by, str) else found_by.get(k[1], "")))
             added = 0
             for key, v in fresh.items():
                 before = self._found.get(key)
@@ -109,12 +128,17 @@ class CurrentState:
             ids = {k[1] for k, c in self._found.items() if looked_at(c)}
         return self.looked_again(ids | {v.ledger_id for v in fresh}, fresh, now_ms, found_by, categories)
 
-    def forget(self, ledger_ids: Collection[int]) -> None:
+    def forget(self, ledger_ids: Collection[int], now_ms: int) -> None:
         """Deleted ledgers: nothing about them stands."""
         ids = set(ledger_ids)
         with self._lock:
             for k in [k for k in self._found if k[1] in ids]:
-                del self._found[k]
+                self._resolved.append(Resolved(self._found.pop(k), now_ms, "continuous: the ledger was deleted"))
+
+    def resolved(self, since_ms: int = 0) -> list[Resolved]:
+        """What a later look no longer found (since then), the newest first; the last RESOLVED_KEPT."""
+        with self._lock:
+            return [r for r in reversed(self._resolved) if r.resolved_ms > since_ms]
 
     def counts(self) -> Counter[str]:
         with self._lock:

@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.categories import CATEGORY_NAMES, REGISTRY, Category, spec
-from scrutiny.prometheus import PREFIX, MetricsEndpoint
+from scrutiny.prometheus import PREFIX, HttpsFiles, MetricsEndpoint
 from scrutiny.report import Report
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ class PrometheusSink(ReportSink):
     cluster; a standby exports its leadership and no stale gauge. Labels are bounded: categories,
     kinds, phases, outcomes, and bookie ids (as many as the cluster has bookies), never ledger ids."""
 
-    def __init__(self, listen: str) -> None:
+    def __init__(self, listen: str, https: HttpsFiles | None = None) -> None:
         self.listen = listen
         self._lock = threading.Lock()
         self.leading = False
@@ -174,10 +174,10 @@ class PrometheusSink(ReportSink):
         self.continuous: Continuous | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
-        self.endpoint = MetricsEndpoint(listen, self.registry)
+        self.endpoint = MetricsEndpoint(listen, self.registry, https=https)
 
     def destination(self) -> str:
-        return f"/metrics on {self.listen}, port {self.endpoint.port}"
+        return f"/metrics on {self.listen}, port {self.endpoint.port} ({self.endpoint.scheme}; the console at /)"
 
     def published(self, run: FinishedRun) -> None:
         report = run.report

@@ -136,20 +136,24 @@ class RunContext:
 
 @dataclass(frozen=True)
 class Blast:
-    """What one bookie (or rack) going down alone would do."""
+    """What one bookie (or rack) going down alone would do, and what depends on it."""
 
     below_aq: int = 0  # ledgers with some entry below its ack quorum (or without a copy)
     no_copy: int = 0  # ledgers with some entry without any copy
     topics_below_aq: frozenset[str] = frozenset()
     topics_no_copy: frozenset[str] = frozenset()
+    ledgers: int = 0  # closed ledgers checked whose ensembles name it
+    topics: frozenset[str] = frozenset()  # ... and their topics
 
     def plus(self, other: Blast) -> Blast:
         return Blast(self.below_aq + other.below_aq, self.no_copy + other.no_copy,
-                     self.topics_below_aq | other.topics_below_aq, self.topics_no_copy | other.topics_no_copy)
+                     self.topics_below_aq | other.topics_below_aq, self.topics_no_copy | other.topics_no_copy,
+                     self.ledgers + other.ledgers, self.topics | other.topics)
 
     def to_json(self) -> dict[str, int]:
         return {"ledgers_below_aq": self.below_aq, "ledgers_without_a_copy": self.no_copy,
-                "topics_below_aq": len(self.topics_below_aq), "topics_without_a_copy": len(self.topics_no_copy)}
+                "topics_below_aq": len(self.topics_below_aq), "topics_without_a_copy": len(self.topics_no_copy),
+                "ledgers": self.ledgers, "topics": len(self.topics)}
 
 
 @dataclass(frozen=True)
@@ -289,6 +293,8 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     without_keys: list[tuple[str, str]] = []
     topics_below: dict[tuple[str, str], set[str]] = {}
     topics_without: dict[tuple[str, str], set[str]] = {}
+    depend_keys: list[tuple[str, str]] = []  # what depends on each bookie and rack
+    topics_depend: dict[tuple[str, str], set[str]] = {}
     deep_answers = deep or {}
     # A deep run counts a corrupt copy as none, and a what-if needs every answer: those look at each.
     encoded = {b: a.encoded for b, a in answers.items() if isinstance(a, BookieAnswers)}
@@ -324,9 +330,15 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
         owner = owner_from_custom_metadata(md.custom_metadata)
         if found:
             violations += [dataclasses.replace(v, owner=owner) for v in found] if owner else found
+        topic = owner.name if owner and owner.kind in ("topic", "cursor", "compacted-topic") else ""
+        if ctx.blast_radius and mode is Pass.FIRST:  # once per ledger: the re-check's pass looks again
+            for key in {("bookie", b) for b in md.bookies} | {("rack", ctx.locations[b]) for b in md.bookies
+                                                              if b in ctx.locations}:
+                depend_keys.append(key)
+                if topic:
+                    topics_depend.setdefault(key, set()).add(topic)
         # Only a ledger whose every bookie said what it holds (or that it holds nothing).
         if ctx.blast_radius and not (cov.unavailable or cov.invalid or cov.limbo) and md.ledger_id not in faulty:
-            topic = owner.name if owner and owner.kind in ("topic", "cursor", "compacted-topic") else ""
             aq = md.ack_quorum
             for key, left in blast_radius(md, per, ctx.locations, cov.least_copies).items():
                 if left < aq:
@@ -337,10 +349,12 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
                         without_keys.append(key)
                         if topic:
                             topics_without.setdefault(key, set()).add(topic)
-    below, without_copy = Counter(below_keys), Counter(without_keys)
-    blast = {f"{scope}:{name}": Blast(n, without_copy[scope, name], frozenset(topics_below.get((scope, name), ())),
-                                      frozenset(topics_without.get((scope, name), ())))
-             for (scope, name), n in below.items()}
+    below, without_copy, depend = Counter(below_keys), Counter(without_keys), Counter(depend_keys)
+    blast = {f"{scope}:{name}": Blast(below[scope, name], without_copy[scope, name],
+                                      frozenset(topics_below.get((scope, name), ())),
+                                      frozenset(topics_without.get((scope, name), ())),
+                                      n, frozenset(topics_depend.get((scope, name), ())))
+             for (scope, name), n in depend.items()}
     stats = {k: n for k, n in (("ledgers_with_limbo_copies", limbo),
                                ("ledgers_with_residue_past_the_close", residue),
                                ("lost_bookie_ledgers_not_yet_due", not_due)) if n}

@@ -1,0 +1,343 @@
+"""The operator's console, as an operator meets it: a real auditor on a real ZooKeeper with real agents,
+read with a real HTTP client (and HTTPS, with the RPC's own certificate); the verdict for a healthy
+cluster and one at risk, what is new and resolved across runs, the history chart, the bookies' states
+(answering, slow, down, unregistered), a ledger's page (healthy, at fault, not checked yet, missing)
+and every refusal as a JSON 4xx."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from scrutiny.agent import BookieAgent
+from scrutiny.auditor import Auditor
+from scrutiny.auditor.sinks import PrometheusSink
+from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
+from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment, parse_metadata_service_uri
+from scrutiny.scan.engines import LocalEngine
+from scrutiny.testing import store_on
+from scrutiny.testing.churn import MutableHoldings, share
+from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.localzk import LocalZooKeeper
+from tests.certs import CertificateAuthority
+from tests.helpers import wait_for
+from tests.slow_agent import SlowSource
+
+pytestmark = pytest.mark.slow
+B1, B2, B3, B4, B5 = (f"127.0.8.{n}:3181" for n in range(1, 6))
+TOKEN = "console-token"
+
+
+def md(lid: int, ensemble: tuple[str, ...] = (B1, B2, B3), state: LedgerState = LedgerState.CLOSED,
+       last: int = 29) -> LedgerMetadata:
+    topic = f"public/console/persistent/t{lid % 2}".encode()
+    return LedgerMetadata(lid, state, 3, 2, 2, last, 3000, (Segment(0, ensemble),), custom_metadata=(
+        ("application", b"pulsar"), ("component", b"managed-ledger"), ("pulsar/managed-ledger", topic)))
+
+
+@dataclass
+class Console:
+    writer: ClusterWriter
+    holdings: dict[str, MutableHoldings]
+    agents: dict[str, BookieAgent]
+    auditor: Auditor
+    base: str
+
+    def get(self, path: str, html: bool = False) -> tuple[int, Any]:
+        req = urllib.request.Request(f"{self.base}{path}", headers={"Accept": "text/html"} if html else {})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                text, status = resp.read().decode(), resp.status
+        except urllib.error.HTTPError as exc:
+            text, status = exc.read().decode(), exc.code
+        return status, text if html else json.loads(text)
+
+    def full_run(self) -> None:
+        before = self.auditor.last.get("rescan")
+        self.auditor.rescan(None, "")
+        wait_for(lambda: self.auditor.last.get("rescan") is not before
+                 and self.auditor.last["rescan"].report is not None, 60)
+
+
+def start_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, tmp_path: Path,
+                  ledgers: list[LedgerMetadata], registered: tuple[str, ...], agents_for: tuple[str, ...],
+                  slow: tuple[str, ...] = (), scan_extra: dict[str, Any] | None = None,
+                  auditor_extra: dict[str, Any] | None = None, https: bool = False) -> Console:
+    root = f"{zk_namespace}/ledgers"
+    uri = f"zk+hierarchical://{zk_server.hosts}{root}"
+    w = ClusterWriter(zk_client, root)
+    w.init_cluster()
+    w.write_ledgers(ledgers)
+    holdings = {b: MutableHoldings() for b in agents_for}
+    for m in ledgers:
+        if m.state is LedgerState.CLOSED:
+            for b in m.bookies & set(agents_for):
+                holdings[b].put(m.ledger_id, share(m, b))
+    registry = store_on(zk_client, uri)
+    agents = {}
+    for b in agents_for:
+        source: Any = SlowSource(holdings[b], 3.0) if b in slow else holdings[b]  # type: ignore[arg-type]
+        agents[b] = BookieAgent(source, bind="127.0.0.1:0", watch_interval_seconds=0.2).start()
+        agents[b].register(registry, b, f"127.0.0.1:{agents[b].port}")
+    for b in registered:
+        w.register_bookie(BookieRegistration(b, False))
+    w.write_racks({B1: "/r1", B2: "/r1", B3: "/r2", B4: "/r2", B5: "/r3"}, parse_metadata_service_uri(uri).racks_path)
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    scan = ScanSettings(**{"metadata_service_uri": uri, "engine": "local", "placement_policy": "none",
+                           "recheck_delay": 0.3, "write_cache_grace_seconds": 0.3, "orphan_check": False,
+                           "bookie_deadline_seconds": 1.0, **(scan_extra or {})})
+    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), token_file=str(token),
+                               underreplication_interval_seconds=0, continuous_batch_seconds=0.3,
+                               **(auditor_extra or {}))
+    a = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), engine=LocalEngine()).start()
+    wait_for(lambda: "full" in a.last and a.last["full"].report is not None, 60)
+    port = next(s for s in a.sinks if isinstance(s, PrometheusSink)).endpoint.port
+    return Console(w, holdings, agents, a, f"{'https' if https else 'http'}://127.0.0.1:{port}")
+
+
+@pytest.fixture
+def healthy(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
+            tmp_path: Path) -> Iterator[Console]:
+    """Ledgers 1-6 with every copy in place on B1-B3; ledger 50 still open."""
+    c = start_cluster(zk_server, zk_client, zk_namespace, tmp_path,
+                      [*(md(lid) for lid in range(1, 7)), md(50, state=LedgerState.OPEN, last=-1)],
+                      (B1, B2, B3), (B1, B2, B3))
+    try:
+        yield c
+    finally:
+        c.auditor.stop()
+        for agent in c.agents.values():
+            agent.stop(grace=0)
+
+
+def test_the_verdict_new_and_resolved_findings_and_the_history(healthy: Console) -> None:
+    c = healthy
+    status, now = c.get("/api/v1/current")
+    assert status == 200 and now["verdict"]["level"] == "HEALTH_OK", now["verdict"]
+    status, page = c.get("/", html=True)
+    assert status == 200 and 'class="verdict HEALTH_OK"' in page and "<svg id=\"history\"" in page
+    # a copy silently gone: acknowledged data below its ack quorum
+    c.holdings[B1].drop(2)
+    c.full_run()
+    status, now = c.get("/api/v1/current")
+    assert now["verdict"]["level"] == "HEALTH_ERR" and now["verdict"]["by_severity"]["critical"] == 1, now["verdict"]
+    assert {(v["category"], v["ledger_id"]) for v in now["violations"]} == {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 2)}
+    status, page = c.get("/", html=True)
+    assert 'class="verdict HEALTH_ERR"' in page and "acknowledged data at risk now: 1 ledger below" in page
+    new = page.split("What is new since")[1].split('id="resolved"')[0]
+    assert 'href="/ledgers/2"' in new and "sev-critical" in new
+    # repaired: resolved since the previous run
+    c.holdings[B1].put(2, share(md(2), B1))
+    c.full_run()
+    wait_for(lambda: c.get("/api/v1/current")[1]["verdict"]["level"] == "HEALTH_OK", 30)
+    status, page = c.get("/", html=True)
+    resolved = page.split('id="resolved"')[1].split("</table>")[0]
+    assert 'href="/ledgers/2"' in resolved and "LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY" in resolved
+    status, history = c.get("/api/v1/history")
+    assert [r["kind"] for r in history["runs"]] == ["full", "rescan", "rescan"], history
+    assert [r["counts"] for r in history["runs"]] == [{}, {"LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY": 1}, {}]
+    chart = page.split('<svg id="history"')[1].split("</svg>")[0]
+    assert chart.count("<polyline") == 1 and "LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY" in chart
+
+
+def test_a_ledgers_page_says_healthy_at_fault_not_checked_or_missing(healthy: Console) -> None:
+    c = healthy
+    c.holdings[B2].drop(3)
+    c.full_run()
+    status, doc = c.get("/api/v1/ledgers/1?ask=1")
+    assert status == 200 and doc["checked"] == "healthy" and doc["metadata"]["ensemble_size"] == 3
+    held = {copy["bookie"]: copy for copy in doc["segments"][0]["copies"]}
+    assert set(held) == {B1, B2, B3} and all(not cp["missing"] and cp["held"] for cp in held.values())
+    status, doc = c.get("/api/v1/ledgers/3?ask=1")
+    assert doc["checked"] == "at fault" and doc["current"][0]["category"] == "LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"
+    lacking = {copy["bookie"]: copy for copy in doc["segments"][0]["copies"]}[B2]
+    assert lacking["answer"] == "it holds no such ledger"
+    assert lacking["missing"] == [[a, a + 1] for a in range(0, 28, 3)]  # B2's share (position 1 of 3, WQ 2): all
+    status, page = c.get("/ledgers/3", html=True)
+    assert status == 200 and "at fault" in page and 'class="missing"' in page and "sev-critical" in page
+    status, doc = c.get("/api/v1/ledgers/50")
+    assert doc["checked"] == "not checked yet" and "open" in doc["why"]
+    # closed after the last full run: not checked yet until a look
+    c.writer.write_ledgers([md(7)])
+    status, doc = c.get("/api/v1/ledgers/7")
+    assert doc["checked"] == "not checked yet" and "after the last full run" in doc["why"]
+    status, doc = c.get("/api/v1/ledgers/424242")
+    assert status == 404 and "no such ledger" in doc["error"]
+    status, page = c.get("/ledgers/424242", html=True)
+    assert status == 404 and "no such ledger" in page and "<html" in page
+
+
+@pytest.fixture
+def troubled(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
+             tmp_path: Path) -> Iterator[Console]:
+    """B1, B2 answering; B3 registered, its agent stopped; B4 registered, its agent slower than the
+    deadline; B5 named by ledgers and registered nowhere (its agent up)."""
+    ledgers = [md(1, (B1, B2, B3)), md(2, (B1, B2, B4)), md(3, (B1, B2, B5)), md(4, (B1, B2, B3))]
+    c = start_cluster(zk_server, zk_client, zk_namespace, tmp_path, ledgers, (B1, B2, B3, B4),
+                      (B1, B2, B3, B4, B5), slow=(B4,), auditor_extra={"continuous": False},
+                      scan_extra={"bookie_deadline_seconds": 0.5})  # re-checked within 1.5 s: B4 takes 3
+    try:
+        c.agents[B3].stop(grace=0)
+        c.full_run()
+        yield c
+    finally:
+        c.auditor.stop()
+        for agent in c.agents.values():
+            agent.stop(grace=0)
+
+
+def test_the_bookies_and_their_states(troubled: Console) -> None:
+    c = troubled
+    status, doc = c.get("/api/v1/bookies")
+    states = {b["bookie"]: b for b in doc["bookies"]}
+    assert {b: s["state"] for b, s in states.items()} == {B1: "answering", B2: "answering", B3: "down", B4: "slow",
+                                                          B5: "unregistered"}, doc
+    assert states[B1]["ledgers"] == 4 and states[B1]["rack"] == "/r1" and states[B1]["registered"] == "writable"
+    assert states[B3]["findings"] == {"BOOKIE_UNAVAILABLE": 2} and "could not be reached" in states[B3]["why"]
+    assert "slow" in states[B4]["why"] and "UNAVAILABLE:" not in states[B4]["why"]  # in words, not gRPC's
+    assert states[B5]["registered"] == "no" and states[B5]["ledgers"] == 1
+    status, page = c.get("/bookies", html=True)
+    assert status == 200 and page.count('class="bookie"') == 5 and '<svg id="racks"' in page
+    rows = {r.split(">", 2)[1].split("<")[0]: r for r in page.split('<tr class="bookie"><td>')[1:]}
+    for b, state in ((B3, "down"), (B4, "slow"), (B5, "unregistered")):
+        assert f'class="st st-{state}"' in rows[b], (b, rows[b])
+    # the blast radius no longer calls a silent bookie safe by leaving it out
+    status, page = c.get("/blast-radius", html=True)
+    silent = page.split('id="silent"')[1].split("</p>")[0]
+    assert B3 in silent and B4 in silent
+
+
+def test_every_link_leads_to_its_subset(troubled: Console) -> None:
+    c = troubled
+    status, page = c.get("/blast-radius?scope=racks", html=True)
+    assert status == 200 and 'href="/findings?rack=%2Fr2"' in page
+    _, by_rack = c.get("/api/v1/report?kind=rescan&rack=/r2")
+    _, by_bookies = c.get("/api/v1/report?kind=rescan")
+    on_r2 = {v["ledger_id"] for v in by_bookies["violations"] if {B3, B4} & set(v["bookies"])}
+    assert on_r2 and {v["ledger_id"] for v in by_rack["violations"]} == on_r2
+    status, page = c.get("/findings?kind=rescan&rack=/r2", html=True)
+    assert status == 200 and page.count('class="finding') == len(on_r2) and "the bookies of rack /r2" in page
+    _, page = c.get("/findings?kind=rescan", html=True)
+    topic = "persistent://public/console/t0"
+    assert f'href="/findings?topic={topic.replace(":", "%3A").replace("/", "%2F")}"' in page
+    _, by_topic = c.get(f"/api/v1/report?kind=rescan&topic={topic}")
+    assert {v["ledger_id"] for v in by_topic["violations"]} == {v["ledger_id"] for v in by_bookies["violations"]
+                                                               if v["ledger_id"] % 2 == 0}
+    _, csv = c.get("/findings.csv?kind=rescan&category=BOOKIE_UNAVAILABLE", html=True)
+    lines = csv.strip().splitlines()
+    assert lines[0].startswith("ledger_id,category,severity") and len(lines) - 1 == by_bookies["counts"][
+        "BOOKIE_UNAVAILABLE"]
+
+
+@pytest.mark.parametrize(("method", "path", "headers", "body", "code", "words"), [
+    ("GET", "/ledgers/18446744073709551616", {}, b"", 400, "ledger ids are 0 .. 2^63-1"),
+    ("GET", "/api/v1/ledgers/99999999999999999999999", {}, b"", 400, "ledger ids are 0 .. 2^63-1"),
+    ("GET", "/findings?page=100000000000000000000", {}, b"", 400, "page is 1 or more"),
+    ("GET", "/api/v1/report?page=9223372036854775807&page_size=1000", {}, b"", 400, "page is 1 or more"),
+    ("POST", "/api/v1/rescan", {"Content-Length": "abc"}, None, 400, "Content-Length"),
+    ("POST", "/api/v1/rescan", {"Content-Length": "1e9"}, None, 400, "Content-Length"),
+    ("POST", "/api/v1/rescan", {"Content-Length": "1000000000"}, None, 413, "exceeds the maximum allowed bytes"),
+    ("POST", "/api/v1/rescan", {}, b'{"ledgers": [18446744073709551616]}', 400, "ledger ids are 0 .. 2^63-1"),
+    ("GET", "/api/v1/nope", {}, b"", 404, "no such call"),
+    ("GET", "/api/v2/status", {}, b"", 404, "no such call"),
+    ("PUT", "/api/v1/rescan", {}, b"{}", 405, "PUT is not served"),
+    ("DELETE", "/", {}, b"", 405, "DELETE is not served"),
+    ("PATCH", "/metrics", {}, b"{}", 405, "PATCH is not served"),
+    ("GET", "/findings?rack=/r1&bookie=x", {}, b"", 400, "bookie or rack"),
+])
+def test_every_refusal_is_a_json_4xx(healthy: Console, method: str, path: str, headers: dict[str, str],
+                                     body: bytes | None, code: int, words: str) -> None:
+    conn = http.client.HTTPConnection(healthy.base.removeprefix("http://"), timeout=10)
+    conn.putrequest(method, path)
+    for k, v in {"Authorization": f"Bearer {TOKEN}", **headers}.items():
+        conn.putheader(k, v)
+    if body is not None and "Content-Length" not in headers:
+        conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders()
+    if body:
+        conn.send(body)
+    resp = conn.getresponse()
+    doc = json.loads(resp.read())
+    assert resp.status == code and resp.getheader("Content-Type") == "application/json" and words in doc["error"], doc
+    assert "rescan" not in healthy.auditor.last
+
+
+def test_the_console_over_https_with_a_token_and_a_client_certificate(
+        zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, tmp_path: Path) -> None:
+    ca = CertificateAuthority(tmp_path)
+    server = ca.issue("auditor", "auditor", server=True)
+    client = ca.issue("operator", "operator", server=False)
+    c = start_cluster(zk_server, zk_client, zk_namespace, tmp_path, [md(1)], (B1, B2, B3), (B1, B2, B3),
+                      auditor_extra={"tls_cert": str(server.cert), "tls_key": str(server.key),
+                                     "tls_client_ca": str(ca.pem), "status_requires_auth": True}, https=True)
+    try:
+        trusting = ssl.create_default_context(cafile=str(ca.pem))
+        host = c.base.removeprefix("https://")
+
+        def get(path: str, context: ssl.SSLContext, token: str | None) -> tuple[int, Any]:
+            conn = http.client.HTTPSConnection(host, context=context, timeout=10)
+            conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+            resp = conn.getresponse()
+            return resp.status, resp.read().decode()
+
+        status, page = get("/", trusting, TOKEN)
+        assert status == 200 and 'class="verdict HEALTH_OK"' in page
+        assert get("/api/v1/status", trusting, None)[0] == 401  # status_requires_auth: the token, or ...
+        with_cert = ssl.create_default_context(cafile=str(ca.pem))
+        with_cert.load_cert_chain(str(client.cert), str(client.key))
+        assert get("/api/v1/status", with_cert, None)[0] == 200  # ... a client certificate the CA signed
+        # /metrics stays open (aggregates only, for Prometheus), over TLS too
+        assert get("/metrics", trusting, None)[0] == 200
+        # plain HTTP on the HTTPS port: refused, and the token never crosses in clear
+        conn = http.client.HTTPConnection(host, timeout=10)
+        conn.request("GET", "/api/v1/status", headers={"Authorization": f"Bearer {TOKEN}"})
+        try:
+            resp = conn.getresponse()
+            assert resp.status == 400 and "only speaks HTTPS" in json.loads(resp.read())["error"]
+        except ConnectionResetError:
+            pass  # the server answered and closed with the request unread: TCP resets; refused all the same
+        with pytest.raises(ssl.SSLCertVerificationError):  # and a client that does not trust the certificate
+            get("/", ssl.create_default_context(), TOKEN)
+    finally:
+        c.auditor.stop()
+        for agent in c.agents.values():
+            agent.stop(grace=0)
+
+
+def test_the_console_in_a_browser(healthy: Console, tmp_path: Path) -> None:
+    """Debian's chromium, headless: the pages render, the verdict and the chart show, the links work."""
+    from selenium.webdriver.common.by import By
+
+    from tests.test_web import make_browser
+
+    c = healthy
+    c.holdings[B1].drop(4)
+    c.full_run()
+    browser = make_browser()
+    try:
+        browser.get(f"{c.base}/")
+        assert "HEALTH_ERR" in browser.find_element(By.ID, "verdict").text
+        assert browser.find_element(By.ID, "history").size["height"] > 100
+        browser.save_screenshot(str(tmp_path / "home.png"))
+        browser.find_element(By.CSS_SELECTOR, "#findings a[href='/ledgers/4']").click()
+        assert "at fault" in browser.find_element(By.ID, "checked").text
+        assert browser.find_elements(By.CSS_SELECTOR, "svg.copies rect.missing")
+        browser.save_screenshot(str(tmp_path / "ledger.png"))
+        browser.get(f"{c.base}/bookies")
+        assert len(browser.find_elements(By.CSS_SELECTOR, "tr.bookie")) == 3
+        browser.save_screenshot(str(tmp_path / "bookies.png"))
+        time.sleep(0.1)
+        assert all((tmp_path / f"{n}.png").stat().st_size > 5000 for n in ("home", "ledger", "bookies"))
+    finally:
+        browser.quit()
