@@ -415,6 +415,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--setup-only", action="store_true",
                       help="write the cluster and the bookies' store files, then exit (for docker/compose.yaml)")
     demo.add_argument("--stores-dir", help="with --setup-only: where the store files go")
+    demo.add_argument("--no-serve", action="store_true",
+                      help="exit after the report (scripts); by default an auditor then serves the console "
+                           "with the findings on a local port until Ctrl-C")
+    demo.add_argument("--port", type=int, default=0, help="the console's port on 127.0.0.1 (default: any free one)")
     demo.add_argument("--log-level", default="WARNING")
     return parser
 

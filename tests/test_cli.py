@@ -211,3 +211,32 @@ def test_scan_help_names_every_uri_form(monkeypatch: pytest.MonkeyPatch) -> None
     text = sub.choices["scan"].format_help()  # type: ignore[attr-defined]
     for form in ("zk+hierarchical://", "metadata-store:zk:", "metadata-store:etcd:", "zk://"):
         assert form in text, form
+
+
+def test_demo_serves_the_console_until_interrupted(tmp_path: Path) -> None:
+    """`make demo`: the report, then the console on a local port it names, with the injected faults, until
+    Ctrl-C; --no-serve exits after the report."""
+    import urllib.request
+
+    from scrutiny.testing.processes import stop
+
+    proc = subprocess.Popen([*SCRUTINY, "demo", "--engine", "local", "--ledgers", "60"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 120
+        line = ""
+        while "the console: " not in line and time.monotonic() < deadline and proc.poll() is None:
+            line = proc.stdout.readline()
+        url = line.split("the console: ")[1].split(" ")[0]
+        with urllib.request.urlopen(f"{url}api/v1/current", timeout=10) as resp:
+            now = json.load(resp)
+        assert now["verdict"]["level"] == "HEALTH_ERR" and now["total"] >= 9
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            assert b'class="verdict HEALTH_ERR"' in resp.read()
+        assert stop(proc, grace=30, sig=signal.SIGINT) is not None and proc.returncode == 0
+    finally:
+        reap(proc)
+    done = scrutiny("demo", "--engine", "local", "--ledgers", "60", "--no-serve", timeout=120)
+    assert done.returncode == 0 and "the findings equal the injected faults" in done.stdout
+    assert "the console:" not in done.stdout

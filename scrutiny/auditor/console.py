@@ -31,8 +31,9 @@ def verdict(found: Iterable[Violation], checked: bool, complete: bool = True) ->
     by = Counter(severity_of(v.category, v.details) for v in found)
     counts = {s: by.get(s, 0) for s in SEVERITIES}
     if counts["critical"]:
+        its = "its" if counts["critical"] == 1 else "their"
         return Verdict("HEALTH_ERR", f"acknowledged data at risk now: {plural(counts['critical'], 'ledger')} "
-                       "below its ack quorum, without a copy, or with a corrupt copy", counts)
+                       f"below {its} ack quorum, without a copy, or with a corrupt copy", counts)
     if not checked:
         return Verdict("UNKNOWN", "no complete full run yet: nothing is known about the ledgers", counts)
     if counts["error"] or counts["warning"]:
@@ -147,15 +148,21 @@ def bookie_rows(registered: Mapping[str, str], racks: Mapping[str, str],
 # -- a ledger's copies ----------------------------------------------------------------------------------
 
 
+RANGES_LISTED = 200  # of each kind per copy; the bars show the whole segment
+BUCKETS = 400  # the bars' resolution: a striped copy of a million entries is 400 bars, not 333,333
+
+
 @dataclass(frozen=True)
 class Copy:
     """What one bookie of one segment holds of the entries the segment gives it, as ranges."""
 
     bookie: str
     expected: int
-    held: list[tuple[int, int]]  # entry ranges it holds within the segment
-    missing: list[tuple[int, int]]  # entry ranges it should hold and does not
+    held: list[tuple[int, int]]  # entry ranges it holds within the segment (the first RANGES_LISTED)
+    missing: list[tuple[int, int]]  # entry ranges it should hold and does not (the first RANGES_LISTED)
     answer: str  # entries | no such ledger | unavailable: why | ...
+    bars: list[tuple[int, int, str]] = field(default_factory=list)  # (first, last, held | missing): to draw
+    lacking: int = 0  # entries it should hold and does not
 
 
 @dataclass(frozen=True)
@@ -194,15 +201,38 @@ def copies(md: LedgerMetadata, answers: Mapping[str, BookieAnswer | None]) -> li
                     views.append(Copy(b, int(want.size), [], [], "not asked"))
                 elif a.outcome is Outcome.ENTRIES and a.availability is not None:
                     have = a.availability.entry_ids(DRAWN_ENTRIES)
-                    have = have[(have >= first) & (have <= last)]
-                    views.append(Copy(b, int(want.size), ranges(have), ranges(np.setdiff1d(want, have)), "entries"))
+                    views.append(_copy(b, want, have[(have >= first) & (have <= last)], first, last, "entries"))
                 elif a.outcome is Outcome.NO_LEDGER:
-                    views.append(Copy(b, int(want.size), [], ranges(want), "it holds no such ledger"))
+                    views.append(_copy(b, want, np.empty(0, np.int64), first, last, "it holds no such ledger"))
                 else:
                     views.append(Copy(b, int(want.size), [], [], f"{a.outcome}: {in_words(a.reason)}"))
             except CodecError as exc:
                 views.append(Copy(b, -1, [], [], f"too large to draw here ({exc}); the report has its ranges"))
         out.append(SegmentView(first, last, seg.ensemble, views))
+    return out
+
+
+def _copy(bookie: str, want: np.ndarray, have: np.ndarray, first: int, last: int, answer: str) -> Copy:
+    lacks = np.setdiff1d(want, have)
+    return Copy(bookie, int(want.size), ranges(have)[:RANGES_LISTED], ranges(lacks)[:RANGES_LISTED], answer,
+                bars(have, lacks, first, last), int(lacks.size))
+
+
+def bars(have: np.ndarray, lacks: np.ndarray, first: int, last: int) -> list[tuple[int, int, str]]:
+    """The segment cut into at most BUCKETS spans: each red where an entry is lacking, green where all it
+    should hold is held; consecutive spans of a colour merged."""
+    span = last - first + 1
+    n = min(BUCKETS, span)
+    state = np.zeros(n, np.int8)  # 0 nothing expected, 1 held, 2 lacking
+    state[np.unique((have - first) * n // span)] = 1
+    state[np.unique((lacks - first) * n // span)] = 2
+    out: list[tuple[int, int, str]] = []
+    for i, st in enumerate(state.tolist()):
+        lo, hi = first + i * span // n, first + (i + 1) * span // n - 1
+        if st and out and out[-1][2] == ("held", "missing")[st - 1] and out[-1][1] == lo - 1:
+            out[-1] = (out[-1][0], hi, out[-1][2])
+        elif st:
+            out.append((lo, hi, ("held", "missing")[st - 1]))
     return out
 
 

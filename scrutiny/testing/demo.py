@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import random
+import secrets
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +22,7 @@ import numpy as np
 from kazoo.client import KazooClient
 
 from scrutiny.agent import BookieAgent
+from scrutiny.auditor.sinks import PrometheusSink
 from scrutiny.categories import Category, spec
 from scrutiny.checks import expected_share
 from scrutiny.codec import Availability
@@ -232,6 +237,49 @@ def print_whatif(report: Report, whatif: Report, candidate: str) -> None:
           + (f", topics {', '.join(topics[:5])}" if topics else "") + "\n")
 
 
+def print_outcome(demo: DemoCluster, report: Report, whatif: Report, candidate: str, fmt: str) -> bool:
+    """The report, the what-if, and each injected fault against what was found: True when they are equal."""
+    print(report.dumps() if fmt == "json" else report.render_text())
+    print_whatif(report, whatif, candidate)
+    found = {(str(v.category), v.ledger_id) for v in report.violations}
+    print("injected fault                                          found?")
+    for key in sorted(demo.expected, key=lambda k: (k[1], k[0])):
+        print(f"  ledger {key[1]:<6} {key[0]:<36} {'yes' if key in found else 'NO'}  ({demo.notes[key]})")
+    for key in sorted(found - demo.expected):
+        print(f"  ledger {key[1]:<6} {key[0]:<36} UNEXPECTED")
+    same = found == demo.expected and report.complete
+    print("\nthe findings equal the injected faults" if same else "\nthe findings DIFFER from the injected faults")
+    return same
+
+
+def serve_console(settings: ScanSettings, workdir: Path, port: int) -> None:
+    """An auditor on the demo cluster, its console on a local port, until Ctrl-C (or SIGTERM)."""
+    from scrutiny.auditor import Auditor
+    from scrutiny.config import AuditorSettings, MetricsSettings
+    from scrutiny.scan.engines import LocalEngine
+
+    token = workdir / "token"
+    token.write_text(secrets.token_urlsafe(16))
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    auditor = Auditor(dataclasses.replace(settings, engine="local", recheck_delay=1.0),
+                      AuditorSettings(listen="127.0.0.1:0", reports_dir=str(workdir / "reports"), token_file=str(token),
+                                      underreplication_interval_seconds=0),
+                      metrics=MetricsSettings(listen=f"127.0.0.1:{port}"), engine=LocalEngine()).start()
+    try:
+        sink = next(s for s in auditor.sinks if isinstance(s, PrometheusSink))
+        deadline = time.monotonic() + 120
+        while "full" not in auditor.last and time.monotonic() < deadline and not stop.is_set():
+            time.sleep(0.2)  # its first full run: the console's findings
+        print(f"\nthe console: http://127.0.0.1:{sink.endpoint.port}/ (the API's token for rescans: "
+              f"{token.read_text()}); Ctrl-C to stop", flush=True)
+        stop.wait()
+    finally:
+        auditor.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_demo(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="scrutiny-demo-"))
     zk: LocalZooKeeper | None = None
@@ -274,17 +322,9 @@ def run_demo(args: argparse.Namespace) -> int:
                 whatif = ScrutinyRun(settings, engine).execute(without=[candidate])
             finally:
                 engine.close()
-        print(report.dumps() if args.format == "json" else report.render_text())
-        print_whatif(report, whatif, candidate)
-        found = {(str(v.category), v.ledger_id) for v in report.violations}
-        print("injected fault                                          found?")
-        for key in sorted(demo.expected, key=lambda k: (k[1], k[0])):
-            print(f"  ledger {key[1]:<6} {key[0]:<36} {'yes' if key in found else 'NO'}  ({demo.notes[key]})")
-        for key in sorted(found - demo.expected):
-            print(f"  ledger {key[1]:<6} {key[0]:<36} UNEXPECTED")
-        same = found == demo.expected and report.complete
-        print("\nthe findings equal the injected faults" if same
-              else "\nthe findings DIFFER from the injected faults")
+            same = print_outcome(demo, report, whatif, candidate, args.format)
+            if not args.no_serve:
+                serve_console(settings, workdir, args.port)
         return 0 if same else 1
     finally:
         if client is not None:
