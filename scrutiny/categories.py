@@ -5,6 +5,7 @@ registry; a new category is one entry here (and the check that produces it)."""
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -75,12 +76,41 @@ class CategorySpec:
         return self.severity is Severity.WARNING
 
 
+def plural(n: int, word: str, words: str = "") -> str:
+    """'1 entry', '2 entries'; `words` where adding an s is wrong."""
+    return f"{n} {word}" if n == 1 else f"{n:,} {words or word + 's'}"
+
+
+_GRPC_WORDS = (
+    ("slow: the agent answers", "slow: its agent is up but did not answer in time"),
+    ("DEADLINE_EXCEEDED", "did not answer in time"),
+    ("failed to connect", "its agent could not be reached (connection refused or no route)"),
+    ("Connection refused", "its agent refused the connection"),
+    ("no address", "no agent address is known for it (not registered, no bookie_endpoints entry)"),
+    ("UNAVAILABLE", "its agent could not be reached"),
+    ("UNAUTHENTICATED", "its agent refused our credentials"),
+    ("PERMISSION_DENIED", "its agent refused our credentials"),
+    ("UNIMPLEMENTED", "its agent does not serve this call"),
+    ("RESOURCE_EXHAUSTED", "its agent is out of resources (answer too large or too many calls)"),
+    ("stream ended", "its agent ended the answer early"),
+)
+
+
+def in_words(reason: str) -> str:
+    """A bookie's silence as an operator says it; the raw gRPC text stays in the JSON report."""
+    for marker, words in _GRPC_WORDS:
+        if marker in reason:
+            return words
+    return re.sub(r"^bookie \S+: ", "", reason) or "no answer"
+
+
 def _coverage(d: Mapping[str, Any]) -> list[str]:
     out = []
     for r in d.get("under_covered", [])[:5]:
         shape = (f"every {r['sequence_period']} from {r['first_entry']}, {r['sequence_size']} at a time"
                  if r["sequence_period"] else "contiguous")
-        out.append(f"entries {r['first_entry']}-{r['last_entry']} ({r['entries']} entries, {shape}): "
+        count = plural(r["entries"], "entry", "entries")
+        out.append(f"entries {r['first_entry']}-{r['last_entry']} ({count}, {shape}): "
                    f"{r['copies']} of {d['write_quorum']} copies, missing on {', '.join(r['missing_bookies'])}")
     if len(d.get("under_covered", [])) > 5 or d.get("under_covered_truncated"):
         out.append("... more ranges in the JSON report")
@@ -96,7 +126,7 @@ def _age(d: Mapping[str, Any]) -> list[str]:
 
 
 def _reasons(d: Mapping[str, Any]) -> list[str]:
-    return [f"{b}: {r}" for b, r in d.get("reasons", {}).items()]
+    return [f"{b}: {in_words(str(r))}" for b, r in d.get("reasons", {}).items()]  # the raw error in the JSON
 
 
 def _answers(d: Mapping[str, Any]) -> list[str]:
@@ -107,13 +137,14 @@ def _corrupt(d: Mapping[str, Any]) -> list[str]:
     out = []
     for b, c in list(d.get("copies", {}).items())[:5]:
         reasons = ", ".join(f"{r} {n}" for r, n in c["reasons"].items())
-        out.append(f"{b}: {c['count']} entries {_ranges(c['entries'])} ({reasons}); {c['example']}")
+        out.append(f"{b}: {plural(c['count'], 'entry', 'entries')} {_ranges(c['entries'])} ({reasons}); {c['example']}")
     return out
 
 
 def _divergent(d: Mapping[str, Any]) -> list[str]:
     groups = "; ".join(f"{', '.join(bs)}" for bs in d.get("first_entry_copies", {}).values())
-    return [f"{d.get('count', 0)} entries {_ranges(d.get('entries', []))} differ; first entry's copies: {groups}"]
+    return [f"{plural(d.get('count', 0), 'entry', 'entries')} {_ranges(d.get('entries', []))} differ; "
+            f"first entry's copies: {groups}"]
 
 
 def _ranges(ranges: list[list[int]]) -> str:
@@ -133,7 +164,7 @@ def _past_the_close(d: Mapping[str, Any]) -> list[str]:
 
 
 def _orphan(d: Mapping[str, Any]) -> list[str]:
-    held = [f"{b}: {h['entries']} entries" + (f", {h['bytes']:,} bytes" if "bytes" in h else "")
+    held = [f"{b}: {plural(h['entries'], 'entry', 'entries')}" + (f", {h['bytes']:,} bytes" if "bytes" in h else "")
             for b, h in sorted(d.get("held_by", {}).items())]
     return [*held, f"absent from the metadata since at least {d['absent_since']} ({d['absent_seconds']} s, grace "
                    f"{d['grace_period_seconds']} s)"]

@@ -4,7 +4,6 @@ ranges, the history chart's geometry, and an unavailability in words."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from scrutiny.auditor.history import RunPoint
-from scrutiny.categories import SEVERITIES, Category, severity_of, worst_first
+from scrutiny.categories import SEVERITIES, Category, in_words, plural, severity_of, worst_first
 from scrutiny.checks import BookieAnswer, Outcome, Violation, expected_share, iso
 from scrutiny.codec import Availability, CodecError
 from scrutiny.metadata import LedgerMetadata
@@ -42,34 +41,6 @@ def verdict(found: Iterable[Violation], checked: bool, complete: bool = True) ->
     if not complete:
         return Verdict("HEALTH_WARN", "the last run was incomplete: some ledgers were not checked", counts)
     return Verdict("HEALTH_OK", "every closed ledger checked has its copies; nothing to look at", counts)
-
-
-def plural(n: int, word: str, words: str = "") -> str:
-    """'1 entry', '2 entries'; `words` where adding an s is wrong."""
-    return f"{n} {word}" if n == 1 else f"{n:,} {words or word + 's'}"
-
-
-_GRPC_WORDS = (
-    ("slow: the agent answers", "slow: its agent is up but did not answer in time"),
-    ("DEADLINE_EXCEEDED", "did not answer in time"),
-    ("failed to connect", "its agent could not be reached (connection refused or no route)"),
-    ("Connection refused", "its agent refused the connection"),
-    ("no address", "no agent address is known for it (not registered, no bookie_endpoints entry)"),
-    ("UNAVAILABLE", "its agent could not be reached"),
-    ("UNAUTHENTICATED", "its agent refused our credentials"),
-    ("PERMISSION_DENIED", "its agent refused our credentials"),
-    ("UNIMPLEMENTED", "its agent does not serve this call"),
-    ("RESOURCE_EXHAUSTED", "its agent is out of resources (answer too large or too many calls)"),
-    ("stream ended", "its agent ended the answer early"),
-)
-
-
-def in_words(reason: str) -> str:
-    """A bookie's silence as an operator says it; the raw gRPC text stays in the JSON report."""
-    for marker, words in _GRPC_WORDS:
-        if marker in reason:
-            return words
-    return re.sub(r"^bookie \S+: ", "", reason) or "no answer"
 
 
 # -- the bookies ----------------------------------------------------------------------------------

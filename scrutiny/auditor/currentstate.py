@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scrutiny.categories import REGISTRY, Category, Fact
+from scrutiny.categories import REGISTRY, Category, Fact, severity_of
 from scrutiny.checks import Violation, iso
 
 # What continuous mode looks at: what the bookies hold and who is registered (placement, the durability
@@ -30,7 +30,9 @@ class Current:
     found_by: str
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.violation.to_json(), "detected_at": iso(self.detected_ms), "found_by": self.found_by}
+        v = self.violation
+        return {**v.to_json(), "severity": severity_of(v.category, v.details), "detected_at": iso(self.detected_ms),
+                "found_by": self.found_by}
 
 
 @dataclass(frozen=True)
