@@ -220,11 +220,13 @@ def test_with_status_requires_auth_the_pages_need_the_token_too() -> None:
     from scrutiny.auditor.web import AuditorWeb
     from scrutiny.prometheus import Request
 
-    class Api:
-        current = CurrentState()
-
+    class Cluster:
         def run_history(self) -> list[Any]:
             return []
+
+    class Api:
+        current = CurrentState()
+        cluster = Cluster()
 
         def status(self) -> Status:
             return Status(True, "a:1")

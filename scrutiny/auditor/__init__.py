@@ -27,6 +27,7 @@ from apscheduler.triggers.date import DateTrigger
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from scrutiny.auditor import history
+from scrutiny.auditor.clusterview import ClusterView
 from scrutiny.auditor.continuous import Continuous
 from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.auditor.lastrun import RunSummary, bequeath, inherit
@@ -35,19 +36,17 @@ from scrutiny.auditor.runqueue import Later, RunQueue, Ticket
 from scrutiny.auditor.service import AuditorServicer, Authenticator, Status
 from scrutiny.auditor.sinks import FinishedRun, PrometheusSink, ReportFiles, ReportSink, StatsdSink
 from scrutiny.auditor.web import AuditorWeb
-from scrutiny.bookieclient import BookieClient
 from scrutiny.categories import REGISTRY, Category, Phase, in_phase
-from scrutiny.checks import BookieAnswer
 from scrutiny.config import DEFAULT_AUDITOR_PORT, AuditorSettings, MetricsSettings, ScanSettings, StatsdSettings
 from scrutiny.deeppass import DeepPass, slices_for
-from scrutiny.errors import DataError, NotLeader, RequestError, StoreError, one_line
+from scrutiny.errors import DataError, NotLeader, RequestError, one_line
 from scrutiny.findings import Findings
-from scrutiny.metadata import LedgerMetadata, parse_host_port
+from scrutiny.metadata import parse_host_port
 from scrutiny.prometheus import HttpsFiles
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun, check_marks
 from scrutiny.scan.engines import Engine, make_engine
-from scrutiny.store import LedgerRead, MetadataStore, open_store
+from scrutiny.store import MetadataStore, open_store
 from scrutiny.tls import read_secret, server_credentials
 from scrutiny.v1 import auditor_pb2_grpc
 
@@ -126,7 +125,7 @@ class Auditor:
         self._token = (read_secret(settings.token_file, "auditor.token_file").decode().strip()
                        if settings.token_file else "")
         self.scheduler = BackgroundScheduler(timezone=UTC)
-        self.queue = RunQueue(self._execute, self._publish, self._later, self._failed, settings.max_queued_runs)
+        self.queue = RunQueue(self._execute, self._publish, self._later, failed_run, settings.max_queued_runs)
         self.stopping = threading.Event()
         self.server: grpc.Server | None = None
         self.port = 0
@@ -135,6 +134,7 @@ class Auditor:
         self.periodic: PeriodicRuns | None = None
         self.inherited: dict[str, RunSummary] = {}  # kind -> the last complete run, as an earlier leader left it
         self.current = CurrentState()
+        self.cluster = ClusterView(self._store, lambda: self.config.scan)  # what the console asks live
         # its safety net: a full run (unless one is queued or running)
         self.continuous = (Continuous(self.config.scan, self.config.auditor, self.current, lambda _: self._due(FULL))
                            if settings.continuous else None)
@@ -254,13 +254,13 @@ class Auditor:
         self._inherit()
         self.periodic.schedule(self._intervals())
         if self.continuous is not None:
-            self.continuous.start(self.leadership.connected_store())  # type: ignore[union-attr]
+            self.continuous.start(self._store())
 
     def _inherit(self) -> None:
         """The last complete run of each kind, whichever auditor ran it, exported at once with its true age:
         a failover never clears an alert on data still at risk."""
         own = {kind: t.finished_ms for kind, t in self.queue.last.items()}
-        for summary in inherit(self.leadership.connected_store(), WHOLE_CLUSTER_KINDS, own):  # type: ignore[union-attr]
+        for summary in inherit(self._store(), WHOLE_CLUSTER_KINDS, own):
             self.inherited[summary.kind] = summary
             for sink in self.sinks:
                 sink.restored(summary)
@@ -278,7 +278,7 @@ class Auditor:
         if not self.leading.is_set():
             return
         try:
-            disabled = self.leadership.connected_store().replication_disabled()  # type: ignore[union-attr]
+            disabled = self._store().replication_disabled()
         except Exception as exc:
             log.warning("cannot tell whether replication is disabled (%s): skipping the %s run", exc, kind)
             self._skip(kind, "zookeeper_unavailable")
@@ -320,7 +320,7 @@ class Auditor:
 
         settings = self.config.scan
         if ticket.kind == DEEP:  # the next slice of the deep pass, wherever the last leader left it
-            cursor = deep_pass(self.leadership.connected_store(), self.config.auditor)  # type: ignore[union-attr]
+            cursor = deep_pass(self._store(), self.config.auditor)
             ticket.deep_slice = cursor.next_slice
             settings = dataclasses.replace(settings, deep=True, deep_slices=cursor.slices,
                                            deep_slice=cursor.next_slice)
@@ -338,14 +338,10 @@ class Auditor:
         self.scheduler.add_job(fn, DateTrigger(run_date=datetime.now(UTC) + timedelta(seconds=delay)),
                                misfire_grace_time=None)
 
-    def _failed(self, ticket: Ticket, exc: Exception) -> Report:
-        return Report(ticket.run_id, iso_seconds(ticket.started_ms / 1000), iso_seconds(time.time()), False, {},
-                      Findings(), errors=[f"{type(exc).__name__}: {one_line(exc)}"])
-
     def _publish(self, ticket: Ticket, report: Report) -> None:
         ticket.finished_ms = int(time.time() * 1000)
         if ticket.kind == DEEP and report.complete and self.leading.is_set():
-            record_deep_run(self.leadership.connected_store(), self.config.auditor, ticket, report)  # type: ignore[union-attr]
+            record_deep_run(self._store(), self.config.auditor, ticket, report)
         run = FinishedRun(ticket.kind, report, ticket.finished_ms - ticket.started_ms, KIND_CATEGORIES[ticket.kind],
                           whole_cluster=ticket.kind in WHOLE_CLUSTER_KINDS and ticket.ledger_ids is None
                           and not ticket.bookie_id, finished_ms=ticket.finished_ms, ran_by=self.address)
@@ -362,7 +358,7 @@ class Auditor:
             self.current.replaced(report.violations, ticket.finished_ms, ticket.kind, KIND_CATEGORIES[ticket.kind])
         if report.complete and run.whole_cluster and self.leading.is_set():
             self.inherited.pop(ticket.kind, None)
-            store = self.leadership.connected_store()  # type: ignore[union-attr]
+            store = self._store()
             bequeath(store, run.summary)
             history.record(store, history.point_of(ticket.kind, report, ticket.finished_ms, run.duration_ms))
         if ticket.kind in PERIODIC and report.complete and self.leading.is_set() and self.periodic is not None:
@@ -375,7 +371,7 @@ class Auditor:
         if not self.leading.is_set():
             raise NotLeader(self.leadership.leader_address())
         if ledger_ids is not None:
-            check_rescan_ids(ledger_ids, self.config.auditor.max_rescan_ledgers, self.leadership.connected_store())
+            check_rescan_ids(ledger_ids, self.config.auditor.max_rescan_ledgers, self._store())
         return self.queue.submit(Ticket(RESCAN, tuple(ledger_ids) if ledger_ids is not None else None, bookie_id))
 
     def whatif(self, bookie_ids: list[str], racks: list[str]) -> tuple[Ticket, bool]:
@@ -411,36 +407,15 @@ class Auditor:
     def leader_address(self) -> str:
         return self.leadership.leader_address() if self.leadership is not None else ""
 
-    # -- what the console asks (live, from the store and the bookies) -------------------------------
-
     def _store(self) -> MetadataStore:
         assert self.leadership is not None
         return self.leadership.connected_store()
 
-    def run_history(self) -> list[history.RunPoint]:
-        try:
-            return history.read(self._store())
-        except StoreError:
-            return []
 
-    def bookies_now(self) -> tuple[dict[str, str], dict[str, str]]:
-        """(bookie -> writable | read-only, bookie -> rack) as the store says now."""
-        store = self._store()
-        regs = store.registrations()
-        racks = dict(self.config.scan.racks) or store.racks(self.config.scan.racks_znode)[0]
-        return {**dict.fromkeys(regs.writable, "writable"), **dict.fromkeys(regs.readonly, "read-only")}, racks
-
-    def ledger(self, ledger_id: int) -> LedgerRead:
-        return next(iter(self._store().read_ledgers([ledger_id])))
-
-    def ask_bookies(self, md: LedgerMetadata, deadline: float = 3.0) -> dict[str, BookieAnswer | None]:
-        """What each bookie of the ledger holds of it now (one short call each, in parallel)."""
-        s = self.config.scan
-        addresses = {**self._store().agent_addresses(), **s.bookie_endpoints}
-        with BookieClient.from_settings(s, addresses) as client:
-            client.retries = 0  # a page waits for one look, not for backoffs
-            got = client.fetch_many({b: [md.ledger_id] for b in md.bookies}, deadline)
-        return {b: a.get(md.ledger_id) for b, a in got.items()}
+def failed_run(ticket: Ticket, exc: Exception) -> Report:
+    """What a run that raised reports: incomplete, with the error."""
+    return Report(ticket.run_id, iso_seconds(ticket.started_ms / 1000), iso_seconds(time.time()), False, {},
+                  Findings(), errors=[f"{type(exc).__name__}: {one_line(exc)}"])
 
 
 def deep_pass(store: MetadataStore, s: AuditorSettings) -> DeepPass:

@@ -27,13 +27,13 @@ import grpc
 import jinja2
 
 from scrutiny.auditor import console
+from scrutiny.auditor.clusterview import ClusterView
 from scrutiny.auditor.currentstate import CurrentState
-from scrutiny.auditor.history import RunPoint
 from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.auditor.runqueue import Ticket
 from scrutiny.auditor.service import KINDS, Authenticator, Status
 from scrutiny.categories import CATEGORY_NAMES, REGISTRY, SEVERITIES, Category, severity_of, spec, worst_first
-from scrutiny.checks import BookieAnswer, Violation
+from scrutiny.checks import Violation
 from scrutiny.errors import NotLeader, RequestError, ScrutinyError, one_line
 from scrutiny.metadata import LedgerMetadata, LedgerState
 from scrutiny.prometheus import Request, Response, json_error
@@ -57,6 +57,7 @@ TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("scrutiny.auditor", "
 
 class WebApi(Protocol):
     current: CurrentState
+    cluster: ClusterView
 
     def rescan(self, ledger_ids: list[int] | None, bookie_id: str) -> tuple[Ticket, bool]: ...
 
@@ -68,13 +69,6 @@ class WebApi(Protocol):
 
     def current_state(self, most: int = 1000, newest_first: bool = False) -> dict[str, Any]: ...
 
-    def run_history(self) -> list[RunPoint]: ...
-
-    def bookies_now(self) -> tuple[dict[str, str], dict[str, str]]: ...
-
-    def ledger(self, ledger_id: int) -> LedgerRead: ...
-
-    def ask_bookies(self, md: LedgerMetadata, deadline: float = 3.0) -> dict[str, BookieAnswer | None]: ...
 
 
 class HttpError(Exception):
@@ -154,7 +148,7 @@ class AuditorWeb:
         if rack:
             if q["bookie"]:
                 raise HttpError(400, "say bookie or rack, not both")
-            _, racks = self.api.bookies_now()
+            _, racks = self.api.cluster.bookies_now()
             q["bookie"] = tuple(sorted(b for b, r in racks.items() if r == rack))
         return q
 
@@ -174,7 +168,7 @@ class AuditorWeb:
         return (run.blast_radius or {}).get("bookies"), run.finished_at
 
     def _bookie_rows(self) -> list[console.BookieRow]:
-        registered, racks = self.api.bookies_now()
+        registered, racks = self.api.cluster.bookies_now()
         depends, finished = self._dependencies()
         feeds = self.api.current_state(most=0)["feeds"]
         return console.bookie_rows(registered, racks, depends, [c.violation for c in self.api.current.findings()],
@@ -212,7 +206,7 @@ class AuditorWeb:
                            "violations": [v.to_json() for v in found]})
 
     def api_ledger(self, req: Request) -> Response:
-        view = self._ledger_view(_ledger_id(req.path), ask=req.query.get("ask") == "1")
+        view = ledger_view(self.api, _ledger_id(req.path), ask=req.query.get("ask") == "1")
         md = view["metadata"]
         return _json(200, {**view, "metadata": _metadata_json(md) if md else None,
                            "segments": [dataclasses.asdict(seg) for seg in view["segments"]]})
@@ -227,7 +221,7 @@ class AuditorWeb:
         return _json(200, {"bookies": [_bookie_json(r) for r in self._bookie_rows()]})
 
     def api_history(self, req: Request) -> Response:
-        return _json(200, {"runs": [vars(p) for p in self.api.run_history()]})
+        return _json(200, {"runs": [vars(p) for p in self.api.cluster.run_history()]})
 
     def api_rescan(self, req: Request) -> Response:
         body = _body(req)
@@ -282,7 +276,7 @@ class AuditorWeb:
                                   (full.violations if isinstance(full, Report) else []), checked,
                                   not isinstance(full, Report) or full.complete)
         since = state.previous_full_ms
-        history = self.api.run_history()
+        history = self.api.cluster.run_history()
         now = self.api.current_state(most=10, newest_first=True) if s.leading else None
         feeds = sorted(Counter(now["feeds"].values()).items()) if now else []
         return _html(200, "home", "scrutiny", status=s, leader_link=_leader_link(s, req), verdict=verdict, runs=runs,
@@ -327,35 +321,8 @@ class AuditorWeb:
         return Response(200, "text/csv; charset=utf-8", out.getvalue().encode())
 
     def page_ledger(self, req: Request) -> Response:
-        view = self._ledger_view(_ledger_id(req.path), ask=True)
+        view = ledger_view(self.api, _ledger_id(req.path), ask=True)
         return _html(200, "ledger", f"ledger {view['ledger_id']}", **view)
-
-    def _ledger_view(self, ledger_id: int, ask: bool) -> dict[str, Any]:
-        """Its metadata, what each bookie holds of it now (`ask`), every finding about it, and whether it is
-        healthy, not checked yet or unknown (404)."""
-        read = self.api.ledger(ledger_id)
-        findings = []
-        for kind in KINDS:
-            run = self.api.last_run(kind)
-            if isinstance(run, Report):
-                findings += [{**_row(v), "run": f"{kind} {run.run_id}"}
-                             for v in run.violations.worst(len(REGISTRY), ledger_id=ledger_id)[1]]
-        current = [_row(c.violation, c) for c in self.api.current.findings() if c.violation.ledger_id == ledger_id]
-        md = read.metadata
-        if md is None and read.error is None and not findings and not current:
-            raise HttpError(404, f"no such ledger: {ledger_id} is not in the metadata, and no finding names it")
-        full = self.api.last_run("full")
-        state, why = _checked(md, read, full, findings or current)
-        segments: list[console.SegmentView] = []
-        asked = ""
-        if md is not None and md.state is LedgerState.CLOSED and ask:
-            try:
-                segments = console.copies(md, self.api.ask_bookies(md))
-            except ScrutinyError as exc:
-                asked = f"could not ask the bookies now: {one_line(exc)}"
-        return {"ledger_id": ledger_id, "checked": state, "why": why, "metadata": md, "error": read.error,
-                "segments": segments, "asked": asked, "findings": findings, "current": current,
-                "owner": next((f["owner"] for f in findings + current if f["owner"]), "")}
 
     def page_bookies(self, req: Request) -> Response:
         rows = self._bookie_rows()
@@ -389,6 +356,34 @@ class AuditorWeb:
         return _html(200, "blast", f"blast radius per {scope[:-1]}", scope=scope,
                      other="racks" if scope == "bookies" else "bookies", run=run, age=_age(run), head=head,
                      entries=entries, columns=BLAST_COLUMNS, silent=silent)
+
+
+def ledger_view(api: WebApi, ledger_id: int, ask: bool) -> dict[str, Any]:
+    """Its metadata, what each bookie holds of it now (`ask`), every finding about it, and whether it is
+    healthy, not checked yet or unknown (404)."""
+    read = api.cluster.ledger(ledger_id)
+    findings = []
+    for kind in KINDS:
+        run = api.last_run(kind)
+        if isinstance(run, Report):
+            findings += [{**_row(v), "run": f"{kind} {run.run_id}"}
+                         for v in run.violations.worst(len(REGISTRY), ledger_id=ledger_id)[1]]
+    current = [_row(c.violation, c) for c in api.current.findings() if c.violation.ledger_id == ledger_id]
+    md = read.metadata
+    if md is None and read.error is None and not findings and not current:
+        raise HttpError(404, f"no such ledger: {ledger_id} is not in the metadata, and no finding names it")
+    full = api.last_run("full")
+    state, why = _checked(md, read, full, findings or current)
+    segments: list[console.SegmentView] = []
+    asked = ""
+    if md is not None and md.state is LedgerState.CLOSED and ask:
+        try:
+            segments = console.copies(md, api.cluster.ask_bookies(md))
+        except ScrutinyError as exc:
+            asked = f"could not ask the bookies now: {one_line(exc)}"
+    return {"ledger_id": ledger_id, "checked": state, "why": why, "metadata": md, "error": read.error,
+            "segments": segments, "asked": asked, "findings": findings, "current": current,
+            "owner": next((f["owner"] for f in findings + current if f["owner"]), "")}
 
 
 def _html(code: int, template: str, title: str, **context: Any) -> Response:
