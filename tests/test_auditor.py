@@ -86,7 +86,7 @@ def test_leader_runs_reports_statsd_and_rescan(cluster: tuple[DemoCluster, str],
         assert "scrutiny.auditor.NUM_LEDGERS_HAVING_LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY:2|g" in lines
         assert "scrutiny.violations.BOOKIE_UNAVAILABLE:2|c" in lines
         assert any(ln.startswith("scrutiny.run.full.duration:") and ln.endswith("|ms") for ln in lines)
-        assert f"scrutiny.ledgers.checked:{demo.healthy + 8}|c" in lines
+        assert f"scrutiny.ledgers.checked:{demo.checked}|c" in lines
         wait_for(lambda: full_reports(tmp_path))
         report = json.loads(full_reports(tmp_path)[0].read_text())
         assert {(v["category"], v["ledger_id"]) for v in report["violations"]} == demo.expected

@@ -59,7 +59,10 @@ def test_compose_file_structure() -> None:
         if image.startswith("scrutiny:"):
             args = parses(svc["command"])
             if args.command == "bookie-agent":
-                assert args.bind.endswith(f":{DEFAULT_AGENT_PORT}") and args.synthetic_file.startswith("/stores/")
+                assert args.bind.endswith(f":{DEFAULT_AGENT_PORT}")
+                # the demo setup's stores: a synthetic file, or the DbLedgerStorage directories it wrote
+                stores = [args.synthetic_file] if args.source == "synthetic" else args.ledger_dirs
+                assert stores and all(p.startswith("/stores/") for p in stores), name
                 assert args.advertise_address == f"{name}:{DEFAULT_AGENT_PORT}"
     config = yaml.safe_load(doc["configs"]["scrutiny"]["content"])
     scan = build(ScanSettings, config, {}).validate()

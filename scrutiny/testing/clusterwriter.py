@@ -136,6 +136,11 @@ class ClusterWriter:
     def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
         self._put(f"{self.root}/underreplication/lostBookieRecoveryDelay", str(seconds).encode())
 
+    def write_auditor_record(self, name: str, data: bytes) -> None:
+        """A record the auditor's leaders keep (`MetadataStore.auditor_record`): what a leader that watched
+        the cluster before would have left, e.g. its orphan and lost-bookie sightings."""
+        self._put(f"{self.root.rsplit('/', 1)[0]}/scrutiny/auditor/{name}", data)
+
     def write_managed_ledger(self, name: str, data: bytes, cursors: Mapping[str, bytes] | None = None) -> None:
         """Pulsar's record of a managed ledger (a topic), beside the ledgers root, and its cursors."""
         base = f"{self.root.rsplit('/', 1)[0]}/managed-ledgers/{name}"

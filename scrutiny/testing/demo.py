@@ -21,14 +21,16 @@ from pathlib import Path
 import numpy as np
 from kazoo.client import KazooClient
 
+from scrutiny import entrylog
 from scrutiny.agent import BookieAgent
 from scrutiny.auditor.sinks import PrometheusSink
 from scrutiny.categories import Category, spec
 from scrutiny.checks import expected_share
 from scrutiny.codec import Availability
 from scrutiny.config import ScanSettings
-from scrutiny.entrysources import SyntheticStore
+from scrutiny.entrysources import DbLedgerStorageSource, SyntheticStore
 from scrutiny.errors import ConfigError
+from scrutiny.lostbookies import sightings_to_bytes
 from scrutiny.metadata import (
     BookieRegistration,
     Layout,
@@ -38,18 +40,26 @@ from scrutiny.metadata import (
     UnderreplicationMark,
     parse_metadata_service_uri,
 )
+from scrutiny.orphans import Sightings
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import make_engine
 from scrutiny.store import MetadataStore
 from scrutiny.store.zookeeper import ZooKeeperStore
 from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.synthetic import CORRUPT, SyntheticStoreWriter
 
 RACKS = {"/rack-a": (1, 2, 3), "/rack-b": (4, 5, 6), "/rack-c": (7, 8, 9)}
 UNREACHABLE = 9  # registered, but its agent never answers
+WHATIF_CANDIDATE = 2  # the bookie the demo's what-if takes down
 DECOMMISSIONED = 10  # cookie only: gone from the cluster with its copies
+LOST = 11  # its registration gone two days ago, its ledgers never marked: nobody re-replicates them
+# DbLedgerStorage bookies (real RocksDB indexes and entry logs): what a deep scrub reads and verifies
+DB_BOOKIES = {12: "/rack-a", 13: "/rack-b", 14: "/rack-c"}
+TWO_DAYS_MS = 2 * 86400 * 1000
+MARKED = 17  # a healthy ledger marked under-replicated two days ago: skipped by the replicas check
 
 
 def bookie(n: int) -> str:
@@ -63,7 +73,11 @@ class DemoCluster:
 
     root: str
     expected: set[tuple[str, int]] = field(default_factory=set)
-    store_files: dict[str, Path] = field(default_factory=dict)
+    ledgers: int = 0  # written, healthy or not
+    checked: int = 0  # closed with entries, decodable, not marked: what a run's replicas check looks at
+    store_files: dict[str, Path] = field(default_factory=dict)  # synthetic bookies' stores
+    ledger_dirs: dict[str, Path] = field(default_factory=dict)  # DbLedgerStorage bookies' ledger directories
+    deep_expected: set[tuple[str, int]] = field(default_factory=set)  # what only a deep run finds
     healthy: int = 0
     notes: dict[tuple[str, int], str] = field(default_factory=dict)
 
@@ -145,9 +159,10 @@ def build_demo_cluster(client: KazooClient, root: str, store_dir: Path, healthy:
         store.add_entries(b, 9001, np.setdiff1d(held, np.arange(50, 60)) if pos < 2 else held)
     expect(Category.NO_REPLICA_OF_AN_ENTRY, 9001, "two bookies of one write set lost entries 50-59")
 
-    md = closed(9002, (Segment(0, _healthy_ensemble(rng, 3)),), 199)
+    md = closed(9002, (Segment(0, (bookie(WHATIF_CANDIDATE), bookie(5), bookie(7))),), 199)
     ledgers.append(md)
     healthy_copies(md, skip=md.segments[0].ensemble[2])  # that bookie lost its whole copy
+    # (with the what-if's bookie down too, entries 2, 5, 8, ... would have no copy left)
     expect(Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY, 9002, "a bookie lost its copy of the ledger")
 
     ens = _healthy_ensemble(rng, 3)
@@ -163,8 +178,8 @@ def build_demo_cluster(client: KazooClient, root: str, store_dir: Path, healthy:
     healthy_copies(md)
     expect(Category.PLACEMENT_POLICY_NOT_ADHERING, 9004, "all three bookies on /rack-a")
 
-    writer.mark_underreplicated(UnderreplicationMark(17, (bookie(1),), now - 2 * 86400 * 1000))
-    expect(Category.UNDERREPLICATED_ELAPSED_GRACE_PERIOD, 17, "marked under-replicated two days ago")
+    writer.mark_underreplicated(UnderreplicationMark(MARKED, (bookie(1),), now - TWO_DAYS_MS))
+    expect(Category.UNDERREPLICATED_ELAPSED_GRACE_PERIOD, MARKED, "marked under-replicated two days ago")
 
     for lid in (9005, 9006):
         ens = _healthy_ensemble(rng, 3)
@@ -188,23 +203,90 @@ def build_demo_cluster(client: KazooClient, root: str, store_dir: Path, healthy:
     expect(Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY, 9008,
            f"{bookie(DECOMMISSIONED)} left the cluster (cookie only): its copies are gone")
 
-    md = closed(9009, (Segment(0, _healthy_ensemble(rng, 3)),), 99)
+    # (WQ 3 with the what-if's bookie: without it, 2 copies of each entry, still AQ)
+    md = closed(9009, (Segment(0, (bookie(WHATIF_CANDIDATE), bookie(4), bookie(8))),), 99, 3, 3, 2)
     ledgers.append(md)
     for b in md.bookies:  # every bookie holds every entry: extra copies never hurt
         store.add_entries(b, 9009, range(100))
+
+    # (with the what-if's bookie: without it, every other entry would have no copy)
+    md = closed(9011, (Segment(0, (bookie(WHATIF_CANDIDATE), bookie(5))),), 99, 2, 1, 1)
+    ledgers.append(md)
+    healthy_copies(md)
+    expect(Category.WEAK_DURABILITY_POLICY, 9011, "written with WQ 1, AQ 1: one copy of each entry, by design")
+
+    md = closed(9012, (Segment(0, _healthy_ensemble(rng, 3)),), 99)
+    ledgers.append(md)
+    beyond = dataclasses.replace(md, last_entry_id=104)  # adds a replaced bookie took after the close
+    for b in md.bookies:
+        store.add(b, 9012, expected_share(beyond, b))
+    expect(Category.ENTRIES_PAST_THE_CLOSE, 9012, "entries 100-104 on AQ bookies above lastEntryId 99")
+
+    orphan_holder = bookie(4)  # ledger 9013 deleted from the metadata two days ago; its copy never collected
+    store.add_entries(orphan_holder, 9013, range(50))
+    expect(Category.ORPHAN_LEDGER, 9013, f"{orphan_holder} holds a ledger the metadata lost two days ago")
+
+    ens = (bookie(LOST), *_healthy_ensemble(rng, 2))
+    md = closed(9014, (Segment(0, ens),), 99, 3, 3, 2)
+    ledgers.append(md)
+    healthy_copies(md, skip=bookie(LOST))
+    expect(Category.LOST_BOOKIE_RECOVERY_NOT_STARTED, 9014,
+           f"{bookie(LOST)} unregistered two days ago, the ledger never marked under-replicated")
+    expect(Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY, 9014, f"WQ 3: {bookie(LOST)}'s copies count as gone")
+
+    ledgers += _deep_scrub_faults(demo, store_dir, now)
 
     # Mixed formats for the healthy ledgers; v3 for the faults (v1 has no ack quorum: AQ = WQ there).
     writer.write_ledgers(ledgers, version=lambda m: 3 if m.ledger_id >= 9000 else 1 + m.ledger_id % 3)
     writer.write_raw_ledger(9010, b"BookieMetadataFormatVersion\t3\n\x05garbage")
     expect(Category.INVALID_METADATA, 9010, "the metadata znode is not decodable")
 
-    racks = {bookie(n): r for r, ns in RACKS.items() for n in ns}
+    racks = {bookie(n): r for r, ns in RACKS.items() for n in ns} | {bookie(n): r for n, r in DB_BOOKIES.items()}
     writer.write_racks(racks, parse_metadata_service_uri(f"zk://x:1{root}").racks_path)
-    for n in range(1, 10):
+    for n in (*range(1, 10), *DB_BOOKIES):
         writer.register_bookie(BookieRegistration(bookie(n), readonly=(n == 6)))
-    client.ensure_path(f"{root}/cookies/{bookie(DECOMMISSIONED)}")
+    for gone in (DECOMMISSIONED, LOST):
+        client.ensure_path(f"{root}/cookies/{bookie(gone)}")
+    # What an auditor that has watched this cluster for two days recorded: when it first saw 9013 held and
+    # absent from the metadata, and when bookie 11's registration went (runs read these; a scan records none).
+    writer.write_auditor_record("orphan-sightings", Sightings({orphan_holder: {9013: now - TWO_DAYS_MS}}).to_bytes())
+    writer.write_auditor_record("lost-bookie-sightings", sightings_to_bytes({bookie(LOST): now - TWO_DAYS_MS}))
+    demo.ledgers = len(ledgers) + 1  # and the undecodable one
+    demo.checked = sum(m.state is LedgerState.CLOSED and m.last_entry_id >= 0 and m.ledger_id != MARKED
+                       for m in ledgers)
     demo.store_files = store.write_all(store_dir)
     return demo
+
+
+def _deep_scrub_faults(demo: DemoCluster, store_dir: Path, now: int) -> list[LedgerMetadata]:
+    """Two ledgers on the DbLedgerStorage bookies, whose indexes say every copy is there: a run finds
+    nothing; a deep run reads the bytes. Ledger 9015: one stored entry's payload damaged on one bookie (its
+    digest fails). Ledger 9016: one bookie stores another payload for an entry, with a valid digest."""
+    ens = tuple(bookie(n) for n in DB_BOOKIES)
+    mds = [LedgerMetadata(lid, LedgerState.CLOSED, 3, 3, 2, 19, 20 * 64, (Segment(0, ens),), ctime=now,
+                          custom_metadata=pulsar_keys(lid), digest_type="CRC32C") for lid in (9015, 9016)]
+    for b in ens:
+        path = store_dir / f"{b.replace(':', '_')}.ledgers"
+        with LiveBookie(path) as index:
+            log = EntryLog(path, 1)
+            for md in mds:
+                entries = {}
+                for e in range(md.last_entry_id + 1):
+                    body = (b"another payload" if (md.ledger_id, e, b) == (9016, 5, ens[2]) else b"payload").ljust(64)
+                    entries[e] = entrylog.package_entry(md.ledger_id, e, e - 1, (e + 1) * 64, body, "CRC32C")
+                if (md.ledger_id, b) == (9015, ens[0]):
+                    entries[3] = entries[3][:-1] + bytes([entries[3][-1] ^ 0xFF])  # a flipped bit on its disk
+                index.write(md.ledger_id, entries, log)
+            log.finish()
+            index.flush()
+        demo.ledger_dirs[b] = path
+    for key, why in (((Category.CORRUPT_ENTRY, 9015), f"entry 3's stored payload damaged on {ens[0]}"),
+                     ((Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY, 9015),
+                      "WQ 3: the corrupt copy counts as none in a deep run"),
+                     ((Category.DIVERGENT_COPIES, 9016), f"{ens[2]} stores another payload for entry 5")):
+        demo.deep_expected.add((str(key[0]), key[1]))
+        demo.notes[(str(key[0]), key[1])] = why
+    return mds
 
 
 @contextlib.contextmanager
@@ -216,6 +298,11 @@ def demo_agents(demo: DemoCluster, store: MetadataStore) -> Iterator[list[Bookie
             if b == bookie(UNREACHABLE):
                 continue
             agent = BookieAgent(SyntheticStore(path), bind="127.0.0.1:0", workers=4).start()
+            agent.register(store, b, f"127.0.0.1:{agent.port}")
+            agents.append(agent)
+        for b, path in sorted(demo.ledger_dirs.items()):
+            source = DbLedgerStorageSource([path], path.with_suffix(".scratch"))
+            agent = BookieAgent(source, bind="127.0.0.1:0", workers=4).start()
             agent.register(store, b, f"127.0.0.1:{agent.port}")
             agents.append(agent)
         yield agents
@@ -242,19 +329,22 @@ def print_outcome(demo: DemoCluster, report: Report, whatif: Report, candidate: 
     print(report.dumps() if fmt == "json" else report.render_text())
     print_whatif(report, whatif, candidate)
     found = {(str(v.category), v.ledger_id) for v in report.violations}
+    expected = demo.expected | demo.deep_expected
     print("injected fault                                          found?")
-    for key in sorted(demo.expected, key=lambda k: (k[1], k[0])):
+    for key in sorted(expected, key=lambda k: (k[1], k[0])):
         print(f"  ledger {key[1]:<6} {key[0]:<36} {'yes' if key in found else 'NO'}  ({demo.notes[key]})")
-    for key in sorted(found - demo.expected):
+    for key in sorted(found - expected):
         print(f"  ledger {key[1]:<6} {key[0]:<36} UNEXPECTED")
-    same = found == demo.expected and report.complete
+    same = found == expected and report.complete
     print("\nthe findings equal the injected faults" if same else "\nthe findings DIFFER from the injected faults")
     return same
 
 
-def serve_console(settings: ScanSettings, workdir: Path, port: int) -> None:
-    """An auditor on the demo cluster, its console on a local port, until Ctrl-C (or SIGTERM)."""
-    from scrutiny.auditor import Auditor
+def serve_console(settings: ScanSettings, workdir: Path, port: int, candidate: str) -> None:
+    """An auditor on the demo cluster, its console on a local port, until Ctrl-C (or SIGTERM); after its
+    first full run, a deep run and the same what-if the demo printed."""
+    from scrutiny.auditor import DEEP, Auditor
+    from scrutiny.auditor.runqueue import Ticket
     from scrutiny.config import AuditorSettings, MetricsSettings
     from scrutiny.scan.engines import LocalEngine
 
@@ -271,6 +361,11 @@ def serve_console(settings: ScanSettings, workdir: Path, port: int) -> None:
         deadline = time.monotonic() + 120
         while "full" not in auditor.last and time.monotonic() < deadline and not stop.is_set():
             time.sleep(0.2)  # its first full run: the console's findings
+        deep, _ = auditor.queue.submit(Ticket(DEEP))  # the deep scrub's findings (one slice: the whole cluster)
+        whatif, _ = auditor.whatif([candidate], [])  # the what-if the demo printed, under kind=whatif
+        for ticket in (deep, whatif):
+            while not ticket.done.wait(0.2) and time.monotonic() < deadline + 120 and not stop.is_set():
+                pass
         print(f"\nthe console: http://127.0.0.1:{sink.endpoint.port}/ (the API's token for rescans: "
               f"{token.read_text()}); Ctrl-C to stop", flush=True)
         stop.wait()
@@ -301,11 +396,12 @@ def run_demo(args: argparse.Namespace) -> int:
                 raise ConfigError("--setup-only needs --metadata-service-uri and --stores-dir")
             root = uri.root  # a fresh cluster where asked: the compose file's agents and auditors use it
             demo = build_demo_cluster(client, root, Path(args.stores_dir), healthy=args.ledgers)
-            print(f"wrote {demo.healthy + 13} ledgers under {root} and {len(demo.store_files)} store files "
+            print(f"wrote {demo.ledgers} ledgers under {root}, {len(demo.store_files)} synthetic store files and "
+                  f"{len(demo.ledger_dirs)} DbLedgerStorage ledger directories "
                   f"to {args.stores_dir}; expected findings: {sorted(demo.expected)}")
             return 0
         demo = build_demo_cluster(client, root, workdir, healthy=args.ledgers)
-        print(f"wrote a cluster of {demo.healthy + 13} ledgers on 10 bookies under {root} "
+        print(f"wrote a cluster of {demo.ledgers} ledgers on 14 bookies under {root} "
               f"in {time.monotonic() - t0:.1f} s", file=sys.stderr)
         uri_text = f"zk+hierarchical://{hosts}{root}"
         settings = ScanSettings(metadata_service_uri=uri_text, underreplicated_grace_period=3600,
@@ -315,16 +411,17 @@ def run_demo(args: argparse.Namespace) -> int:
         with demo_agents(demo, ZooKeeperStore(client, uri_text)):
             print(f"scanning with {args.engine} ...", file=sys.stderr)
             try:
-                report = ScrutinyRun(settings, engine).execute()
+                # a deep run: every check, and the stored bytes the DbLedgerStorage bookies' agents read
+                report = ScrutinyRun(dataclasses.replace(settings, deep=True), engine).execute()
                 # Is it safe to take one bookie down for maintenance? The blast radius says it for every
                 # bookie; a what-if run asks for one.
-                candidate = bookie(2)
+                candidate = bookie(WHATIF_CANDIDATE)
                 whatif = ScrutinyRun(settings, engine).execute(without=[candidate])
             finally:
                 engine.close()
             same = print_outcome(demo, report, whatif, candidate, args.format)
             if not args.no_serve:
-                serve_console(settings, workdir, args.port)
+                serve_console(settings, workdir, args.port, candidate)
         return 0 if same else 1
     finally:
         if client is not None:
