@@ -353,8 +353,8 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     blast = {f"{scope}:{name}": Blast(below[scope, name], without_copy[scope, name],
                                       frozenset(topics_below.get((scope, name), ())),
                                       frozenset(topics_without.get((scope, name), ())),
-                                      n, frozenset(topics_depend.get((scope, name), ())))
-             for (scope, name), n in depend.items()}
+                                      depend[scope, name], frozenset(topics_depend.get((scope, name), ())))
+             for scope, name in depend.keys() | below.keys()}
     stats = {k: n for k, n in (("ledgers_with_limbo_copies", limbo),
                                ("ledgers_with_residue_past_the_close", residue),
                                ("lost_bookie_ledgers_not_yet_due", not_due)) if n}
