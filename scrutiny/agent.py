@@ -315,7 +315,6 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         if changes is None:
             return []
         with self.metrics.watch.time():
-            self.source.refresh()
             found, read = changes()
         self.spend(read)
         self.feed.append(found)

@@ -28,6 +28,7 @@ import socket
 import struct
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -215,8 +216,12 @@ class DbLedgerStorageSource:
 
     def changes(self) -> tuple[list[Change], int]:
         """What changed in what the bookie holds since the last call (the first only takes stock), and
-        how many index keys that read (for the CPU budget). Call after `refresh`."""
+        how many index keys that read (for the CPU budget). Catches up with the `ledgers` index only: the
+        `locations` index (the bookie's busiest) is caught up by the answers, and here only when an entry
+        log went."""
         with self._lock:
+            for ledgers, _ in self._opened():
+                ledgers.catch_up()
             if self._watch is None:
                 self._watch = _Watch(self)
             return self._watch.look()
@@ -441,22 +446,58 @@ _LEN = struct.Struct(">i")
 COOKIE = "VERSION"  # <dir>/current/VERSION: the bookie's cookie (its instance id, its directories)
 
 
+KEYS_PASS_AT_LEAST_EVERY_SECONDS = 300.0  # a keys-only pass when the index moved, even without a new delete
+KEYS_PASS_CPU_SHARE = 0.01  # whole passes take at most this share of a core: a pass of 0.1 s waits 10 s
+KEYS_PASS_CHEAP_SECONDS = 0.01  # ... but a pass cheaper than this (an index of a few thousand ledgers) never waits
+
+
+def _deletes(index: _SecondaryIndex) -> tuple[Any, ...]:
+    """What changes when a key is deleted: the delete count of the memtables the secondary replayed (a
+    delete in the WAL), and the SST files holding deletions (one flushed, or compacted away). A put alone (a
+    ledger created or fenced, flushed or not) leaves it as it was, so a look needs no keys-only pass for it."""
+    h = index._handle
+    return (h.property_int_value("rocksdb.num-deletes-active-mem-table"),
+            h.property_int_value("rocksdb.num-deletes-imm-mem-tables"),
+            tuple(sorted(f["name"] for f in h.live_files() if f["num_deletions"])))
+
+
 class _Watch:
     """What a DbLedgerStorageSource remembers between two looks at its bookie (under the source's lock).
-    Per directory: the cookie, the `ledgers` index's keys as of its last sequence number (a keys-only pass
-    only when that moved), and every entry log's ledgers map (read once, when the log is finished)."""
+    Per directory: the cookie, the `ledgers` index's keys as of its last keys-only pass (made when the index
+    moved and a key may have been deleted (no sooner than KEYS_PASS_CPU_SHARE allows: on a bookie whose
+    garbage collector deletes at every look, a pass of its whole index costs what a pass costs, not a pass
+    a look), or at least every KEYS_PASS_AT_LEAST_EVERY_SECONDS while it
+    moves), and every entry log's ledgers map (read once, when the log is finished; the directory listed
+    again only when its modification time moved)."""
 
-    def __init__(self, source: DbLedgerStorageSource) -> None:
-        self.source = source
+    def __init__(self, source: DbLedgerStorageSource, clock: Callable[[], float] = time.monotonic) -> None:
+        self.source, self.clock = source, clock
         self.cookies: list[bytes | None] = []
-        self.sequences: list[int] = []
+        self.sequences: list[int] = []  # as of the last keys-only pass
+        self.deletes: list[tuple[Any, ...]] = []  # as of the last look
+        self.deleted: list[bool] = []  # a key may have been deleted since the last keys-only pass
+        self.passed: list[float] = []  # when the last keys-only pass was made
+        self.pass_cost: list[float] = []  # ... and the CPU seconds it took
         self.held: list[np.ndarray] = []
+        self.listed: list[int] = []  # the `current` directory's mtime when its entry logs were listed
         self.logs: list[dict[int, list[int] | None]] = []
         for d, (ledgers, _) in enumerate(source._opened()):
             self.cookies.append(self._cookie(d))
             self.sequences.append(ledgers._handle.latest_sequence_number())
+            self.deletes.append(_deletes(ledgers))
+            self.deleted.append(False)
+            self.passed.append(clock())
+            cpu = time.thread_time()
             self.held.append(self._keys(ledgers))
+            self.pass_cost.append(time.thread_time() - cpu)
+            self.listed.append(self._mtime(d))
             self.logs.append({lid: self._map(d, lid) for lid in self._log_ids(d)})
+
+    def _mtime(self, d: int) -> int:
+        try:
+            return (self.source.ledger_dirs[d] / "current").stat().st_mtime_ns
+        except OSError:
+            return -1
 
     def _cookie(self, d: int) -> bytes | None:
         try:
@@ -464,10 +505,11 @@ class _Watch:
         except OSError:
             return None
 
-    def _keys(self, ledgers: _SecondaryIndex) -> np.ndarray:
-        keys = b"".join(ledgers.keys_from(b""))
+    def _keys(self, ledgers: _SecondaryIndex, after: int = -1) -> np.ndarray:
+        """The ledger ids in the index (above `after`), ascending."""
+        keys = b"".join(ledgers.keys_from(_LEDGER_KEY.pack(after + 1)))
         ids = np.frombuffer(keys, dtype=">i8").astype(np.int64)
-        return np.sort(ids[ids >= 0])
+        return np.sort(ids[ids > after])
 
     def _log_ids(self, d: int) -> set[int]:
         with os.scandir(self.source.ledger_dirs[d] / "current") as it:
@@ -496,19 +538,38 @@ class _Watch:
                                       every_ledger=True))
                 self.cookies[d] = cookie
             sequence = ledgers._handle.latest_sequence_number()
-            if sequence != self.sequences[d]:
+            deletes, now = _deletes(ledgers), self.clock()
+            moved, replaced = sequence != self.sequences[d], sequence < self.sequences[d]
+            self.deleted[d] = self.deleted[d] or (moved and deletes != self.deletes[d])
+            affordable = (self.pass_cost[d] < KEYS_PASS_CHEAP_SECONDS
+                          or now - self.passed[d] >= self.pass_cost[d] / KEYS_PASS_CPU_SHARE)
+            if replaced or (moved and affordable and (
+                    self.deleted[d] or now - self.passed[d] >= KEYS_PASS_AT_LEAST_EVERY_SECONDS)):
+                cpu = time.thread_time()
                 held = self._keys(ledgers)
+                self.pass_cost[d], self.deleted[d] = time.thread_time() - cpu, False
                 read += held.size
                 if held.size == 0 < self.held[d].size or sequence < self.sequences[d]:
                     changes.append(Change(Kind.BOOKIE_RESET, every_ledger=True, detail=f"the ledgers index of "
                                           f"{source.ledger_dirs[d]} was emptied or replaced"))
                 gone_ledgers.append(np.setdiff1d(self.held[d], held, assume_unique=True))
-                self.held[d], self.sequences[d] = held, sequence
-            present = self._log_ids(d)
-            for log_id in present - self.logs[d].keys() | {i for i in present if self.logs[d].get(i) is None}:
-                self.logs[d][log_id] = self._map(d, log_id)
-                source.gone_logs[d].discard(log_id)  # restored
-            gone_logs += [(d, log_id, self.logs[d].pop(log_id)) for log_id in set(self.logs[d]) - present]
+                self.held[d], self.sequences[d], self.passed[d] = held, sequence, now
+            elif moved:  # the ledgers created since (ids only grow); a delete waits for its pass
+                newer = self._keys(ledgers, int(self.held[d][-1]) if self.held[d].size else -1)
+                read += newer.size
+                self.held[d] = np.concatenate((self.held[d], newer))
+            self.deletes[d] = deletes
+            mtime = self._mtime(d)
+            # an entry log created or removed; a time too recent may hide a second change (coarse clocks)
+            if mtime != self.listed[d] or time.time_ns() - mtime < 2_000_000_000:
+                self.listed[d] = mtime
+                present = self._log_ids(d)
+                gone_logs += [(d, log_id, self.logs[d].pop(log_id)) for log_id in set(self.logs[d]) - present]
+                for log_id in present - self.logs[d].keys():
+                    self.logs[d][log_id] = None
+                    source.gone_logs[d].discard(log_id)  # restored
+            for log_id in [i for i, mapped in self.logs[d].items() if mapped is None]:
+                self.logs[d][log_id] = self._map(d, log_id)  # the map is written when the log is finished
         if gone_ledgers:
             ids = np.setdiff1d(np.concatenate(gone_ledgers), np.concatenate(self.held))  # held in no directory
             source.suspects.difference_update(ids.tolist())

@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from scrutiny import entrylog
+from scrutiny import entrylog, entrysources
 from scrutiny.agent import BookieAgent
 from scrutiny.changefeed import Change, ChangeFeed, Kind
 from scrutiny.entrysources import DbLedgerStorageSource
@@ -101,6 +101,59 @@ def test_what_a_dbledgerstorage_agent_sees_change(bookie: tuple[Path, LiveBookie
         (path / "current" / "VERSION").write_text('bookieHost: "127.0.8.1:3181"\ninstanceId: "two"\n')
         (reset,) = look(source)
         assert reset.kind is Kind.BOOKIE_RESET and reset.every_ledger
+    finally:
+        source.close()
+
+
+@pytest.mark.parametrize("flushed", [False, True], ids=["in the WAL", "flushed to an SST"])
+def test_a_keys_only_pass_only_when_a_key_may_have_gone(bookie: tuple[Path, LiveBookie], tmp_path: Path,
+                                                       flushed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy bookie's `ledgers` index moves at every look (ledgers created, fenced): the agent reads
+    every key only when a delete may be among the changes, or at least every few minutes."""
+    path, live = bookie
+
+    def changed() -> tuple[list[Change], int]:
+        if flushed:
+            live.flush()
+        source.refresh()
+        return source.changes()
+
+    source = DbLedgerStorageSource([path], tmp_path / "scratch")
+    try:
+        look(source)
+        for lid in range(100, 110):  # created: puts alone; only the keys above the highest are read
+            live.add(lid, range(5))
+        assert changed() == ([], 10)
+        live.delete(101)  # a ledger created since the last whole pass, gone: seen
+        live.add(110, range(5))
+        assert changed() == ([Change(Kind.LEDGERS_GONE, (101,), "left the ledgers index")], 6 + 10)
+        live.add(111, range(5))
+        assert changed() == ([], 1)
+        monkeypatch.setattr(entrysources, "KEYS_PASS_AT_LEAST_EVERY_SECONDS", 0.0)
+        live.add(50, range(5))  # a lower id (a re-replicated ledger): known at the next whole pass
+        assert changed() == ([], 6 + 12)  # the whole pass made at least this often, deletes or not
+        assert changed() == ([], 0)  # and only when the index moved
+    finally:
+        source.close()
+
+
+def test_a_costly_keys_only_pass_waits_its_share_of_the_cpu(bookie: tuple[Path, LiveBookie], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    path, live = bookie
+    monkeypatch.setattr(entrysources, "KEYS_PASS_CHEAP_SECONDS", 0.0)  # every pass counts as costly here
+    source = DbLedgerStorageSource([path], tmp_path / "scratch")
+    try:
+        look(source)
+        assert source._watch is not None
+        clock = [time.monotonic()]
+        source._watch.clock = lambda: clock[0]
+        cost = source._watch.pass_cost[0]
+        live.delete(3)
+        assert source.changes() == ([], 0)  # too soon after the last pass: the delete is remembered
+        live.add(200, range(5))
+        assert source.changes() == ([], 1)  # meanwhile, the ledgers created are read (the keys above the last)
+        clock[0] += cost / entrysources.KEYS_PASS_CPU_SHARE + 0.001
+        assert source.changes() == ([Change(Kind.LEDGERS_GONE, (3,), "left the ledgers index")], 6)
     finally:
         source.close()
 
