@@ -197,6 +197,31 @@ def test_a_feed_gap_schedules_a_full_run_and_a_new_leader_goes_on_from_the_curso
         b.stop()
 
 
+def test_a_lost_bookie_is_looked_at_when_the_clusters_delay_has_passed(cluster: Cluster) -> None:
+    """A bookie gone for good (its agent and its registration), nobody re-replicating: its ledgers are
+    reported by continuous mode once the cluster's lostBookieRecoveryDelay (longer than the setting) and the
+    grace have passed since the watch saw the registration go, not before, and not only at the next run."""
+    delay, grace = 3, 1
+    cluster.scan = dataclasses.replace(cluster.scan, lost_bookie_recovery_delay=0, lost_bookie_grace_period=grace)
+    cluster.writer.set_lost_bookie_recovery_delay(delay)
+    a = cluster.auditor()
+    try:
+        wait_for(lambda: "full" in a.last, 60)
+        baseline = a.last["full"]
+        time.sleep(1)
+        cluster.agents[B3].stop(grace=0)
+        cluster.writer.unregister_bookie(B3)
+        gone = time.monotonic()
+        lost = {("LOST_BOOKIE_RECOVERY_NOT_STARTED", lid) for lid in range(1, 9)}
+        wait_for(lambda: lost <= set(current(a)), FOUND_WITHIN)
+        assert time.monotonic() - gone >= delay + grace
+        found = current(a)["LOST_BOOKIE_RECOVERY_NOT_STARTED", 1]
+        assert B3 in str(found["found_by"]) and str(found["found_by"]).startswith("continuous:")
+        assert a.last["full"] is baseline and "rescan" not in a.last  # continuous mode alone
+    finally:
+        a.stop()
+
+
 def test_continuous_mode_can_be_off(cluster: Cluster) -> None:
     cluster.settings = dataclasses.replace(cluster.settings, continuous=False)
     a = cluster.auditor()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -22,10 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import grpc
-
 from scrutiny.auditor.currentstate import CurrentState
-from scrutiny.bookieclient import BookieClient
+from scrutiny.auditor.feeds import AgentFeeds
+from scrutiny.bookieclient import EndpointResolver
 from scrutiny.categories import Category, Phase, in_phase
 from scrutiny.config import AuditorSettings, ScanSettings
 from scrutiny.errors import DataError
@@ -35,13 +35,14 @@ from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.store import MetadataStore, TreeWatchHandle
+from scrutiny.tls import channel_credentials
 from scrutiny.v1 import bookie_pb2
 
 log = logging.getLogger(__name__)
 Msg = bookie_pb2.HoldingsChange
 LOOKED_AT: tuple[Category, ...] = in_phase(Phase.LEDGERS) + in_phase(Phase.MARKS)  # what a scoped run finds
-AGENTS_EVERY_SECONDS = 10.0  # how often the leader looks for agents it does not follow yet
-RECONNECT_SECONDS = 2.0
+AGENTS_EVERY_SECONDS = 60.0  # how often the leader lists the agents (sooner when a registration or feed moved)
+AGENTS_AT_MOST_EVERY_SECONDS = 5.0  # ... but never more often: an agent down for long is not a storm of listings
 CURSORS_FORMAT = 1
 
 
@@ -67,12 +68,14 @@ class Continuous:
         self._cursors: dict[str, tuple[str, int]] = {}  # bookie -> (feed id, last sequence looked at)
         self._seen: dict[str, tuple[str, int]] = {}  # ... last sequence taken note of
         self._stop = threading.Event()
+        self._poke = threading.Event()  # something to look at, or cursors moved: the loop wakes only then
+        self._agents_moved = threading.Event()  # a registration or an agent's feed changed: list the agents again
         self._threads: list[threading.Thread] = []
         self._watch: TreeWatchHandle | None = None
         self._position = ""
         self._store: MetadataStore | None = None
-        self._calls: dict[str, Any] = {}
-        self._client: BookieClient | None = None
+        self._feeds: AgentFeeds | None = None
+        self._resolver = EndpointResolver(self.scan.bookie_endpoints, default_port=self.scan.agent_default_port)
 
     def _ms(self) -> int:
         return int(self.now() * 1000)
@@ -87,6 +90,8 @@ class Continuous:
     def start(self, store: MetadataStore) -> None:
         """On election: follow the feeds from where the last leader's cursors say, and look at what they name."""
         self._stop.clear()
+        self._poke.clear()
+        self._agents_moved.clear()
         self._store = store
         self._cursors, position = self._stored_cursors(store)
         self._seen = dict(self._cursors)
@@ -99,7 +104,11 @@ class Continuous:
             self._gap("metadata", "a new leader's watch starts now; what changed before it is unknown")
         else:  # etcd's resumes where the last leader stopped; the agents' feeds too
             self.schedule_full("the new leader's current state (it keeps no findings across leaders)")
-        self._client = BookieClient.from_settings(self.scan, {})
+        s = self.scan
+        self._feeds = AgentFeeds(self._resolver.address, lambda b: self._seen.get(b, ("", 0)), self._on_agent,
+                                 lambda _: self._agents_moved.set(), self.feeds,
+                                 channel_credentials(s.bookie_tls_ca, s.bookie_tls_cert, s.bookie_tls_key),
+                                 s.bookie_max_message_bytes)
         for target, name in ((self._follow_agents, "continuous-agents"), (self._work, "continuous")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -107,20 +116,18 @@ class Continuous:
 
     def stop(self) -> None:
         self._stop.set()
+        self._poke.set()
+        self._agents_moved.set()
         self.state.stopped_watching()
         if self._watch is not None:
             self._watch.close()
             self._watch = None
-        with self._lock:
-            calls = list(self._calls.values())
-        for call in calls:
-            call.cancel()
+        if self._feeds is not None:
+            self._feeds.stop()
+            self._feeds = None
         for t in self._threads:
             t.join(timeout=10)
         self._threads.clear()
-        if self._client is not None:
-            self._client.close()
-            self._client = None
         self.feeds.clear()
 
     # -- what the feeds say -----------------------------------------------------------------------
@@ -138,10 +145,12 @@ class Continuous:
             for lid in ledger_ids:
                 old = self._ledgers.get(lid)
                 self._ledgers[lid] = Due(max(at, old.at_ms) if old else at, why)
+        self._poke.set()
 
     def _look_at_bookie(self, bookie: str, why: str, after_s: float = 0.0) -> None:
         with self._lock:
             self._bookies[bookie] = Due(self._ms() + int(after_s * 1000), why)
+        self._poke.set()
 
     def _on_tree(self, change: TreeChange) -> None:
         """On the store's own thread: take note only."""
@@ -163,49 +172,32 @@ class Continuous:
         elif change.event == "created":
             with self._lock:
                 self._gone.pop(change.bookie_id, None)
+            self._agents_moved.set()  # a bookie back, or a new one: its agent may be new too
             self._look_at_bookie(change.bookie_id, f"{change.bookie_id} registered again")
 
     def _follow_agents(self) -> None:
-        followed: set[str] = set()
+        """Follow every agent the store lists, listed again every AGENTS_EVERY_SECONDS (sooner when a
+        registration or a feed moved, but never more often than AGENTS_AT_MOST_EVERY_SECONDS)."""
+        listed = -math.inf
         while not self._stop.is_set():
-            try:
-                assert self._store is not None
-                addresses = {**self._store.agent_addresses(), **self.scan.bookie_endpoints}
-                assert self._client is not None
-                self._client.resolver.registered.update(addresses)
-                for bookie in sorted(set(addresses) - followed):
-                    t = threading.Thread(target=self._follow, args=(bookie,), name=f"feed-{bookie}", daemon=True)
-                    t.start()
-                    self._threads.append(t)
-                    followed.add(bookie)
-            except Exception as exc:  # the store away for a moment: the next round
-                log.info("continuous scrutiny: cannot list the agents now: %s", exc)
-            self._stop.wait(AGENTS_EVERY_SECONDS)
+            since = time.monotonic() - listed
+            if since >= AGENTS_EVERY_SECONDS or (self._agents_moved.is_set() and since >= AGENTS_AT_MOST_EVERY_SECONDS):
+                self._agents_moved.clear()
+                listed = time.monotonic()
+                self._follow_listed()
+            self._stop.wait(AGENTS_AT_MOST_EVERY_SECONDS)
+            self._agents_moved.wait(max(0.0, AGENTS_EVERY_SECONDS - (time.monotonic() - listed)))
 
-    def _follow(self, bookie: str) -> None:
-        feed = f"agent {bookie}"
-        while not self._stop.is_set():
-            feed_id, after = self._seen.get(bookie, ("", 0))
-            try:
-                assert self._client is not None
-                call = self._client.watch_holdings(bookie, feed_id, after)
-                with self._lock:
-                    self._calls[bookie] = call
-                self.feeds[feed] = "up"
-                for msg in call:
-                    self._on_agent(bookie, feed_id, msg)
-                    feed_id = msg.feed_id
-            except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                    self.feeds[feed] = "unavailable"  # a bridge to a stock bookie: full runs only
-                    return
-                self.feeds[feed] = "down"
-                if self._client is not None:
-                    self._client.forget(bookie)  # its agent may come back elsewhere
-            except Exception:
-                log.exception("following %s", feed)
-                self.feeds[feed] = "down"
-            self._stop.wait(RECONNECT_SECONDS)
+    def _follow_listed(self) -> None:
+        try:
+            assert self._store is not None
+            self._resolver.registered.update(self._store.agent_addresses())
+        except Exception as exc:  # the store away for a moment: the next round
+            log.info("continuous scrutiny: cannot list the agents now: %s", exc)
+            return
+        assert self._feeds is not None
+        for bookie in sorted({*self._resolver.registered, *self._resolver.explicit}):
+            self._feeds.follow(bookie)
 
     def _on_agent(self, bookie: str, feed_id: str, msg: Any) -> None:
         if msg.kind == Msg.HEARTBEAT:
@@ -214,6 +206,7 @@ class Continuous:
             if feed_id:  # a first reader has missed nothing: it starts watching now
                 self._gap(f"agent {bookie}", msg.detail)
             self._seen[bookie] = (msg.feed_id, msg.sequence)
+            self._poke.set()  # the new cursor recorded
             return
         why = f"{Msg.Kind.Name(msg.kind)} on {bookie}" + (f": {msg.detail}" if msg.detail else "")
         self.stats["agent_changes"] += 1
@@ -226,12 +219,37 @@ class Continuous:
     # -- looking ------------------------------------------------------------------------------------
 
     def _work(self) -> None:
-        interval = self.settings.continuous_batch_seconds
-        while not self._stop.wait(interval):
+        """A batch when something is due, at most one every continuous_batch_seconds; asleep otherwise (an
+        idle leader costs nothing but its feeds' heartbeats)."""
+        interval, last = self.settings.continuous_batch_seconds, -math.inf
+        while not self._stop.is_set():
+            self._poke.clear()
+            due_in = self._due_in()
+            if due_in is None:
+                self._record_idle_cursors()
+                self._poke.wait()
+                continue
+            delay = max(due_in, last + interval - time.monotonic())
+            if delay > 0:
+                self._poke.wait(delay)
+                continue
+            last = time.monotonic()
             try:
                 self.batch()
             except Exception:
                 log.exception("continuous scrutiny: a batch failed; its ledgers wait for the next")
+
+    def _due_in(self) -> float | None:
+        """Seconds until the first ledger or bookie is due (0 or less: now); None when nothing waits."""
+        with self._lock:
+            first = min((d.at_ms for d in (*self._ledgers.values(), *self._bookies.values())), default=None)
+        return None if first is None else (first - self._ms()) / 1000
+
+    def _record_idle_cursors(self) -> None:
+        with self._lock:
+            cursors = dict(self._seen)
+            position = self._watch.position() if self._watch is not None else ""
+        self._record_cursors(cursors, position)
 
     def batch(self) -> None:
         """The ledgers and bookies due now, looked at with BP-34's steps; the current state updated."""
@@ -267,22 +285,43 @@ class Continuous:
             self._record_cursors(cursors, position)
 
     def _look_now(self, due: dict[int, Due], bookies: dict[str, Due]) -> None:
+        again = self.settings.continuous_batch_seconds
         if due:
             report = self._scoped(ledger_ids=sorted(due))
             if report is None:
-                self._look(sorted(due), "an incomplete look", self.settings.continuous_batch_seconds)
+                for lid, d in due.items():
+                    self._look([lid], d.why, again)
             else:
                 self.state.looked_again(due, report.violations, self._ms(),
                                         {lid: f"continuous: {d.why}" for lid, d in due.items()}, LOOKED_AT)
         if bookies:
             self._sight_lost_bookies()
         for bookie, d in bookies.items():
+            wait = self._until_lost_bookie_due(bookie)
+            if wait > 0:  # the cluster's lostBookieRecoveryDelay is longer than the setting: not yet
+                self._look_at_bookie(bookie, d.why, wait)
+                continue
             report = self._scoped(only_bookie=bookie)
             if report is None:
-                self._look_at_bookie(bookie, d.why, self.settings.continuous_batch_seconds)
-            else:
-                self.state.looked_again_bookie(bookie, report.violations, self._ms(), f"continuous: {d.why}",
-                                               LOOKED_AT)
+                self._look_at_bookie(bookie, d.why, again)
+                continue
+            self.state.looked_again_bookie(bookie, report.violations, self._ms(), f"continuous: {d.why}", LOOKED_AT)
+            if report.stats.get("lost_bookie_ledgers_not_yet_due"):  # its sighting is later than the watch's
+                self._look_at_bookie(bookie, d.why, max(again, self.scan.lost_bookie_grace_period))
+
+    def _until_lost_bookie_due(self, bookie: str) -> float:
+        """Seconds until the lost-bookie check is due for a bookie whose registration went (0: due, or not
+        gone): the cluster's lostBookieRecoveryDelay when it has one, as a run reads it, and the grace."""
+        with self._lock:
+            gone = self._gone.get(bookie)
+        if gone is None or self._store is None:
+            return 0.0
+        try:
+            delay = self._store.lost_bookie_recovery_delay()
+        except Exception:  # the run itself will say whether it is due
+            return 0.0
+        delay = self.scan.lost_bookie_recovery_delay if delay is None else delay
+        return (gone - self._ms()) / 1000 + delay + self.scan.lost_bookie_grace_period + 1
 
     def _record_cursors(self, cursors: dict[str, tuple[str, int]], position: str) -> None:
         if (cursors, position) != (self._cursors, self._position) and self._store is not None:
@@ -295,7 +334,12 @@ class Continuous:
     def _scoped(self, **scope: Any) -> Report | None:
         """A run over these ledgers (or one bookie's), as any run; None when it could not complete (the
         caller looks again at the next batch)."""
-        report = ScrutinyRun(self.scan, LocalEngine(), kind="continuous", sleep=self._pause).execute(**scope)
+        try:
+            report = ScrutinyRun(self.scan, LocalEngine(), kind="continuous", sleep=self._pause,
+                                 store=self._store).execute(**scope)
+        except Exception as exc:  # the store away for a moment: nothing it was to look at is dropped
+            log.info("continuous scrutiny: a look failed (%s): trying again", exc)
+            return None
         if not report.complete:
             log.info("continuous scrutiny: an incomplete look (%s): trying again", report.errors[:1])
             return None

@@ -93,8 +93,9 @@ class PendingRun:
 class ScrutinyRun:
     def __init__(self, settings: ScanSettings, engine: Engine | None = None, progress: Progress | None = None,
                  sleep: Callable[[float], None] = time.sleep, run_id: str | None = None, kind: str = "scan",
-                 record_sightings: bool = False) -> None:
+                 record_sightings: bool = False, store: MetadataStore | None = None) -> None:
         self.settings = settings.validate()
+        self.store = store  # a connected store the caller keeps open (continuous scrutiny's batches); else its own
         self.record_sightings = record_sightings  # the auditor keeps the orphan sightings from run to run
         self.kind = kind  # named in every log line of the run: the auditor runs several kinds
         self.engine = engine or make_engine(settings)
@@ -131,7 +132,7 @@ class ScrutinyRun:
         ledgers (the daemon schedules `finish` as a one-off job), then calls `finish`."""
         s = self.settings
         started = now_ms()
-        store = open_store(s)
+        store = self.store or open_store(s)
         try:
             marks, problems = store.underreplication_marks()
             locations = dict(s.racks)
@@ -170,8 +171,12 @@ class ScrutinyRun:
                 pending.scope = set(pending.marked_in_scope)
             return pending
         except BaseException:
-            store.close()
+            self._close(store)
             raise
+
+    def _close(self, store: MetadataStore) -> None:
+        if store is not self.store:
+            store.close()
 
     def finish(self, pending: PendingRun) -> Report:
         """Re-check the potentially faulty ledgers, re-read before reporting, age the marks, report."""
@@ -203,7 +208,7 @@ class ScrutinyRun:
         except MetadataStoreUnavailable as exc:
             pending.errors.append(f"reading the ledgers' owners: {exc}")
         finally:
-            pending.store.close()
+            self._close(pending.store)
         report = Report(
             run_id=self.run_id, started_at=iso(pending.started_ms), finished_at=iso(now_ms()),
             complete=not pending.errors, ledgers={k: pending.counts[k] for k in LEDGER_COUNTERS},

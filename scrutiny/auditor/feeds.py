@@ -1,0 +1,110 @@
+"""The agents' change feeds (WatchHoldings), followed on one asyncio loop with grpc.aio.
+
+Why not a thread per agent with the threaded gRPC client: a reader blocked on a threaded stream wakes ten
+times a second (grpc's `_common.wait` polls in 0.1 s slices so that signals are seen), so an idle leader
+following a hundred agents woke a thousand times a second for nothing. Here a quiet stream costs nothing
+but the agent's heartbeat. A stream that says nothing, not even its heartbeat, for FEED_SILENT_SECONDS is
+taken for dead (a host gone without a word) and followed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
+
+log = logging.getLogger(__name__)
+RECONNECT_SECONDS = 2.0
+FEED_SILENT_SECONDS = 20.0  # an agent heartbeats at least every 5 s (scrutiny.agent.HEARTBEAT_SECONDS)
+
+
+class AgentFeeds:
+    """Follows each agent it is given until stopped. `address(bookie)` is asked at every (re)connection;
+    `cursor(bookie)` says where to resume; `on_message(bookie, feed_id, msg)` runs on the loop's thread;
+    `on_down(bookie)` when a stream failed (its agent may have moved); `states` is kept up to date
+    (`agent <bookie>` -> up | down | unavailable)."""
+
+    def __init__(self, address: Callable[[str], str], cursor: Callable[[str], tuple[str, int]],
+                 on_message: Callable[[str, str, Any], None], on_down: Callable[[str], None],
+                 states: dict[str, str], credentials: grpc.ChannelCredentials | None = None,
+                 max_message_bytes: int = 64 * 1024 * 1024) -> None:
+        self.address, self.cursor, self.on_message, self.on_down = address, cursor, on_message, on_down
+        self.states, self.credentials = states, credentials
+        self.options = [("grpc.max_receive_message_length", max_message_bytes), ("grpc.enable_retries", 0)]
+        self._loop = asyncio.new_event_loop()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._thread = threading.Thread(target=self._loop.run_forever, name="continuous-feeds", daemon=True)
+        self._thread.start()
+
+    def follow(self, bookie: str) -> None:
+        self._loop.call_soon_threadsafe(self._start, bookie)
+
+    def _start(self, bookie: str) -> None:
+        if bookie not in self._tasks:
+            self._tasks[bookie] = self._loop.create_task(self._follow(bookie))
+
+    def stop(self) -> None:
+        """Every stream cancelled, every channel closed, the loop ended."""
+        async def cancel_all() -> None:
+            tasks = list(self._tasks.values())
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(cancel_all(), self._loop).result(timeout=10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+    async def _follow(self, bookie: str) -> None:
+        feed = f"agent {bookie}"
+        while True:
+            address = self.address(bookie)
+            channel = (aio.secure_channel(address, self.credentials, self.options) if self.credentials
+                       else aio.insecure_channel(address, self.options))
+            try:
+                if await self._read(bookie, channel):
+                    self.states[feed] = "unavailable"  # a bridge to a stock bookie: full runs only
+                    return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("following %s", feed)
+                self.states[feed] = "down"
+            finally:
+                await channel.close(grace=None)
+            await asyncio.sleep(RECONNECT_SECONDS)
+
+    async def _read(self, bookie: str, channel: aio.Channel) -> bool:
+        """One stream until it ends, fails or goes silent; True when the agent cannot watch at all."""
+        feed = f"agent {bookie}"
+        feed_id, after = self.cursor(bookie)
+        call = bookie_pb2_grpc.BookieStub(channel).WatchHoldings(
+            bookie_pb2.WatchHoldingsRequest(feed_id=feed_id, after_sequence=after))
+        self.states[feed] = "up"
+        try:
+            while True:
+                msg = await asyncio.wait_for(call.read(), FEED_SILENT_SECONDS)
+                if msg is aio.EOF:  # the agent stopping ends its streams
+                    break
+                self.on_message(bookie, feed_id, msg)
+                feed_id = msg.feed_id
+        except TimeoutError:
+            log.warning("continuous scrutiny: %s said nothing for %.0f s: following it again", feed,
+                        FEED_SILENT_SECONDS)
+        except aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return True
+        finally:
+            call.cancel()
+        self.states[feed] = "down"
+        self.on_down(bookie)
+        return False
