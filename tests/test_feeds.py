@@ -1,0 +1,108 @@
+"""The leader's side of the agents' change feeds (`scrutiny.auditor.feeds`), against real gRPC servers on
+loopback: changes arrive in order with the reader's cursor, a stream that goes silent (a host gone without
+a word) is taken for dead and followed again, an agent that cannot watch is said to be unavailable."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+
+from scrutiny.auditor import feeds
+from scrutiny.auditor.feeds import AgentFeeds
+from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
+from tests.helpers import wait_for
+
+Msg = bookie_pb2.HoldingsChange
+
+
+class Agent(bookie_pb2_grpc.BookieServicer):
+    """Answers each WatchHoldings with `script` (one list of messages per call), then says nothing until
+    the call ends: a host gone without a word, as far as its reader can tell."""
+
+    def __init__(self, script: list[list[Any]]) -> None:
+        self.script, self.requests = script, []  # type: ignore[var-annotated]
+        self.released = threading.Event()
+
+    def WatchHoldings(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        self.requests.append((request.feed_id, request.after_sequence))
+        yield from self.script[min(len(self.requests), len(self.script)) - 1]
+        while context.is_active() and not self.released.wait(0.05):
+            pass
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    servers: list[grpc.Server] = []
+
+    def start(servicer: bookie_pb2_grpc.BookieServicer) -> str:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        bookie_pb2_grpc.add_BookieServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return f"127.0.0.1:{port}"
+
+    yield start
+    for s in servers:
+        s.stop(0)
+
+
+def test_changes_in_order_then_a_silent_stream_is_followed_again(serve: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(feeds, "FEED_SILENT_SECONDS", 0.5)
+    monkeypatch.setattr(feeds, "RECONNECT_SECONDS", 0.1)
+    agent = Agent([[Msg(kind=Msg.GAP, feed_id="f1", sequence=0),
+                    Msg(kind=Msg.LEDGERS_GONE, feed_id="f1", sequence=1, ledger_ids=[7, 8])],
+                   [Msg(kind=Msg.LEDGERS_GONE, feed_id="f1", sequence=2, ledger_ids=[9])]])
+    address = serve(agent)
+    got: list[tuple[str, str, int, list[int]]] = []
+    cursor: dict[str, tuple[str, int]] = {}
+    downs: list[str] = []
+    states: dict[str, str] = {}
+
+    def on_message(bookie: str, feed_id: str, msg: Any) -> None:
+        got.append((bookie, feed_id, msg.sequence, list(msg.ledger_ids)))
+        cursor[bookie] = (msg.feed_id, msg.sequence)
+
+    f = AgentFeeds(lambda b: address, lambda b: cursor.get(b, ("", 0)), on_message, downs.append, states)
+    try:
+        f.follow("b1:3181")
+        f.follow("b1:3181")  # followed once
+        wait_for(lambda: len(got) == 2, 10)
+        assert got == [("b1:3181", "", 0, []), ("b1:3181", "f1", 1, [7, 8])] and states["agent b1:3181"] == "up"
+        # then nothing, not even a heartbeat: dead; followed again from the cursor
+        wait_for(lambda: len(got) == 3, 10)
+        assert downs == ["b1:3181"] and agent.requests == [("", 0), ("f1", 1)]
+        assert got[2] == ("b1:3181", "f1", 2, [9])
+    finally:
+        f.stop()
+        agent.released.set()
+
+
+def test_an_agent_that_cannot_watch_is_unavailable_and_a_stopped_one_down(serve: Any,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(feeds, "RECONNECT_SECONDS", 0.1)
+
+    class Bridge(bookie_pb2_grpc.BookieServicer):
+        def WatchHoldings(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "a bridge cannot watch")
+            yield from ()
+
+    bridge = serve(Bridge())
+    states: dict[str, str] = {}
+    downs: list[str] = []
+    f = AgentFeeds(lambda b: bridge if b == "bridge" else "127.0.0.1:1", lambda b: ("", 0), lambda *_: None,
+                   downs.append, states)
+    try:
+        f.follow("bridge")
+        f.follow("nobody")
+        wait_for(lambda: states.get("agent bridge") == "unavailable" and states.get("agent nobody") == "down", 10)
+        time.sleep(0.3)
+        assert "bridge" not in downs and downs.count("nobody") >= 2  # tried again, and again
+    finally:
+        f.stop()
