@@ -1,17 +1,26 @@
 """Continuous scrutiny: how long a silent loss goes unseen, and what watching costs against a full run.
 
-A live cluster on a private ZooKeeper: `--ledgers` closed ledgers (E3, WQ2, AQ2) on 9 synthetic bookies
-(agents on changing holdings that emit what a DbLedgerStorage agent emits), plus a DbLedgerStorage bookie
-with real RocksDB indexes and entry logs (one log per ledger of its own); an auditor leading in continuous
-mode (no periodic run), with BookKeeper's write-cache lag (`write_cache_grace_seconds` 10). Measured:
-- time to detect: `--per-class` losses of each class, each on its own ledger, from the moment of the loss
-  to its finding on /api/v1/current and on /metrics (scrutiny_violations): p50, p99, max;
-- steady cost: churn (creates, closes, deletes collected later, re-replications that copy first) at an
-  accelerated rate; ZooKeeper requests (the server's own count), agent index entries read and this
-  process's CPU per change, against the election's full run measured in the same process: what an hour
-  at 1% of the ledgers changing would cost, as a share of one full run.
+A live cluster on a private ZooKeeper: `--ledgers` closed ledgers (E3, WQ2, AQ2, 30 entries) on 9 bookies
+whose agents serve changing synthetic holdings (in this process; they emit what a DbLedgerStorage agent
+emits) and one DbLedgerStorage bookie with real RocksDB indexes, its share of the ledgers as a bookie of
+that cluster has it, served by a `scrutiny bookie-agent` process (looking every 5 s, the default); five
+fifty small bookies (`--small-ledgers` each) for the bookie-back-empty class; the auditor a `scrutiny auditor`
+process with BookKeeper's write-cache lag (`write_cache_grace_seconds` 10) and no periodic run.
 
-    python -m bench.continuous [--ledgers 100000 --per-class 50 --resets 3]
+Measured, in this order:
+1. an auditor with continuous mode off: idle for `--idle-seconds`, then one full run (rescan), its cost;
+2. an auditor with continuous mode on (the default): its election's full run (its baseline) and cost;
+   idle for `--idle-seconds`; then `--churn-seconds` at `--churn-rate` changes a second (creates, closes,
+   deletes collected later by the bookies, re-replications that copy first; on every bookie, the
+   DbLedgerStorage one too);
+3. time to detect: `--per-class` losses of each class, each on its own ledger, from the moment of the loss
+   to its finding on /api/v1/current and on /metrics (scrutiny_violations): p50, p99, max.
+Costs: ZooKeeper's requests (the server's own count, every session's pings included) and its CPU, the
+DbLedgerStorage agent's CPU, the synthetic agents' answers, the auditor process's CPU. An hour of
+continuous mode at 1% of the ledgers changing, measured (the churn window scaled to an hour), against the
+full run; and its margin over an auditor that only waits for its daily run.
+
+    python -m bench.continuous [--ledgers 1000000 --per-class 50]
 """
 
 from __future__ import annotations
@@ -20,179 +29,245 @@ import argparse
 import json
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
+import yaml
 from kazoo.client import KazooClient
 
 from bench.common import table
 from scrutiny import entrylog
 from scrutiny.agent import BookieAgent
-from scrutiny.auditor import Auditor
-from scrutiny.auditor.sinks import PrometheusSink
-from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
-from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
-from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
 from scrutiny.testing.churn import MutableHoldings, share
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
-from scrutiny.testing.localzk import LocalZooKeeper, packets_received
+from scrutiny.testing.localzk import LocalZooKeeper, free_port, packets_received
+from scrutiny.testing.processes import stop
 
-BOOKIES = [f"127.0.3.{n}:3181" for n in range(1, 10)]
-LIVE = "127.0.3.20:3181"
+SYNTHETIC = [f"127.0.3.{n}:3181" for n in range(1, 10)]
+LIVE = "127.0.3.20:3181"  # the DbLedgerStorage bookie
 EMPTY = "127.0.3.21:3181"  # a bookie that never gets the entries a re-replication gives it
+SMALL = [f"127.0.4.{n}:3181" for n in range(1, 51)]  # bookies with few ledgers: each wiped once
 ENTRIES = 30
+BULK_LOG = 0x7FFF  # the live bookie's bulk ledgers: indexed, their entry log not on disk (never read here)
 CATEGORY = "LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"
+KINDS = ("ledger gone from a synthetic bookie's index", "ledger gone from a DbLedgerStorage bookie's index",
+         "entry log gone (DbLedgerStorage, apache/bookkeeper #4607)", "re-replicated to a bookie without the entries",
+         "a small bookie back empty (all its ledgers found)")
 
 
-def md(lid: int, ensemble: tuple[str, ...]) -> LedgerMetadata:
-    return LedgerMetadata(lid, LedgerState.CLOSED, 3, 2, 2, ENTRIES - 1, ENTRIES * 100, (Segment(0, ensemble),))
+def md(lid: int, ensemble: tuple[str, ...], state: LedgerState = LedgerState.CLOSED) -> LedgerMetadata:
+    closed = state is LedgerState.CLOSED
+    return LedgerMetadata(lid, state, 3, 2, 2, ENTRIES - 1 if closed else -1, ENTRIES * 100 if closed else 0,
+                          (Segment(0, ensemble),))
 
 
-class Bench:
-    def __init__(self, ledgers: int, per_class: int, workdir: Path, seed: int) -> None:
+def get(url: str, token: str = "") -> Any:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        body = r.read()
+    return json.loads(body) if r.headers.get_content_type() == "application/json" else body.decode()
+
+
+def say(what: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {what}", file=sys.stderr, flush=True)
+
+
+def wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.25)
+
+
+class Cluster:
+    """ZooKeeper, the ledgers, the bookies and their agents: everything but the auditor."""
+
+    def __init__(self, ledgers: int, per_class: int, small_ledgers: int, workdir: Path, seed: int) -> None:
         self.rng = random.Random(seed)
-        self.zk = LocalZooKeeper(heap="2g")
+        self.workdir = workdir
+        self.zk = LocalZooKeeper(heap="4g" if ledgers > 300_000 else "2g")
         self.zk.start()
-        self.client = KazooClient(hosts=self.zk.hosts, timeout=20)
+        self.client = KazooClient(hosts=self.zk.hosts, timeout=30)
         self.client.start(timeout=30)
-        root = "/bench/ledgers"
-        self.uri = f"zk+hierarchical://{self.zk.hosts}{root}"
-        self.writer = ClusterWriter(self.client, root)
+        self.root = "/bench/ledgers"
+        self.uri = f"zk+hierarchical://{self.zk.hosts}{self.root}"
+        self.writer = ClusterWriter(self.client, self.root)
         self.writer.init_cluster()
-        self.holdings = {b: MutableHoldings() for b in [*BOOKIES, EMPTY]}
-        self.ledgers: dict[int, LedgerMetadata] = {}
-        for lid in range(ledgers):
-            self.ledgers[lid] = md(lid, tuple(self.rng.sample(BOOKIES, 3)))
-        self.live_ids = list(range(ledgers, ledgers + per_class))  # one entry log each, on the live bookie
-        for lid in self.live_ids:
-            self.ledgers[lid] = md(lid, (LIVE, *self.rng.sample(BOOKIES, 2)))
-        self.writer.write_ledgers(self.ledgers.values(), batch=1000, in_flight=8)
-        for m in self.ledgers.values():
-            for b in m.bookies - {LIVE}:
-                self.holdings[b].put(m.ledger_id, share(m, b))
+        self.holdings = {b: MutableHoldings() for b in [*SYNTHETIC, *SMALL, EMPTY]}
+        self.live_lock = threading.Lock()  # the bookie's own writes (the churn's, the losses')
         self.path = workdir / "live"
         self.live = LiveBookie(self.path)
-        for log_id, lid in enumerate(self.live_ids, start=1):
+        self.ledgers: dict[int, LedgerMetadata] = {}
+        big = [*SYNTHETIC, LIVE]
+        for lid in range(ledgers):
+            self.ledgers[lid] = md(lid, tuple(self.rng.sample(big, 3)))
+        self.small_of: dict[str, list[int]] = {}
+        lid = ledgers
+        for b in SMALL:
+            self.small_of[b] = list(range(lid, lid + small_ledgers))
+            for x in self.small_of[b]:
+                self.ledgers[x] = md(x, (b, *self.rng.sample(SYNTHETIC, 2)))
+            lid += small_ledgers
+        self.log_ids = list(range(lid, lid + per_class))  # one finished entry log each on the live bookie
+        for x in self.log_ids:
+            self.ledgers[x] = md(x, (LIVE, *self.rng.sample(SYNTHETIC, 2)))
+        self.next_id = lid + per_class
+        t0 = time.monotonic()
+        self.writer.write_ledgers(self.ledgers.values(), batch=1000, in_flight=8)
+        for m in self.ledgers.values():
+            for b in m.bookies:
+                if b == LIVE:
+                    if m.ledger_id not in self.log_ids:
+                        self.live.add(m.ledger_id, share(m, b).tolist(), BULK_LOG)
+                else:
+                    self.holdings[b].put(m.ledger_id, share(m, b))
+        for log_id, x in enumerate(self.log_ids, start=1):
             log = EntryLog(self.path, log_id)
-            m = self.ledgers[lid]
-            self.live.write(lid, {int(e): entrylog.package_entry(lid, int(e), int(e) - 1, 0, b"p" * 64, "CRC32C")
-                                  for e in share(m, LIVE)}, log)
+            m = self.ledgers[x]
+            self.live.write(x, {int(e): entrylog.package_entry(x, int(e), int(e) - 1, 0, b"p" * 64, "CRC32C")
+                                for e in share(m, LIVE)}, log)
             log.finish()
         self.live.flush()
+        self.built_s = time.monotonic() - t0
         registry = store_on(self.client, self.uri)
-        self.agents = {b: BookieAgent(h, bind="127.0.0.1:0", workers=4, watch_interval_seconds=1.0)
-                       for b, h in self.holdings.items()}
-        self.agents[LIVE] = BookieAgent(DbLedgerStorageSource([self.path], workdir / "scratch"), bind="127.0.0.1:0",
-                                        watch_interval_seconds=1.0)
+        self.agents = {b: BookieAgent(h, bind="127.0.0.1:0", workers=4).start() for b, h in self.holdings.items()}
         for b, a in self.agents.items():
-            a.start()
             a.register(registry, b, f"127.0.0.1:{a.port}")
+        self.live_agent = subprocess.Popen(
+            [sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", LIVE, "--source", "dbledgerstorage",
+             "--ledger-dir", str(self.path), "--scratch-dir", str(workdir / "scratch"), "--bind", "127.0.0.1:0",
+             "--metadata-service-uri", self.uri], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        say("starting the DbLedgerStorage bookie's agent")
+        self.live_agent.stdout.readline()  # type: ignore[union-attr]
+        for b in [*SYNTHETIC, *SMALL, EMPTY, LIVE]:
             self.writer.register_bookie(BookieRegistration(b, False))
-        token = workdir / "token"
-        token.write_text("t")
-        scan = ScanSettings(metadata_service_uri=self.uri, engine="local", placement_policy="none",
-                            write_cache_grace_seconds=10, recheck_delay=5, orphan_check=False, blast_radius=False)
-        settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(workdir / "reports"), token_file=str(token),
-                                   full_interval_seconds=0, underreplication_interval_seconds=0)
-        self.auditor = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), engine=LocalEngine())
-        self.next_id = ledgers + per_class
-        self.process = psutil.Process()
-        self.touched: set[int] = set()  # ledgers a loss or a reset was aimed at: the churn leaves them alone
+        self.touched: set[int] = set()  # ledgers a loss was aimed at: the churn leaves them alone
+        self.plain = [x for x in range(ledgers) if x not in self.log_ids]
+        self.timers: list[threading.Timer] = []
+
+    def close(self) -> None:
+        for t in self.timers:
+            t.cancel()
+        stop(self.live_agent)
+        for a in self.agents.values():
+            a.stop(grace=0)
+        self.live.close()
+        self.client.stop()
+        self.client.close()
+        self.zk.close()
 
     # -- what is measured ----------------------------------------------------------------------
 
-    def cost(self) -> dict[str, float]:
+    def cost(self, auditor: psutil.Process | None) -> dict[str, float]:
+        def cpu(p: psutil.Process | None) -> float:
+            if p is None:
+                return 0.0
+            t = p.cpu_times()
+            return t.user + t.system + t.children_user + t.children_system
+
         answers = sum(s.value for a in self.agents.values() for m in a.servicer.metrics.answers.collect()
                       for s in m.samples if s.name.endswith("_total"))
-        names = {t.native_id: t.name for t in threading.enumerate()}
-        agents = other = 0.0
-        for t in self.process.threads():  # the agents' threads (on bookie hosts in a real cluster) apart
-            name = names.get(t.id, "")
-            if name.startswith(("agent", "metrics-http")):
-                agents += t.user_time + t.system_time
-            else:
-                other += t.user_time + t.system_time
-        return {"zk_requests": packets_received(self.zk.port), "agent_ledger_answers": answers,
-                "agents_cpu_s": agents, "auditor_cpu_s": other}
-
-    def base(self) -> str:
-        port = next(s for s in self.auditor.sinks if isinstance(s, PrometheusSink)).endpoint.port
-        return f"http://127.0.0.1:{port}"
-
-    def found(self) -> set[int]:
-        with urllib.request.urlopen(f"{self.base()}/api/v1/current?order=newest&limit=10000", timeout=30) as r:
-            doc = json.load(r)
-        return {v["ledger_id"] for v in doc["violations"] if v["category"] == CATEGORY}
-
-    def gauge(self) -> float:
-        with urllib.request.urlopen(f"{self.base()}/metrics", timeout=30) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith(f'scrutiny_violations{{category="{CATEGORY}"}}'):
-                    return float(line.split()[-1])
-        return 0.0
+        return {"zk_requests": packets_received(self.zk.port), "zk_cpu_s": cpu(psutil.Process(self.zk.pid)),
+                "dbledgerstorage_agent_cpu_s": cpu(psutil.Process(self.live_agent.pid)),
+                "synthetic_agent_answers": answers, "auditor_cpu_s": cpu(auditor)}
 
     # -- the cluster changing -------------------------------------------------------------------
+
+    def put(self, b: str, m: LedgerMetadata) -> None:
+        if b == LIVE:
+            with self.live_lock:
+                self.live.add(m.ledger_id, share(m, b).tolist(), BULK_LOG)
+        else:
+            self.holdings[b].put(m.ledger_id, share(m, b))
+
+    def collect_later(self, lid: int, bookies: Any) -> None:
+        """The bookies' garbage collector, a little after the metadata changed (the live bookie's index
+        loses the ledger, then its locations at a later checkpoint)."""
+        def collect() -> None:
+            for b in bookies:
+                if b == LIVE:
+                    with self.live_lock:
+                        self.live.delete(lid)
+                        self.live.cleanup(lid)
+                else:
+                    self.holdings[b].drop(lid)
+
+        t = threading.Timer(2.0, collect)
+        t.daemon = True
+        self.timers = [x for x in self.timers if x.is_alive()] + [t]
+        t.start()
 
     def churn_once(self) -> None:
         """A change BookKeeper makes: a ledger written and closed, one deleted (collected later), or one
         re-replicated after copying."""
         op = self.rng.random()
+        big = [*SYNTHETIC, LIVE]
         if op < 0.4:
             lid, self.next_id = self.next_id, self.next_id + 1
-            m = md(lid, tuple(self.rng.sample(BOOKIES, 3)))
-            self.writer.write_ledgers([LedgerMetadata(lid, LedgerState.OPEN, 3, 2, 2, -1, 0, m.segments)])
+            m = md(lid, tuple(self.rng.sample(big, 3)))
+            self.writer.write_ledgers([md(lid, m.segments[0].ensemble, LedgerState.OPEN)])
             for b in m.bookies:
-                self.holdings[b].put(lid, share(m, b))
+                self.put(b, m)
             self.writer.update_ledger(m)
             self.ledgers[lid] = m
-        elif op < 0.7:
-            lid = self.rng.choice(list(self.plain()))
-            m = self.ledgers.pop(lid)
+            self.plain.append(lid)
+            return
+        lid = self.pick()
+        old = self.ledgers[lid]
+        if op < 0.7:
+            del self.ledgers[lid]
             self.writer.delete_ledger(lid)
-            self.collect_later(lid, m.bookies)
+            self.collect_later(lid, old.bookies)
         else:
-            lid = self.rng.choice(list(self.plain()))
-            old = self.ledgers[lid]
             gone = self.rng.choice(sorted(old.bookies))
-            new = self.rng.choice([b for b in BOOKIES if b not in old.bookies])
+            new = self.rng.choice([b for b in big if b not in old.bookies])
             m = md(lid, tuple(new if b == gone else b for b in old.segments[0].ensemble))
-            self.holdings[new].put(lid, share(m, new))
+            self.put(new, m)
             self.writer.update_ledger(m)
             self.ledgers[lid] = m
             self.collect_later(lid, {gone})
 
-    def collect_later(self, lid: int, bookies: Any) -> None:
-        """The bookies' garbage collector, a little after the metadata changed."""
-        def collect() -> None:
-            for b in bookies:
-                self.holdings[b].drop(lid)
-
-        threading.Timer(2.0, collect).start()
-
-    def plain(self) -> list[int]:
-        return [lid for lid in list(self.ledgers)[:5000] if lid not in self.touched]
+    def pick(self, on: str = "") -> int:
+        """A ledger nothing else was aimed at (on bookie `on` if given)."""
+        while True:
+            lid = self.plain[self.rng.randrange(len(self.plain))]
+            m = self.ledgers.get(lid)
+            if m is not None and lid not in self.touched and (not on or on in m.bookies):
+                self.touched.add(lid)
+                return lid
 
     # -- the losses ----------------------------------------------------------------------------
 
     def lose(self, kind: str, i: int) -> list[int]:
         """One silent loss of this kind; the ledgers it puts below their ack quorum."""
-        if kind == "entry log gone (DbLedgerStorage, apache/bookkeeper #4607)":
+        if kind == KINDS[2]:
             entrylog.log_path(self.path, i + 1).unlink()
-            return [self.live_ids[i]]
-        lid = self.rng.choice([x for x in self.plain() if x not in self.live_ids])
-        self.touched.add(lid)
+            return [self.log_ids[i]]
+        if kind == KINDS[4]:
+            self.holdings[SMALL[i]].wipe()
+            return list(self.small_of[SMALL[i]])
+        if kind == KINDS[1]:
+            lid = self.pick(on=LIVE)
+            with self.live_lock:
+                self.live.delete(lid)
+            return [lid]
+        lid = self.pick()
         m = self.ledgers[lid]
-        if kind == "ledger gone from a bookie's index":
-            self.holdings[self.rng.choice(sorted(m.bookies))].drop(lid)
+        if kind == KINDS[0]:
+            self.holdings[self.rng.choice(sorted(m.bookies - {LIVE}))].drop(lid)
         else:  # re-replicated to a bookie that never got the entries
             gone = self.rng.choice(sorted(m.bookies))
             moved = md(lid, tuple(EMPTY if b == gone else b for b in m.segments[0].ensemble))
@@ -201,126 +276,233 @@ class Bench:
         return [lid]
 
 
+class AuditorProcess:
+    """`scrutiny auditor` on the bench's cluster, with continuous mode on or off."""
+
+    def __init__(self, cluster: Cluster, continuous: bool, workdir: Path) -> None:
+        self.token = "bench"
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "token").write_text(self.token)
+        self.port = free_port()
+        config = {"metadata_service_uri": cluster.uri, "engine": "local", "placement_policy": "none",
+                  "write_cache_grace_seconds": 10, "recheck_delay": 5, "orphan_check": False,
+                  "blast_radius": False,
+                  "auditor": {"listen": "127.0.0.1:0", "reports_dir": str(workdir / "reports"),
+                              "token_file": str(workdir / "token"), "full_interval_seconds": 0,
+                              "underreplication_interval_seconds": 0, "continuous": continuous},
+                  "metrics": {"listen": f"127.0.0.1:{self.port}"}}
+        path = workdir / f"auditor-{continuous}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        self.proc = subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(path),
+                                      "--log-level", "WARNING"], stdout=subprocess.PIPE,
+                                     stderr=open(workdir / f"auditor-{continuous}.log", "w"), text=True)  # noqa: SIM115
+        say("starting an auditor")
+        self.proc.stdout.readline()  # type: ignore[union-attr]
+        self.ps = psutil.Process(self.proc.pid)
+        self.base = f"http://127.0.0.1:{self.port}"
+        wait(lambda: get(f"{self.base}/api/v1/status")["role"] == "leader", 60, "the auditor leads")
+
+    def runs(self, kind: str) -> list[str]:
+        return [r["run_id"] for r in get(f"{self.base}/api/v1/status")["last_runs"]
+                if r["kind"] == kind and r["complete"]]
+
+    def full_run(self, kind: str, timeout: float) -> float:
+        """Wait for the next complete whole-cluster run of this kind (a rescan is asked for); its seconds."""
+        before = self.runs(kind)
+        t0 = time.monotonic()
+        if kind == "rescan":
+            req = urllib.request.Request(f"{self.base}/api/v1/rescan", data=b'{"all_ledgers": true}', method="POST",
+                                         headers={"Authorization": f"Bearer {self.token}"})
+            urllib.request.urlopen(req, timeout=60).close()
+        wait(lambda: self.runs(kind) != before, timeout, f"a {kind} run")
+        return time.monotonic() - t0
+
+    def found(self) -> set[int]:
+        doc = get(f"{self.base}/api/v1/current?order=newest&limit=10000")
+        return {v["ledger_id"] for v in doc["violations"] if v["category"] == CATEGORY}
+
+    def gauge(self) -> float:
+        for line in get(f"{self.base}/metrics").splitlines():
+            if line.startswith(f'scrutiny_violations{{category="{CATEGORY}"}}'):
+                return float(line.split()[-1])
+        return 0.0
+
+    def close(self) -> None:
+        stop(self.proc, grace=30)
+
+
 def percentile(xs: list[float], q: float) -> float:
     return float(np.percentile(xs, q)) if xs else float("nan")
 
 
-def run(ledgers: int, per_class: int, resets: int, churn_seconds: float, churn_rate: float,
-        seed: int = 5) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def window(cluster: Cluster, auditor: AuditorProcess, seconds: float,
+           step: Callable[[], None] | None = None, rate: float = 0.0) -> dict[str, float]:
+    """What the window cost, per hour; `step` called `rate` times a second meanwhile."""
+    c0, t0, n = cluster.cost(auditor.ps), time.monotonic(), 0
+    while time.monotonic() - t0 < seconds:
+        if step is None:
+            time.sleep(min(5.0, seconds))
+            continue
+        step()
+        n += 1
+        time.sleep(max(0.0, t0 + n / rate - time.monotonic()))
+    took = time.monotonic() - t0
+    return {k: (v - c0[k]) * 3600 / took for k, v in cluster.cost(auditor.ps).items()} | {"changes": n}
+
+
+def spent(cluster: Cluster, auditor: AuditorProcess, fn: Callable[[], float]) -> dict[str, float]:
+    c0 = cluster.cost(auditor.ps)
+    took = fn()
+    return {k: v - c0[k] for k, v in cluster.cost(auditor.ps).items()} | {"seconds": took}
+
+
+def run(ledgers: int, per_class: int, small_ledgers: int, idle_s: float, churn_s: float, churn_rate: float,
+        seed: int = 5) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        b = Bench(ledgers, per_class, Path(tmp), seed)
+        work = Path(tmp)
+        cluster = Cluster(ledgers, per_class, small_ledgers, work, seed)
+        say(f"the cluster: {len(cluster.ledgers):,} ledgers in {cluster.built_s:.0f} s")
+        out: dict[str, Any] = {"ledgers": len(cluster.ledgers), "live_bookie_ledgers": sum(
+            LIVE in m.bookies for m in cluster.ledgers.values()), "build_s": cluster.built_s}
         try:
-            before = b.cost()
-            t0 = time.monotonic()
-            b.auditor.start()
-            while "full" not in b.auditor.last:  # the election's full run: the baseline, measured
-                time.sleep(0.5)
-            full_s = time.monotonic() - t0
-            full = {k: v - before[k] for k, v in b.cost().items()}
-            time.sleep(3)
-            # steady churn, continuous mode watching
-            idle0 = b.cost()
-            time.sleep(churn_seconds / 3)
-            idle = {k: (v - idle0[k]) / (churn_seconds / 3) for k, v in b.cost().items()}  # per second, no change
-            c0, changes = b.cost(), 0
-            end = time.monotonic() + churn_seconds
-            while time.monotonic() < end:
-                b.churn_once()
-                changes += 1
-                time.sleep(1 / churn_rate)
-            time.sleep(15)  # the last changes' looks (write-cache grace, re-check delay)
-            window = churn_seconds + 15
-            spent = {k: v - c0[k] - idle[k] * window for k, v in b.cost().items()}
-            per_change = {k: max(v, 0.0) / changes for k, v in spent.items()}
-            hourly = 0.01 * len(b.ledgers)
-            cost_rows = [{"what": k, "full run": full[k], "per change": per_change[k],
-                          "idle per hour": idle[k] * 3600, "an hour at 1%/h": per_change[k] * hourly + idle[k] * 3600,
-                          "share of a full run": (per_change[k] * hourly + idle[k] * 3600) / max(full[k], 1e-9)}
-                         for k in ("zk_requests", "agent_ledger_answers", "agents_cpu_s", "auditor_cpu_s")]
-            cost_rows.append({"what": "full run seconds", "full run": full_s})
-            # the losses, interleaved by class
-            kinds = ["ledger gone from a bookie's index", "entry log gone (DbLedgerStorage, apache/bookkeeper #4607)",
-                     "re-replicated to a bookie without the entries"]
-            pending: dict[int, tuple[str, float]] = {}
-            api: dict[str, list[float]] = {k: [] for k in kinds}
-            metric: dict[str, list[float]] = {k: [] for k in kinds}
-            baseline_gauge = b.gauge()
-            seen: list[tuple[str, float]] = []
-            for i in range(per_class):
-                for kind in kinds:
-                    for lid in b.lose(kind, i):
-                        pending[lid] = (kind, time.monotonic())
-                    time.sleep(0.3)
-                    _collect(b, pending, api, metric, seen, baseline_gauge)
-            deadline = time.monotonic() + 180
-            while (pending or sum(map(len, metric.values())) < len(seen)) and time.monotonic() < deadline:
-                time.sleep(0.25)
-                _collect(b, pending, api, metric, seen, baseline_gauge)
-            rows = [{"loss": k, "injected": per_class, "found": len(api[k]),
-                     "api p50 s": percentile(api[k], 50), "api p99 s": percentile(api[k], 99),
-                     "api max s": max(api[k], default=float("nan")),
-                     "metrics p50 s": percentile(metric[k], 50), "metrics p99 s": percentile(metric[k], 99)}
-                    for k in kinds]
-            rows += _resets(b, resets)
-            return rows, cost_rows
+            off = AuditorProcess(cluster, False, work / "off")
+            try:
+                say("an auditor, continuous mode off: idle")
+                out["idle_off"] = window(cluster, off, idle_s)
+                say("... its full run")
+                out["full_off"] = spent(cluster, off, lambda: off.full_run("rescan", 3600))
+            finally:
+                off.close()
+            on = AuditorProcess(cluster, True, work / "on")
+            try:
+                say("an auditor, continuous mode on: its election's full run")
+                out["full_on"] = spent(cluster, on, lambda: on.full_run("full", 3600))
+                say("... idle")
+                time.sleep(5)
+                out["idle_on"] = window(cluster, on, idle_s)
+                say("... the churn")
+                out["churn_on"] = window(cluster, on, churn_s, cluster.churn_once, churn_rate)
+                time.sleep(15)  # the last changes' looks (write-cache grace, re-check delay)
+                say("... the losses")
+                out["detect"] = detect(cluster, on, per_class)
+                say("... a bookie with its full share back empty")
+                out["detect"].append(big_reset(cluster, on))
+                out["missed"] = [line for line in get(f"{on.base}/metrics").splitlines()
+                                 if line.startswith("scrutiny_continuous_missed_total")]
+            finally:
+                on.close()
         finally:
-            b.auditor.stop()
-            for a in b.agents.values():
-                a.stop(grace=0)
-            b.live.close()
-            b.client.stop()
-            b.zk.close()
+            cluster.close()
+        return out
 
 
-def _collect(b: Bench, pending: dict[int, tuple[str, float]], api: dict[str, list[float]],
-             metric: dict[str, list[float]], seen: list[tuple[str, float]], baseline_gauge: float) -> None:
-    """One look at the API and at /metrics: each loss's time to its finding there."""
-    now = time.monotonic()
-    for lid in sorted(b.found() & pending.keys(), key=lambda x: pending[x][1]):
-        kind, at = pending.pop(lid)
-        api[kind].append(now - at)
-        seen.append((kind, at))
-    counted = int(b.gauge() - baseline_gauge)
-    done = sum(len(v) for v in metric.values())
-    for kind, at in seen[done:counted]:  # the gauge counts the findings in the order they were made
-        metric[kind].append(now - at)
+def detect(cluster: Cluster, auditor: AuditorProcess, per_class: int) -> list[dict[str, Any]]:
+    """The losses, interleaved by class; the time to each one's finding on the API and on /metrics (a
+    small bookie back empty: to the finding of its last ledger)."""
+    api: dict[str, list[float]] = {k: [] for k in KINDS}
+    metric: dict[str, list[float]] = {k: [] for k in KINDS}
+    pending: dict[int, tuple[str, float]] = {}
+    seen: list[tuple[str, float]] = []
+    baseline = auditor.gauge()
+    wiped: dict[str, float] = {}  # small bookie -> when
+
+    def collect() -> None:
+        now = time.monotonic()
+        for lid in sorted(auditor.found() & pending.keys(), key=lambda x: pending[x][1]):
+            kind, at = pending.pop(lid)
+            seen.append((kind, at))
+            if kind != KINDS[4]:
+                api[kind].append(now - at)
+        for b, at in list(wiped.items()):
+            if not set(cluster.small_of[b]) & pending.keys():
+                api[KINDS[4]].append(now - at)
+                del wiped[b]
+        counted = int(auditor.gauge() - baseline)  # nothing clears meanwhile: the gauge only grows
+        for kind, at in seen[sum(len(v) for v in metric.values()):counted]:  # in the order they were made
+            metric[kind].append(now - at)
+
+    for i in range(per_class):
+        for kind in KINDS:
+            at = time.monotonic()
+            for lid in cluster.lose(kind, i):
+                pending[lid] = (kind, at)
+            if kind == KINDS[4]:
+                wiped[SMALL[i]] = at
+            time.sleep(0.3)
+            collect()
+    deadline = time.monotonic() + 600
+    while (pending or wiped) and time.monotonic() < deadline:
+        time.sleep(0.25)
+        collect()
+    return [{"loss": k, "injected": per_class, "found": len(api[k]), "api p50 s": percentile(api[k], 50),
+             "api p99 s": percentile(api[k], 99), "api max s": max(api[k], default=float("nan")),
+             "metrics p50 s": percentile(metric[k], 50), "metrics p99 s": percentile(metric[k], 99)}
+            for k in KINDS]
 
 
-def _resets(b: Bench, resets: int) -> list[dict[str, Any]]:
-    """A bookie back empty: every ledger it holds below AQ at once; found by one look at the bookie's ledgers."""
-    times = []
-    for n in range(resets):
-        bookie = BOOKIES[n]
-        held = [lid for lid, m in b.ledgers.items() if bookie in m.bookies and lid not in b.touched]
-        sample = set(random.Random(n).sample(held, min(20, len(held))))
-        t0 = time.monotonic()
-        b.holdings[bookie].wipe()
-        while time.monotonic() - t0 < 600 and not sample <= {c.violation.ledger_id
-                                                              for c in b.auditor.current.findings()}:
-            time.sleep(0.5)
-        times.append(time.monotonic() - t0)
-        for lid in held:  # restored, and looked at again so that the next reset starts clean
-            b.holdings[bookie].put(lid, share(b.ledgers[lid], bookie))
-        b.auditor.continuous._look_at_bookie(bookie, "restored")  # type: ignore[union-attr]
-        b.touched |= set(held)
-    return [{"loss": f"bookie back empty ({len(held):,} ledgers each)", "injected": resets, "found": len(times),
-             "api p50 s": statistics.median(times) if times else float("nan"),
-             "api max s": max(times, default=float("nan"))}] if resets else []
+def big_reset(cluster: Cluster, auditor: AuditorProcess) -> dict[str, Any]:
+    """A bookie with its full share back empty: more ledgers at once than continuous_max_ledgers_per_second
+    allows, so a full run instead (a mass event); the time to the first and to the last of a sample."""
+    bookie = SYNTHETIC[0]
+    held = [lid for lid, m in cluster.ledgers.items() if bookie in m.bookies and lid not in cluster.touched]
+    small = {lid for ids in cluster.small_of.values() for lid in ids}  # wiped already: no copy left at all
+    sample = set(random.Random(1).sample([lid for lid in held if lid not in small], 200))
+    t0 = time.monotonic()
+    cluster.holdings[bookie].wipe()
+    first = last = float("nan")
+    while time.monotonic() - t0 < 3600:
+        got = sample & auditor.found()
+        if got and first != first:
+            first = time.monotonic() - t0
+        if got == sample:
+            last = time.monotonic() - t0
+            break
+        time.sleep(1)
+    mass = len(held) > 2000 * 10  # continuous_max_ledgers_per_second x continuous_batch_seconds (the defaults)
+    how = "a mass event: a full run" if mass else "one look at its ledgers"
+    return {"loss": f"a bookie back empty with {len(held):,} ledgers ({how})", "injected": 1,
+            "found": int(last == last), "api p50 s": first, "api max s": last}
+
+
+def cost_rows(out: dict[str, Any], hourly_share: float = 0.01) -> list[dict[str, Any]]:
+    """Per cost: a full run (median of the two), idle per hour with continuous mode off and on, an hour
+    at 1% of the ledgers changing (the churn window's rate scaled to it), and the shares of a full run."""
+    churn = out["churn_on"]
+    scale = hourly_share * out["ledgers"] / max(1.0, churn["changes"] * 3600 / out["churn_seconds"])
+    rows = []
+    for k in ("zk_requests", "zk_cpu_s", "dbledgerstorage_agent_cpu_s", "synthetic_agent_answers", "auditor_cpu_s"):
+        full = statistics.median([out["full_off"][k], out["full_on"][k]])
+        idle_on, idle_off = out["idle_on"][k], out["idle_off"][k]
+        hour = idle_on + (churn[k] - idle_on) * scale  # the idle part as is, the changes' part at 1%/h
+        rows.append({"cost": k, "full run": full, "idle/h, continuous off": idle_off, "idle/h, continuous on": idle_on,
+                     "an hour at 1%/h": hour, "hour / full run": hour / max(full, 1e-9),
+                     "(hour - idle off) / full run": (hour - idle_off) / max(full, 1e-9)})
+    return rows
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--ledgers", type=int, default=100_000)
-    p.add_argument("--per-class", type=int, default=50)
-    p.add_argument("--resets", type=int, default=3)
-    p.add_argument("--churn-seconds", type=float, default=60)
-    p.add_argument("--churn-rate", type=float, default=5, help="changes per second during the churn window")
+    p.add_argument("--ledgers", type=int, default=1_000_000)
+    p.add_argument("--per-class", type=int, default=50, help="at most 50 (the small bookies)")
+    p.add_argument("--small-ledgers", type=int, default=20, help="ledgers on each of the 50 small bookies")
+    p.add_argument("--idle-seconds", type=float, default=300)
+    p.add_argument("--churn-seconds", type=float, default=600)
+    p.add_argument("--churn-rate", type=float, default=0.0,
+                   help="changes a second in the churn window (default: 1%% of the ledgers an hour)")
+    p.add_argument("--output", help="also write the figures as JSON here")
     a = p.parse_args()
-    rows, cost = run(a.ledgers, a.per_class, a.resets, a.churn_seconds, a.churn_rate)
-    print(f"## time to detect ({a.ledgers:,} ledgers)\n")
-    print(table(rows) + "\n")
-    print("## steady cost against one full run (same process, same cluster)\n")
-    print(table(cost))
+    rate = a.churn_rate or a.ledgers * 0.01 / 3600
+    out = run(a.ledgers, a.per_class, a.small_ledgers, a.idle_seconds, a.churn_seconds, rate)
+    out["churn_seconds"], out["churn_rate"] = a.churn_seconds, rate
+    if a.output:
+        Path(a.output).write_text(json.dumps(out, indent=1, default=str))
+    print(f"## time to detect ({out['ledgers']:,} ledgers; the DbLedgerStorage bookie holds "
+          f"{out['live_bookie_ledgers']:,})\n")
+    print(table(out["detect"]) + "\n")
+    print(f"## cost against a full run (full runs: {out['full_off']['seconds']:.0f} s, "
+          f"{out['full_on']['seconds']:.0f} s; churn {rate:.2f} changes/s for {a.churn_seconds:.0f} s)\n")
+    print(table(cost_rows(out)))
+    print("\n" + "\n".join(out["missed"]))
 
 
 if __name__ == "__main__":

@@ -269,7 +269,7 @@ class AuditorSettings:
     status_requires_auth: bool = False
     # continuous scrutiny (the leader): the agents' and the store's change feeds, checked in batches
     continuous: bool = True
-    continuous_batch_seconds: float = 2.0  # what the feeds named is looked at this often
+    continuous_batch_seconds: float = 10.0  # at most one look at what the feeds named this often (at once when idle)
     continuous_max_ledgers_per_second: float = 2000.0  # beyond it (a rack lost): a full run instead
 
     def validate(self) -> AuditorSettings:

@@ -8,13 +8,19 @@ run, and a new leader goes on from the cursors the last one kept."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from kazoo.client import KazooClient
 
 from scrutiny import entrylog
@@ -31,7 +37,8 @@ from scrutiny.testing import store_on
 from scrutiny.testing.churn import MutableHoldings, share
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
-from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.localzk import LocalZooKeeper, free_port
+from scrutiny.testing.processes import reap
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.slow
@@ -164,6 +171,26 @@ def test_each_loss_is_found_by_continuous_mode_and_normal_gc_is_not(cluster: Clu
         a.stop()
 
 
+def test_a_bookie_back_empty_is_found_by_continuous_mode(cluster: Cluster) -> None:
+    """The DbLedgerStorage bookie's disk replaced: back under its id with a new cookie and empty indexes."""
+    a = cluster.auditor()
+    try:
+        wait_for(lambda: "full" in a.last, 60)
+        baseline = a.last["full"]
+        time.sleep(1)
+        cluster.live.close()
+        shutil.rmtree(cluster.path / "current")
+        cluster.live = LiveBookie(cluster.path)
+        cluster.live.flush()
+        (cluster.path / "current" / "VERSION").write_text('bookieHost: "127.0.9.1:3181"\ninstanceId: "new"\n')
+        wanted = {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", lid) for lid in range(1, 9)}
+        wait_for(lambda: set(current(a)) == wanted, FOUND_WITHIN)
+        assert all(str(v["found_by"]).startswith("continuous:") for v in current(a).values())
+        assert a.last["full"] is baseline and "rescan" not in a.last
+    finally:
+        a.stop()
+
+
 def test_a_feed_gap_schedules_a_full_run_and_a_new_leader_goes_on_from_the_cursors(cluster: Cluster) -> None:
     a = cluster.auditor()
     try:
@@ -220,6 +247,62 @@ def test_a_lost_bookie_is_looked_at_when_the_clusters_delay_has_passed(cluster: 
         assert a.last["full"] is baseline and "rescan" not in a.last  # continuous mode alone
     finally:
         a.stop()
+
+
+def test_a_leader_killed_mid_stream_hands_its_cursors_on(cluster: Cluster, tmp_path: Path) -> None:
+    """A `scrutiny auditor` process leading, killed (SIGKILL: no stop, no last word) while its feeds
+    stream; what the agents saw while no one led reaches the next leader through the cursors the first
+    kept in the store: its feeds resume without a gap, and that change is what they bring first."""
+    s = cluster.scan
+    port = free_port()
+    config = tmp_path / "auditor.yaml"
+    config.write_text(yaml.safe_dump({
+        "metadata_service_uri": s.metadata_service_uri, "engine": "local", "placement_policy": "none",
+        "recheck_delay": s.recheck_delay, "write_cache_grace_seconds": s.write_cache_grace_seconds,
+        "orphan_check": False, "zk_session_timeout": 4,
+        "auditor": {"listen": "127.0.0.1:0", "reports_dir": str(tmp_path / "reports-a"),
+                    "token_file": cluster.settings.token_file, "full_interval_seconds": 0,
+                    "underreplication_interval_seconds": 0, "continuous_batch_seconds": 0.3},
+        "metrics": {"listen": f"127.0.0.1:{port}"}}))
+    first = subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(config)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert first.stdout is not None and first.stdout.readline().startswith("auditor RPC")
+
+        def current_of_first() -> set[tuple[str, int]]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/current", timeout=10) as r:
+                return {(v["category"], v["ledger_id"]) for v in json.load(r)["violations"]}
+
+        def status_of_first() -> dict[str, Any]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/status", timeout=10) as r:
+                return dict(json.load(r))
+
+        wait_for(lambda: any(r["kind"] == "full" for r in status_of_first()["last_runs"]), 60)
+        time.sleep(1)
+        cluster.synthetic[B2].drop(4)
+        wait_for(lambda: ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 4) in current_of_first(), FOUND_WITHIN)
+        wait_for(lambda: B2 in parse_cursors(cluster.registry.continuous_cursors() or CURSORS_NONE)[0], 10)
+        first.kill()  # mid-stream: every feed open
+        first.wait(timeout=10)
+    finally:
+        reap(first)
+    kept, _ = parse_cursors(cluster.registry.continuous_cursors() or b"")
+    feed = cluster.agents[B2].servicer.feed
+    assert kept[B2] == (feed.feed_id, feed.last)
+    cluster.synthetic[B2].drop(6)  # while nobody leads
+    wait_for(lambda: feed.last > kept[B2][1], 10)
+    cluster.scan = dataclasses.replace(s, zk_session_timeout=4)
+    second = cluster.auditor()  # leads once the killed one's session has expired
+    try:
+        wait_for(lambda: second.leading.is_set(), 30)
+        assert second.continuous is not None
+        wait_for(lambda: ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 6) in current(second), FOUND_WITHIN)
+        time.sleep(1)
+        # resumed where the killed leader's cursors said: no gap, and only the change made after them (a
+        # reader without them would have been given every change kept, ledger 4's too)
+        assert second.continuous.stats["gaps.agent"] == 0 and second.continuous.stats["agent_changes"] == 1
+    finally:
+        second.stop()
 
 
 def test_continuous_mode_can_be_off(cluster: Cluster) -> None:

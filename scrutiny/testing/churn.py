@@ -89,10 +89,11 @@ class MutableHoldings:
                 self._gone.append(ledger_id)
 
     def wipe(self) -> None:
-        """The bookie back empty (a disk replaced, the bookie formatted again under its id)."""
+        """The bookie back empty (a disk replaced, the bookie formatted again under its id): what a
+        DbLedgerStorage agent sees of its index emptied, every ledger it held gone and a reset."""
         with self._lock:
+            self._gone = sorted({*self._gone, *self._ledgers})
             self._ledgers.clear()
-            self._gone.clear()
             self._wiped = True
 
     def changes(self) -> tuple[list[Change], int]:

@@ -107,6 +107,12 @@ class LocalZooKeeper(LocalServer):
     def hosts(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        """The server's JVM (what it costs is measured on it)."""
+        assert self._proc is not None, "start() it first"
+        return self._proc.pid
+
     def _write_config(self) -> Path:
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
