@@ -52,6 +52,62 @@ class Due:
     why: str
 
 
+class Backlog:
+    """What the feeds named, each due at its time (now, after the write-cache grace, after the lost-bookie
+    delay): the ledgers and the bookies (every ledger of one) to look at, and how many are being looked at."""
+
+    def __init__(self, poke: Callable[[], None]) -> None:
+        self._lock = threading.Lock()
+        self._ledgers: dict[int, Due] = {}
+        self._bookies: dict[str, Due] = {}
+        self._looking = 0
+        self._poke = poke  # wakes the loop that takes them
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._ledgers) + len(self._bookies) + self._looking
+
+    def add(self, ledger_ids: list[int] | tuple[int, ...], at_ms: int, why: str) -> None:
+        with self._lock:
+            for lid in ledger_ids:
+                old = self._ledgers.get(lid)
+                self._ledgers[lid] = Due(max(at_ms, old.at_ms) if old else at_ms, why)
+        self._poke()
+
+    def add_bookie(self, bookie: str, at_ms: int, why: str) -> None:
+        with self._lock:
+            self._bookies[bookie] = Due(at_ms, why)
+        self._poke()
+
+    def forget(self, ledger_id: int) -> None:
+        with self._lock:
+            self._ledgers.pop(ledger_id, None)
+
+    def first_due_ms(self) -> int | None:
+        with self._lock:
+            return min((d.at_ms for d in (*self._ledgers.values(), *self._bookies.values())), default=None)
+
+    def take(self, now_ms: int, most: int) -> tuple[dict[int, Due], dict[str, Due], int, bool]:
+        """What is due now: (ledgers, bookies, how many ledgers more than `most` made a mass event instead,
+        whether nothing else waits). Counted as being looked at until `done`."""
+        with self._lock:
+            due = {lid: d for lid, d in self._ledgers.items() if d.at_ms <= now_ms}
+            bookies = {b: d for b, d in self._bookies.items() if d.at_ms <= now_ms}
+            for lid in due:
+                del self._ledgers[lid]
+            for b in bookies:
+                del self._bookies[b]
+            mass = len(due) if len(due) > most else 0
+            if mass:  # a rack lost: one full run, never a storm of small ones
+                due = {}
+            self._looking = len(due) + len(bookies)
+            return due, bookies, mass, not self._ledgers and not self._bookies
+
+    def done(self) -> None:
+        with self._lock:
+            self._looking = 0
+
+
 class Continuous:
     def __init__(self, scan: ScanSettings, settings: AuditorSettings, state: CurrentState,
                  schedule_full: Callable[[str], None], now: Callable[[], float] = time.time) -> None:
@@ -61,14 +117,12 @@ class Continuous:
         self.stats: Counter[str] = Counter()
         self.feeds: dict[str, str] = {}  # feed -> "up" | "down" | "unavailable"
         self._lock = threading.Lock()
-        self._ledgers: dict[int, Due] = {}
-        self._bookies: dict[str, Due] = {}
-        self._looking = 0  # ledgers and bookies of the batch under way
         self._gone: dict[str, int] = {}  # bookie -> when the watch saw its registration go (ms)
         self._cursors: dict[str, tuple[str, int]] = {}  # bookie -> (feed id, last sequence looked at)
         self._seen: dict[str, tuple[str, int]] = {}  # ... last sequence taken note of
         self._stop = threading.Event()
         self._poke = threading.Event()  # something to look at, or cursors moved: the loop wakes only then
+        self.backlog = Backlog(self._poke.set)
         self._agents_moved = threading.Event()  # a registration or an agent's feed changed: list the agents again
         self._threads: list[threading.Thread] = []
         self._watch: TreeWatchHandle | None = None
@@ -82,8 +136,7 @@ class Continuous:
 
     def pending(self) -> int:
         """Ledgers and bookies waiting for a look, or being looked at: the backlog."""
-        with self._lock:
-            return len(self._ledgers) + len(self._bookies) + self._looking
+        return len(self.backlog)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -140,25 +193,17 @@ class Continuous:
         self.schedule_full(f"a gap in the {feed} feed")
 
     def _look(self, ledger_ids: list[int] | tuple[int, ...], why: str, after_s: float = 0.0) -> None:
-        at = self._ms() + int(after_s * 1000)
-        with self._lock:
-            for lid in ledger_ids:
-                old = self._ledgers.get(lid)
-                self._ledgers[lid] = Due(max(at, old.at_ms) if old else at, why)
-        self._poke.set()
+        self.backlog.add(ledger_ids, self._ms() + int(after_s * 1000), why)
 
     def _look_at_bookie(self, bookie: str, why: str, after_s: float = 0.0) -> None:
-        with self._lock:
-            self._bookies[bookie] = Due(self._ms() + int(after_s * 1000), why)
-        self._poke.set()
+        self.backlog.add_bookie(bookie, self._ms() + int(after_s * 1000), why)
 
     def _on_tree(self, change: TreeChange) -> None:
         """On the store's own thread: take note only."""
         s = self.scan
         if change.what == "ledger":
             if change.event == "deleted":
-                with self._lock:
-                    self._ledgers.pop(change.ledger_id, None)
+                self.backlog.forget(change.ledger_id)
                 self.state.forget([change.ledger_id], self._ms())
             elif change.event == "changed":  # closed, or its ensemble changed: once the write cache is flushed
                 self._look([change.ledger_id], "its metadata changed", s.write_cache_grace_seconds)
@@ -224,12 +269,12 @@ class Continuous:
         interval, last = self.settings.continuous_batch_seconds, -math.inf
         while not self._stop.is_set():
             self._poke.clear()
-            due_in = self._due_in()
-            if due_in is None:
+            first = self.backlog.first_due_ms()
+            if first is None:
                 self._record_idle_cursors()
                 self._poke.wait()
                 continue
-            delay = max(due_in, last + interval - time.monotonic())
+            delay = max((first - self._ms()) / 1000, last + interval - time.monotonic())
             if delay > 0:
                 self._poke.wait(delay)
                 continue
@@ -239,12 +284,6 @@ class Continuous:
             except Exception:
                 log.exception("continuous scrutiny: a batch failed; its ledgers wait for the next")
 
-    def _due_in(self) -> float | None:
-        """Seconds until the first ledger or bookie is due (0 or less: now); None when nothing waits."""
-        with self._lock:
-            first = min((d.at_ms for d in (*self._ledgers.values(), *self._bookies.values())), default=None)
-        return None if first is None else (first - self._ms()) / 1000
-
     def _record_idle_cursors(self) -> None:
         with self._lock:
             cursors = dict(self._seen)
@@ -253,34 +292,17 @@ class Continuous:
 
     def batch(self) -> None:
         """The ledgers and bookies due now, looked at with BP-34's steps; the current state updated."""
-        now = self._ms()
         most = max(1, int(self.settings.continuous_max_ledgers_per_second * self.settings.continuous_batch_seconds))
-        with self._lock:
-            due = {lid: d for lid, d in self._ledgers.items() if d.at_ms <= now}
-            bookies = {b: d for b, d in self._bookies.items() if d.at_ms <= now}
-            if len(due) > most:  # a mass event (a rack lost): one full run, never a storm of small ones
-                for lid in due:
-                    del self._ledgers[lid]
-                self.stats["degraded"] += 1
-                degraded = len(due)
-                due = {}
-            else:
-                degraded = 0
-                for lid in due:
-                    del self._ledgers[lid]
-            for b in bookies:
-                del self._bookies[b]
-            self._looking = len(due) + len(bookies)
-            cursors = dict(self._seen)
-            position = self._watch.position() if self._watch is not None else ""
-            settled = not self._ledgers and not self._bookies
+        due, bookies, mass, settled = self.backlog.take(self._ms(), most)
+        cursors = dict(self._seen)
+        position = self._watch.position() if self._watch is not None else ""
         try:
-            if degraded:
-                self.schedule_full(f"{degraded} ledgers changed at once (continuous_max_ledgers_per_second)")
+            if mass:
+                self.stats["degraded"] += 1
+                self.schedule_full(f"{mass} ledgers changed at once (continuous_max_ledgers_per_second)")
             self._look_now(due, bookies)
         finally:
-            with self._lock:
-                self._looking = 0
+            self.backlog.done()
         if settled:
             self._record_cursors(cursors, position)
 

@@ -171,12 +171,9 @@ class ScrutinyRun:
                 pending.scope = set(pending.marked_in_scope)
             return pending
         except BaseException:
-            self._close(store)
+            if store is not self.store:
+                store.close()
             raise
-
-    def _close(self, store: MetadataStore) -> None:
-        if store is not self.store:
-            store.close()
 
     def finish(self, pending: PendingRun) -> Report:
         """Re-check the potentially faulty ledgers, re-read before reporting, age the marks, report."""
@@ -208,7 +205,8 @@ class ScrutinyRun:
         except MetadataStoreUnavailable as exc:
             pending.errors.append(f"reading the ledgers' owners: {exc}")
         finally:
-            self._close(pending.store)
+            if pending.store is not self.store:
+                pending.store.close()
         report = Report(
             run_id=self.run_id, started_at=iso(pending.started_ms), finished_at=iso(now_ms()),
             complete=not pending.errors, ledgers={k: pending.counts[k] for k in LEDGER_COUNTERS},

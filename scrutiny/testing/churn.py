@@ -445,10 +445,12 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
     churner.start()
     try:
         names = list(engines)
+        renewal_due = False
         while time.monotonic() - t0 < seconds:
             name = names[result.runs % len(names)]
-            if result.runs % 3 == 1:  # a run that starts while a bookie renews its session (its agent answers)
-                cluster.restart(session_only=True)
+            if result.runs % 3 == 1 or renewal_due:  # a run that starts while a bookie renews its session (its
+                # agent answers); when every bookie was restarted just now, the next run's start tries again
+                renewal_due = cluster.restart(session_only=True) is None
             report = ScrutinyRun(settings, AimedEngine(engines[name], cluster), sleep=aimed_sleep(cluster),
                                  record_sightings=True).execute()
             result.runs += 1
