@@ -307,8 +307,9 @@ class AuditorProcess:
                 if r["kind"] == kind and r["complete"]]
 
     def full_run(self, kind: str, timeout: float) -> float:
-        """Wait for the next complete whole-cluster run of this kind (a rescan is asked for); its seconds."""
-        before = self.runs(kind)
+        """Wait for the next complete whole-cluster run of this kind (a rescan is asked for; a full run is
+        the election's, which a small cluster may have finished already); its seconds."""
+        before = self.runs(kind) if kind == "rescan" else []
         t0 = time.monotonic()
         if kind == "rescan":
             req = urllib.request.Request(f"{self.base}/api/v1/rescan", data=b'{"all_ledgers": true}', method="POST",
@@ -446,7 +447,8 @@ def big_reset(cluster: Cluster, auditor: AuditorProcess) -> dict[str, Any]:
     bookie = SYNTHETIC[0]
     held = [lid for lid, m in cluster.ledgers.items() if bookie in m.bookies and lid not in cluster.touched]
     small = {lid for ids in cluster.small_of.values() for lid in ids}  # wiped already: no copy left at all
-    sample = set(random.Random(1).sample([lid for lid in held if lid not in small], 200))
+    candidates = [lid for lid in held if lid not in small]
+    sample = set(random.Random(1).sample(candidates, min(200, len(candidates))))
     t0 = time.monotonic()
     cluster.holdings[bookie].wipe()
     first = last = float("nan")

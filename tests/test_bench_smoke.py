@@ -42,3 +42,15 @@ def test_agent_index_bench_runs_against_its_native_floor() -> None:
 def test_driver_findings_bench_runs(spark_engine: object) -> None:
     row = driver_findings.run_size(300, spark_engine.session)  # type: ignore[attr-defined]
     assert row["findings"] == 300 and row["baseline: findings as objects MB"] >= 0
+
+
+def test_continuous_bench_runs() -> None:
+    """Two auditor processes, the churn, every loss class (a few of each), a full-share bookie wiped."""
+    from bench import continuous
+
+    out = continuous.run(300, 2, 3, idle_s=2, churn_s=3, churn_rate=5)
+    out["churn_seconds"] = 3
+    assert [(r["injected"], r["found"]) for r in out["detect"]] == [(2, 2)] * 5 + [(1, 1)]
+    rows = continuous.cost_rows(out)
+    assert rows[0]["cost"] == "zk_requests" and rows[0]["full run"] > 0
+    assert out["missed"] == ["scrutiny_continuous_missed_total 0.0"]
