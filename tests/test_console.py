@@ -62,6 +62,11 @@ class Console:
             text, status = exc.read().decode(), exc.code
         return status, text if html else json.loads(text)
 
+    def stop(self) -> None:
+        self.auditor.stop()
+        for agent in self.agents.values():
+            agent.stop(grace=0)
+
     def full_run(self) -> None:
         before = self.auditor.last.get("rescan")
         self.auditor.rescan(None, "")
@@ -116,9 +121,7 @@ def healthy(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str
     try:
         yield c
     finally:
-        c.auditor.stop()
-        for agent in c.agents.values():
-            agent.stop(grace=0)
+        c.stop()
 
 
 def test_the_verdict_new_and_resolved_findings_and_the_history(healthy: Console) -> None:
@@ -192,9 +195,7 @@ def troubled(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: st
         c.full_run()
         yield c
     finally:
-        c.auditor.stop()
-        for agent in c.agents.values():
-            agent.stop(grace=0)
+        c.stop()
 
 
 def test_the_bookies_and_their_states(troubled: Console) -> None:
@@ -310,9 +311,7 @@ def test_the_console_over_https_with_a_token_and_a_client_certificate(
         with pytest.raises(ssl.SSLCertVerificationError):  # and a client that does not trust the certificate
             get("/", ssl.create_default_context(), TOKEN)
     finally:
-        c.auditor.stop()
-        for agent in c.agents.values():
-            agent.stop(grace=0)
+        c.stop()
 
 
 def test_the_console_in_a_browser(healthy: Console, tmp_path: Path) -> None:
