@@ -109,7 +109,7 @@ class Cluster:
             self.own_requests += 1
             return send(request, async_object)
 
-        self.client._call = counted  # type: ignore[method-assign]
+        self.client._call = counted
         self.root = "/bench/ledgers"
         self.uri = f"zk+hierarchical://{self.zk.hosts}{self.root}"
         self.writer = ClusterWriter(self.client, self.root)

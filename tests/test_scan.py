@@ -92,7 +92,7 @@ def test_scope_of_chosen_ledgers_and_of_one_bookie(demo: tuple[DemoCluster, str]
     assert found(report.violations) == {("NO_REPLICA_OF_AN_ENTRY", 9001), ("PLACEMENT_POLICY_NOT_ADHERING", 9004),
                                         ("UNDERREPLICATED_ELAPSED_GRACE_PERIOD", 17)}
     assert report.ledgers["seen"] == 4
-    gone = ScrutinyRun(settings_for(uri), LocalEngine()).execute(only_bookie=bookie(DECOMMISSIONED))
+    gone = ScrutinyRun(settings_for(uri), LocalEngine()).execute(only_bookies=[bookie(DECOMMISSIONED)])
     # its ledger, and the one whose metadata nobody can read (it may be one of its ledgers)
     assert found(gone.violations) == {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 9008), ("INVALID_METADATA", 9010)}
     assert gone.ledgers["seen"] == 2

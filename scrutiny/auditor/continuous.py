@@ -44,6 +44,7 @@ LOOKED_AT: tuple[Category, ...] = in_phase(Phase.LEDGERS) + in_phase(Phase.MARKS
 AGENTS_EVERY_SECONDS = 60.0  # how often the leader lists the agents (sooner when a registration or feed moved)
 AGENTS_AT_MOST_EVERY_SECONDS = 5.0  # ... but never more often: an agent down for long is not a storm of listings
 CURSORS_FORMAT = 1
+LEDGERS, BOOKIES = LANES = ("ledgers", "bookies")
 
 
 @dataclass(frozen=True)
@@ -54,58 +55,57 @@ class Due:
 
 class Backlog:
     """What the feeds named, each due at its time (now, after the write-cache grace, after the lost-bookie
-    delay): the ledgers and the bookies (every ledger of one) to look at, and how many are being looked at."""
+    delay), in two lanes: ledgers, and bookies (every ledger of one: a pass over the whole metadata, which a
+    look at a few ledgers never waits for); and how many of each are being looked at."""
 
-    def __init__(self, poke: Callable[[], None]) -> None:
+    def __init__(self, pokes: dict[str, Callable[[], None]]) -> None:
         self._lock = threading.Lock()
-        self._ledgers: dict[int, Due] = {}
-        self._bookies: dict[str, Due] = {}
-        self._looking = 0
-        self._poke = poke  # wakes the loop that takes them
+        self._due: dict[str, dict[Any, Due]] = {lane: {} for lane in LANES}
+        self._looking = dict.fromkeys(LANES, 0)
+        self._pokes = pokes  # wake the loop that takes each lane
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._ledgers) + len(self._bookies) + self._looking
+            return sum(len(d) for d in self._due.values()) + sum(self._looking.values())
 
     def add(self, ledger_ids: list[int] | tuple[int, ...], at_ms: int, why: str) -> None:
         with self._lock:
+            due = self._due[LEDGERS]
             for lid in ledger_ids:
-                old = self._ledgers.get(lid)
-                self._ledgers[lid] = Due(max(at_ms, old.at_ms) if old else at_ms, why)
-        self._poke()
+                old = due.get(lid)
+                due[lid] = Due(max(at_ms, old.at_ms) if old else at_ms, why)
+        self._pokes[LEDGERS]()
 
     def add_bookie(self, bookie: str, at_ms: int, why: str) -> None:
         with self._lock:
-            self._bookies[bookie] = Due(at_ms, why)
-        self._poke()
+            self._due[BOOKIES][bookie] = Due(at_ms, why)
+        self._pokes[BOOKIES]()
 
     def forget(self, ledger_id: int) -> None:
         with self._lock:
-            self._ledgers.pop(ledger_id, None)
+            self._due[LEDGERS].pop(ledger_id, None)
 
-    def first_due_ms(self) -> int | None:
+    def first_due_ms(self, lane: str) -> int | None:
         with self._lock:
-            return min((d.at_ms for d in (*self._ledgers.values(), *self._bookies.values())), default=None)
+            return min((d.at_ms for d in self._due[lane].values()), default=None)
 
-    def take(self, now_ms: int, most: int) -> tuple[dict[int, Due], dict[str, Due], int, bool]:
-        """What is due now: (ledgers, bookies, how many ledgers more than `most` made a mass event instead,
-        whether nothing else waits). Counted as being looked at until `done`."""
+    def take(self, lane: str, now_ms: int, most: float = math.inf) -> tuple[dict[Any, Due], int]:
+        """What is due now in this lane, and how many more than `most` made a mass event instead. Counted
+        as being looked at until `done`."""
         with self._lock:
-            due = {lid: d for lid, d in self._ledgers.items() if d.at_ms <= now_ms}
-            bookies = {b: d for b, d in self._bookies.items() if d.at_ms <= now_ms}
-            for lid in due:
-                del self._ledgers[lid]
-            for b in bookies:
-                del self._bookies[b]
+            waiting = self._due[lane]
+            due = {k: d for k, d in waiting.items() if d.at_ms <= now_ms}
+            for k in due:
+                del waiting[k]
             mass = len(due) if len(due) > most else 0
             if mass:  # a rack lost: one full run, never a storm of small ones
                 due = {}
-            self._looking = len(due) + len(bookies)
-            return due, bookies, mass, not self._ledgers and not self._bookies
+            self._looking[lane] = len(due)
+            return due, mass
 
-    def done(self) -> None:
+    def done(self, lane: str) -> None:
         with self._lock:
-            self._looking = 0
+            self._looking[lane] = 0
 
 
 class Continuous:
@@ -121,8 +121,10 @@ class Continuous:
         self._cursors: dict[str, tuple[str, int]] = {}  # bookie -> (feed id, last sequence looked at)
         self._seen: dict[str, tuple[str, int]] = {}  # ... last sequence taken note of
         self._stop = threading.Event()
-        self._poke = threading.Event()  # something to look at, or cursors moved: the loop wakes only then
-        self.backlog = Backlog(self._poke.set)
+        # something to look at (or, for the ledgers' loop, cursors moved): each lane's loop wakes only then
+        self._pokes = {lane: threading.Event() for lane in LANES}
+        self.backlog = Backlog({lane: e.set for lane, e in self._pokes.items()})
+        self._recording = threading.Lock()
         self._agents_moved = threading.Event()  # a registration or an agent's feed changed: list the agents again
         self._threads: list[threading.Thread] = []
         self._watch: TreeWatchHandle | None = None
@@ -143,10 +145,9 @@ class Continuous:
     def start(self, store: MetadataStore) -> None:
         """On election: follow the feeds from where the last leader's cursors say, and look at what they name."""
         self._stop.clear()
-        self._poke.clear()
         self._agents_moved.clear()
         self._store = store
-        self._cursors, position = self._stored_cursors(store)
+        self._cursors, position = stored_cursors(store)
         self._seen = dict(self._cursors)
         self.state.watching(self._ms())
         self._watch = store.watch_tree(self._on_tree, lambda why: self._gap("metadata", why), position)
@@ -162,14 +163,16 @@ class Continuous:
                                  lambda _: self._agents_moved.set(), self.feeds,
                                  channel_credentials(s.bookie_tls_ca, s.bookie_tls_cert, s.bookie_tls_key),
                                  s.bookie_max_message_bytes)
-        for target, name in ((self._follow_agents, "continuous-agents"), (self._work, "continuous")):
-            t = threading.Thread(target=target, name=name, daemon=True)
+        for target, name, args in ((self._follow_agents, "continuous-agents", ()), (self._work, "continuous",
+                                   (LEDGERS,)), (self._work, "continuous-bookies", (BOOKIES,))):
+            t = threading.Thread(target=target, args=args, name=name, daemon=True)
             t.start()
             self._threads.append(t)
 
     def stop(self) -> None:
         self._stop.set()
-        self._poke.set()
+        for poke in self._pokes.values():
+            poke.set()
         self._agents_moved.set()
         self.state.stopped_watching()
         if self._watch is not None:
@@ -251,7 +254,7 @@ class Continuous:
             if feed_id:  # a first reader has missed nothing: it starts watching now
                 self._gap(f"agent {bookie}", msg.detail)
             self._seen[bookie] = (msg.feed_id, msg.sequence)
-            self._poke.set()  # the new cursor recorded
+            self._pokes[LEDGERS].set()  # the new cursor recorded
             return
         why = f"{Msg.Kind.Name(msg.kind)} on {bookie}" + (f": {msg.detail}" if msg.detail else "")
         self.stats["agent_changes"] += 1
@@ -263,73 +266,79 @@ class Continuous:
 
     # -- looking ------------------------------------------------------------------------------------
 
-    def _work(self) -> None:
-        """A batch when something is due, at most one every continuous_batch_seconds; asleep otherwise (an
-        idle leader costs nothing but its feeds' heartbeats)."""
-        interval, last = self.settings.continuous_batch_seconds, -math.inf
+    def _work(self, lane: str) -> None:
+        """A batch of this lane when something is due, at most one every continuous_batch_seconds; asleep
+        otherwise (an idle leader costs nothing but its feeds' heartbeats)."""
+        interval, last, poke = self.settings.continuous_batch_seconds, -math.inf, self._pokes[lane]
         while not self._stop.is_set():
-            self._poke.clear()
-            first = self.backlog.first_due_ms()
+            poke.clear()
+            first = self.backlog.first_due_ms(lane)
             if first is None:
-                self._record_idle_cursors()
-                self._poke.wait()
+                self._record_cursors_if_settled(self._cursors_now())
+                poke.wait()
                 continue
             delay = max((first - self._ms()) / 1000, last + interval - time.monotonic())
             if delay > 0:
-                self._poke.wait(delay)
+                poke.wait(delay)
                 continue
             last = time.monotonic()
             try:
-                self.batch()
+                self.batch(lane)
             except Exception:
-                log.exception("continuous scrutiny: a batch failed; its ledgers wait for the next")
+                log.exception("continuous scrutiny: a batch failed; its %s wait for the next", lane)
 
-    def _record_idle_cursors(self) -> None:
+    def _cursors_now(self) -> tuple[dict[str, tuple[str, int]], str]:
         with self._lock:
-            cursors = dict(self._seen)
-            position = self._watch.position() if self._watch is not None else ""
-        self._record_cursors(cursors, position)
+            return dict(self._seen), self._watch.position() if self._watch is not None else ""
 
-    def batch(self) -> None:
-        """The ledgers and bookies due now, looked at with BP-34's steps; the current state updated."""
+    def batch(self, lane: str = LEDGERS) -> None:
+        """What is due now in this lane, looked at with BP-34's steps; the current state updated."""
         most = max(1, int(self.settings.continuous_max_ledgers_per_second * self.settings.continuous_batch_seconds))
-        due, bookies, mass, settled = self.backlog.take(self._ms(), most)
-        cursors = dict(self._seen)
-        position = self._watch.position() if self._watch is not None else ""
+        cursors = self._cursors_now()  # before the take: what they name is taken, or still waits
+        due, mass = self.backlog.take(lane, self._ms(), most if lane == LEDGERS else math.inf)
         try:
             if mass:
                 self.stats["degraded"] += 1
                 self.schedule_full(f"{mass} ledgers changed at once (continuous_max_ledgers_per_second)")
-            self._look_now(due, bookies)
+            if due and lane == LEDGERS:
+                self._look_at_ledgers(due)
+            elif due:
+                self._look_at_bookies(due)
         finally:
-            self.backlog.done()
-        if settled:
-            self._record_cursors(cursors, position)
+            self.backlog.done(lane)
+        self._record_cursors_if_settled(cursors)
 
-    def _look_now(self, due: dict[int, Due], bookies: dict[str, Due]) -> None:
+    def _look_at_ledgers(self, due: dict[int, Due]) -> None:
+        report = self._scoped(ledger_ids=sorted(due))
+        if report is None:
+            for lid, d in due.items():
+                self._look([lid], d.why, self.settings.continuous_batch_seconds)
+            return
+        self.state.looked_again(due, report.violations, self._ms(),
+                                {lid: f"continuous: {d.why}" for lid, d in due.items()}, LOOKED_AT)
+
+    def _look_at_bookies(self, due: dict[str, Due]) -> None:
+        """Every ledger of these bookies, in one pass over the metadata."""
         again = self.settings.continuous_batch_seconds
-        if due:
-            report = self._scoped(ledger_ids=sorted(due))
-            if report is None:
-                for lid, d in due.items():
-                    self._look([lid], d.why, again)
-            else:
-                self.state.looked_again(due, report.violations, self._ms(),
-                                        {lid: f"continuous: {d.why}" for lid, d in due.items()}, LOOKED_AT)
-        if bookies:
-            self._sight_lost_bookies()
-        for bookie, d in bookies.items():
+        self._sight_lost_bookies()
+        for bookie, d in list(due.items()):
             wait = self._until_lost_bookie_due(bookie)
             if wait > 0:  # the cluster's lostBookieRecoveryDelay is longer than the setting: not yet
                 self._look_at_bookie(bookie, d.why, wait)
-                continue
-            report = self._scoped(only_bookie=bookie)
-            if report is None:
+                del due[bookie]
+        report = self._scoped(only_bookies=sorted(due)) if due else None
+        if report is None:
+            for bookie, d in due.items():
                 self._look_at_bookie(bookie, d.why, again)
-                continue
-            self.state.looked_again_bookie(bookie, report.violations, self._ms(), f"continuous: {d.why}", LOOKED_AT)
-            if report.stats.get("lost_bookie_ledgers_not_yet_due"):  # its sighting is later than the watch's
-                self._look_at_bookie(bookie, d.why, max(again, self.scan.lost_bookie_grace_period))
+            return
+        how = {v.ledger_id: f"continuous: {next((d.why for b, d in due.items() if b in v.bookies), '')}"
+               for v in report.violations}
+        self.state.looked_again_bookies(due, report.violations, self._ms(), how, LOOKED_AT)
+        if report.stats.get("lost_bookie_ledgers_not_yet_due"):  # its sighting is later than the watch's
+            with self._lock:
+                gone = due.keys() & self._gone.keys()
+            for bookie in gone:
+                self._look_at_bookie(bookie, due[bookie].why, max(again, self.scan.lost_bookie_grace_period))
 
     def _until_lost_bookie_due(self, bookie: str) -> float:
         """Seconds until the lost-bookie check is due for a bookie whose registration went (0: due, or not
@@ -345,8 +354,13 @@ class Continuous:
         delay = self.scan.lost_bookie_recovery_delay if delay is None else delay
         return (gone - self._ms()) / 1000 + delay + self.scan.lost_bookie_grace_period + 1
 
-    def _record_cursors(self, cursors: dict[str, tuple[str, int]], position: str) -> None:
-        if (cursors, position) != (self._cursors, self._position) and self._store is not None:
+    def _record_cursors_if_settled(self, at: tuple[dict[str, tuple[str, int]], str]) -> None:
+        """Record how far the feeds were read when everything they had named by then is looked at (nothing
+        waits in either lane): a new leader goes on from there."""
+        cursors, position = at
+        with self._recording:
+            if len(self.backlog) or (cursors, position) == (self._cursors, self._position) or self._store is None:
+                return
             try:
                 self._store.set_continuous_cursors(_cursors_bytes(cursors, position))
                 self._cursors, self._position = cursors, position
@@ -389,15 +403,15 @@ class Continuous:
     def _pause(self, seconds: float) -> None:
         self._stop.wait(seconds)  # a batch's delayed re-check ends early when the leader steps down
 
-    # -- cursors ------------------------------------------------------------------------------------
 
-    def _stored_cursors(self, store: MetadataStore) -> tuple[dict[str, tuple[str, int]], str]:
-        data = store.continuous_cursors()
-        try:
-            return parse_cursors(data) if data else ({}, "")
-        except DataError as exc:
-            log.error("%s: following every feed from now", exc)
-            return {}, ""
+def stored_cursors(store: MetadataStore) -> tuple[dict[str, tuple[str, int]], str]:
+    """Where the last leader's feeds were read to; from now on every feed when what it kept is unreadable."""
+    data = store.continuous_cursors()
+    try:
+        return parse_cursors(data) if data else ({}, "")
+    except DataError as exc:
+        log.error("%s: following every feed from now", exc)
+        return {}, ""
 
 
 def _cursors_bytes(cursors: dict[str, tuple[str, int]], position: str) -> bytes:

@@ -109,12 +109,13 @@ class CurrentState:
                                            before.found_by if before else how)
             return added, len(cleared)
 
-    def looked_again_bookie(self, bookie: str, found: Iterable[Violation], now_ms: int, found_by: str,
-                            categories: Collection[Category]) -> tuple[int, int]:
-        """A look at every ledger of one bookie: what names that bookie (or counts it as gone) and is not found
-        again is cleared; what is new is added."""
-        return self._looked_again_where(lambda c: bookie in c.violation.bookies
-                                        or bookie in c.violation.details.get("lost_bookies", ()),
+    def looked_again_bookies(self, bookies: Collection[str], found: Iterable[Violation], now_ms: int,
+                             found_by: str | Mapping[int, str], categories: Collection[Category]) -> tuple[int, int]:
+        """A look at every ledger of these bookies: what names one of them (or counts it as gone) and is not
+        found again is cleared; what is new is added."""
+        named = set(bookies)
+        return self._looked_again_where(lambda c: bool(named & {*c.violation.bookies,
+                                                                 *c.violation.details.get("lost_bookies", ())}),
                                         found, now_ms, found_by, categories)
 
     def replaced(self, found: Iterable[Violation], now_ms: int, found_by: str,
@@ -124,7 +125,7 @@ class CurrentState:
                                         categories)
 
     def _looked_again_where(self, looked_at: Callable[[Current], bool], found: Iterable[Violation], now_ms: int,
-                            found_by: str, categories: Collection[Category]) -> tuple[int, int]:
+                            found_by: str | Mapping[int, str], categories: Collection[Category]) -> tuple[int, int]:
         fresh = list(found)
         with self._lock:
             ids = {k[1] for k, c in self._found.items() if looked_at(c)}

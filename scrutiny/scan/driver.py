@@ -103,12 +103,12 @@ class ScrutinyRun:
         self.sleep = sleep
         self.run_id = run_id or uuid.uuid4().hex[:12]
 
-    def execute(self, ledger_ids: Iterable[int] | None = None, only_bookie: str = "",
+    def execute(self, ledger_ids: Iterable[int] | None = None, only_bookies: Collection[str] = (),
                 without: Collection[str] = (), without_racks: Collection[str] = ()) -> Report:
-        """One run: every ledger, or the given ones, or those of one bookie; or a what-if: the ledgers
+        """One run: every ledger, or the given ones, or those of some bookies; or a what-if: the ledgers
         of the bookies (and racks) `without`, as they would be were those down. Raises
         MetadataStoreUnavailable when the store cannot be reached at the start."""
-        pending = self.start(ledger_ids, only_bookie, without, without_racks)
+        pending = self.start(ledger_ids, only_bookies, without, without_racks)
         if pending.faulty:
             self.sleep(self.settings.recheck_delay)
         return self.finish(pending)
@@ -126,7 +126,7 @@ class ScrutinyRun:
                 faulty, batch = faulty.plus(batch), {}
         return faulty.plus(batch)
 
-    def start(self, ledger_ids: Iterable[int] | None = None, only_bookie: str = "",
+    def start(self, ledger_ids: Iterable[int] | None = None, only_bookies: Collection[str] = (),
               without: Collection[str] = (), without_racks: Collection[str] = ()) -> PendingRun:
         """The first pass. The caller waits `recheck_delay` when the result has potentially faulty
         ledgers (the daemon schedules `finish` as a one-off job), then calls `finish`."""
@@ -146,7 +146,7 @@ class ScrutinyRun:
             gone = frozenset(without) | {b for b, r in locations.items() if r in set(without_racks)}
             if (without or without_racks) and not gone:
                 problems.append(f"what-if: no bookie is on the racks {sorted(without_racks)}")
-            only = frozenset({only_bookie} if only_bookie else ()) | gone
+            only = frozenset(only_bookies) | gone
             wanted = list(ledger_ids) if ledger_ids is not None else list(s.ledgers)
             scoped = bool(wanted)
             whole = not (scoped or only or s.topics)
