@@ -329,3 +329,45 @@ def test_a_mass_event_is_a_full_run_not_a_storm() -> None:
     c.batch()
     assert c.stats["degraded"] == 1 and len(asked) == 1 and "201 ledgers changed at once" in asked[0]
     assert c.pending() == 0  # the full run looks at them all
+
+
+def test_a_look_at_every_ledger_of_a_bookie_never_holds_up_the_looks_at_a_few_ledgers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bookie back empty is a pass over the whole metadata (minutes at a million ledgers): the ledgers the
+    feeds name meanwhile are looked at in their own lane, and the bookies due together share one pass."""
+    import threading
+
+    from scrutiny.auditor.continuous import BOOKIES, LEDGERS, Continuous
+    from scrutiny.auditor.currentstate import CurrentState
+
+    c = Continuous(ScanSettings(metadata_service_uri="zk://127.0.0.1:1/ledgers"),
+                   AuditorSettings(continuous_batch_seconds=0.1), CurrentState(), lambda _: None)
+    passing, release, looked = threading.Event(), threading.Event(), threading.Event()
+    passes: list[list[str]] = []
+
+    def bookies_pass(due: dict[str, Any]) -> None:
+        passes.append(sorted(due))
+        passing.set()
+        release.wait(30)
+
+    monkeypatch.setattr(c, "_look_at_bookies", bookies_pass)
+    monkeypatch.setattr(c, "_look_at_ledgers", lambda due: looked.set())
+    workers = [threading.Thread(target=c._work, args=(lane,), daemon=True) for lane in (LEDGERS, BOOKIES)]
+    for w in workers:
+        w.start()
+    try:
+        c._look_at_bookie("b1:3181", "BOOKIE_RESET on b1:3181")
+        assert passing.wait(10)
+        c._look_at_bookie("b2:3181", "BOOKIE_RESET on b2:3181")
+        c._look_at_bookie("b3:3181", "BOOKIE_RESET on b3:3181")
+        c._look([7], "LEDGERS_GONE on b4:3181")
+        assert looked.wait(5), "the look at ledger 7 waited for the bookie's pass"
+        wait_for(lambda: c.pending() == 3, 5)  # b1 being looked at, b2 and b3 waiting
+        release.set()
+        wait_for(lambda: c.pending() == 0, 10)
+        assert passes == [["b1:3181"], ["b2:3181", "b3:3181"]]
+    finally:
+        release.set()
+        c.stop()
+        for w in workers:
+            w.join(5)

@@ -331,7 +331,9 @@ class Continuous:
             for bookie, d in due.items():
                 self._look_at_bookie(bookie, d.why, again)
             return
-        how = {v.ledger_id: f"continuous: {next((d.why for b, d in due.items() if b in v.bookies), '')}"
+        first = next(iter(due.values())).why
+        how = {v.ledger_id: "continuous: " + next((d.why for b, d in due.items() if b in v.bookies
+                                                   or b in v.details.get("lost_bookies", ())), first)
                for v in report.violations}
         self.state.looked_again_bookies(due, report.violations, self._ms(), how, LOOKED_AT)
         if report.stats.get("lost_bookie_ledgers_not_yet_due"):  # its sighting is later than the watch's
