@@ -264,6 +264,7 @@ class Cluster:
         """One silent loss of this kind; the ledgers it puts below their ack quorum."""
         if kind == KINDS[2]:
             entrylog.log_path(self.path, i + 1).unlink()
+            self.touched.add(self.log_ids[i])  # a later loss of another copy makes it NO_REPLICA instead
             return [self.log_ids[i]]
         if kind == KINDS[4]:
             self.holdings[SMALL[i]].wipe()
