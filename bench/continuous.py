@@ -264,10 +264,11 @@ class Cluster:
         """One silent loss of this kind; the ledgers it puts below their ack quorum."""
         if kind == KINDS[2]:
             entrylog.log_path(self.path, i + 1).unlink()
-            self.touched.add(self.log_ids[i])  # a later loss of another copy makes it NO_REPLICA instead
+            self.touched.add(self.log_ids[i])
             return [self.log_ids[i]]
         if kind == KINDS[4]:
             self.holdings[SMALL[i]].wipe()
+            self.touched.update(self.small_of[SMALL[i]])
             return list(self.small_of[SMALL[i]])
         if kind == KINDS[1]:
             lid = self.pick(on=LIVE)
@@ -455,9 +456,9 @@ def big_reset(cluster: Cluster, auditor: AuditorProcess) -> dict[str, Any]:
     """A bookie with its full share back empty: more ledgers at once than continuous_max_ledgers_per_second
     allows, so a full run instead (a mass event); the time to the first and to the last of a sample."""
     bookie = SYNTHETIC[0]
-    held = [lid for lid, m in cluster.ledgers.items() if bookie in m.bookies and lid not in cluster.touched]
-    small = {lid for ids in cluster.small_of.values() for lid in ids}  # wiped already: no copy left at all
-    candidates = [lid for lid in held if lid not in small]
+    held = [lid for lid, m in cluster.ledgers.items() if bookie in m.bookies]
+    # a ledger a loss was aimed at already: a second loss makes it NO_REPLICA_OF_AN_ENTRY instead
+    candidates = [lid for lid in held if lid not in cluster.touched]
     sample = set(random.Random(1).sample(candidates, min(200, len(candidates))))
     t0 = time.monotonic()
     cluster.holdings[bookie].wipe()
