@@ -41,7 +41,11 @@ IDS_PER_MESSAGE = 65_536  # 512 KiB of ledger ids per ListLedgers message
 ANSWERS_PER_MESSAGE = 1000
 MESSAGE_BYTES = 1 << 20
 SERVICE_NAME = "scrutiny.v1.Bookie"
-HEARTBEAT_SECONDS = 5.0  # a WatchHoldings stream says it is alive at least this often
+# A WatchHoldings stream says it is alive at least this often. A host gone without a word is told by the
+# reader's HTTP/2 keepalive pings (answered by gRPC's core, never waking Python); the heartbeat is for an
+# agent whose process hangs, and each one costs the reader a wake-up: seldom.
+HEARTBEAT_SECONDS = 300.0
+KEEPALIVE_PINGS_AT_MOST_EVERY_MS = 10_000  # the readers ping every 30 s (scrutiny.auditor.feeds)
 WATCH_INTERVAL_SECONDS = 5.0  # the agent looks at its bookie for changes this often (0: never)
 GIVE_UP_AFTER_GRACE = 3.0  # seconds past the stop's grace after which the process ends regardless
 
@@ -327,6 +331,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         if getattr(self.source, "changes", None) is None:
             context.abort(grpc.StatusCode.UNIMPLEMENTED,
                           f"a {type(self.source).__name__} cannot watch what the bookie holds")
+        context.send_initial_metadata(())  # the reader knows at once that it follows a live agent
         msg = bookie_pb2.HoldingsChange
         feed, last, heartbeat = self.feed, request.after_sequence, time.monotonic()
         reader = request.feed_id
@@ -438,7 +443,10 @@ class BookieAgent:
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent"),
             maximum_concurrent_rpcs=max_concurrent_calls,
             options=[("grpc.max_send_message_length", max_message_bytes),
-                     ("grpc.max_receive_message_length", 4 * 1024 * 1024)],
+                     ("grpc.max_receive_message_length", 4 * 1024 * 1024),
+                     # gRPC's default takes a ping more often than every 5 minutes for abuse
+                     ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_PINGS_AT_MOST_EVERY_MS),
+                     ("grpc.http2.max_ping_strikes", 0)],
         )
         self.servicer = BookieServicer(source, answers_per_message=answers_per_message,
                                        deep_rate=Rate(deep_bytes_per_second),

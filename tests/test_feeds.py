@@ -1,9 +1,13 @@
 """The leader's side of the agents' change feeds (`scrutiny.auditor.feeds`), against real gRPC servers on
 loopback: changes arrive in order with the reader's cursor, a stream that goes silent (a host gone without
-a word) is taken for dead and followed again, an agent that cannot watch is said to be unavailable."""
+a word) is taken for dead and followed again, a frozen agent is told by keepalive pings, an agent that cannot
+watch is said to be unavailable."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +19,7 @@ import pytest
 
 from scrutiny.auditor import feeds
 from scrutiny.auditor.feeds import AgentFeeds
+from scrutiny.testing.processes import stop
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 from tests.helpers import wait_for
 
@@ -106,3 +111,45 @@ def test_an_agent_that_cannot_watch_is_unavailable_and_a_stopped_one_down(serve:
         assert "bridge" not in downs and downs.count("nobody") >= 2  # tried again, and again
     finally:
         f.stop()
+
+
+AGENT = """
+import signal, sys
+import scrutiny.agent as agent
+from scrutiny.testing.churn import MutableHoldings
+agent.KEEPALIVE_PINGS_AT_MOST_EVERY_MS = 200
+a = agent.BookieAgent(MutableHoldings(), bind="127.0.0.1:0", workers=2).start()
+print(a.port, flush=True)
+signal.sigwait({signal.SIGTERM})
+"""
+
+
+def test_a_frozen_agent_is_told_by_keepalive_pings_without_a_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real agent, frozen (SIGSTOP: its host gone without a word, its sockets open): the reader's
+    HTTP/2 pings go unanswered, the stream fails long before FEED_SILENT_SECONDS, and it is followed again
+    once the agent thaws. Nothing in Python pings: gRPC's core does."""
+    monkeypatch.setattr(feeds, "KEEPALIVE_MS", 500)
+    monkeypatch.setattr(feeds, "KEEPALIVE_TIMEOUT_MS", 500)
+    monkeypatch.setattr(feeds, "RECONNECT_SECONDS", 0.1)
+    assert feeds.FEED_SILENT_SECONDS >= 60
+    proc = subprocess.Popen([sys.executable, "-c", AGENT], stdout=subprocess.PIPE, text=True)
+    states: dict[str, str] = {}
+    downs: list[str] = []
+    f = AgentFeeds(lambda b: b, lambda b: ("", 0), lambda *_: None, downs.append, states)
+    try:
+        address = f"127.0.0.1:{proc.stdout.readline().strip()}"  # type: ignore[union-attr]
+        feed = f"agent {address}"
+        f.follow(address)
+        wait_for(lambda: states.get(feed) == "up", 20)  # nothing changed: no message, but the stream is open
+        time.sleep(2)  # pings answered: still up
+        assert not downs
+        proc.send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        wait_for(lambda: downs and states[feed] == "down", 20)
+        assert time.monotonic() - frozen < 10
+        proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: states.get(feed) == "up", 30)
+    finally:
+        f.stop()
+        proc.send_signal(signal.SIGCONT)
+        stop(proc)

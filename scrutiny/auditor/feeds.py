@@ -3,8 +3,11 @@
 Why not a thread per agent with the threaded gRPC client: a reader blocked on a threaded stream wakes ten
 times a second (grpc's `_common.wait` polls in 0.1 s slices so that signals are seen), so an idle leader
 following a hundred agents woke a thousand times a second for nothing. Here a quiet stream costs nothing
-but the agent's heartbeat. A stream that says nothing, not even its heartbeat, for FEED_SILENT_SECONDS is
-taken for dead (a host gone without a word) and followed again.
+in Python: a host gone without a word is told by HTTP/2 keepalive pings, which gRPC's core sends and
+answers (the stream then fails and is followed again). A stream that says nothing, not even the agent's
+heartbeat (every 5 minutes: an agent whose process hangs still answers pings), for FEED_SILENT_SECONDS is
+taken for dead too and followed again. Heartbeats every few seconds cost an idle leader with 60 agents
+about 14 s of CPU an hour (0.3 ms each).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
 log = logging.getLogger(__name__)
 RECONNECT_SECONDS = 2.0
-FEED_SILENT_SECONDS = 20.0  # an agent heartbeats at least every 5 s (scrutiny.agent.HEARTBEAT_SECONDS)
+FEED_SILENT_SECONDS = 660.0  # two heartbeats missed (scrutiny.agent.HEARTBEAT_SECONDS), and a minute
+KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS = 30_000, 10_000  # a ping every 30 s, answered within 10 s or the stream fails
 
 
 class AgentFeeds:
@@ -37,7 +41,10 @@ class AgentFeeds:
                  max_message_bytes: int = 64 * 1024 * 1024) -> None:
         self.address, self.cursor, self.on_message, self.on_down = address, cursor, on_message, on_down
         self.states, self.credentials = states, credentials
-        self.options = [("grpc.max_receive_message_length", max_message_bytes), ("grpc.enable_retries", 0)]
+        self.options = [("grpc.max_receive_message_length", max_message_bytes), ("grpc.enable_retries", 0),
+                        ("grpc.keepalive_time_ms", KEEPALIVE_MS), ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+                        ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+                        ("grpc.http2.max_pings_without_data", 0)]  # a quiet stream sends no data: ping anyway
         self._loop = asyncio.new_event_loop()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._thread = threading.Thread(target=self._loop.run_forever, name="continuous-feeds", daemon=True)
@@ -89,8 +96,9 @@ class AgentFeeds:
         feed_id, after = self.cursor(bookie)
         call = bookie_pb2_grpc.BookieStub(channel).WatchHoldings(
             bookie_pb2.WatchHoldingsRequest(feed_id=feed_id, after_sequence=after))
-        self.states[feed] = "up"
         try:
+            await asyncio.wait_for(call.initial_metadata(), FEED_SILENT_SECONDS)  # the agent sends it at once
+            self.states[feed] = "up"
             while True:
                 msg = await asyncio.wait_for(call.read(), FEED_SILENT_SECONDS)
                 if msg is aio.EOF:  # the agent stopping ends its streams
