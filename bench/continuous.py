@@ -8,17 +8,19 @@ fifty small bookies (`--small-ledgers` each) for the bookie-back-empty class; th
 process with BookKeeper's write-cache lag (`write_cache_grace_seconds` 10) and no periodic run.
 
 Measured, in this order:
-1. an auditor with continuous mode off: idle for `--idle-seconds`, then one full run (rescan), its cost;
-2. an auditor with continuous mode on (the default): its election's full run (its baseline) and cost;
-   idle for `--idle-seconds`; then `--churn-seconds` at `--churn-rate` changes a second (creates, closes,
+1. without continuous mode (the auditor's off, the DbLedgerStorage agent not watching its bookie): idle
+   for `--idle-seconds`; then `--churn-seconds` at `--churn-rate` changes a second (creates, closes,
    deletes collected later by the bookies, re-replications that copy first; on every bookie, the
-   DbLedgerStorage one too);
+   DbLedgerStorage one too); then one full run (rescan), its cost;
+2. with continuous mode on (the default; the agent restarted, watching every 5 s): the election's full
+   run and its cost; idle for `--idle-seconds`; the same churn for `--churn-seconds`;
 3. time to detect: `--per-class` losses of each class, each on its own ledger, from the moment of the loss
    to its finding on /api/v1/current and on /metrics (scrutiny_violations): p50, p99, max.
-Costs: ZooKeeper's requests (the server's own count, every session's pings included) and its CPU, the
-DbLedgerStorage agent's CPU, the synthetic agents' answers, the auditor process's CPU. An hour of
-continuous mode at 1% of the ledgers changing, measured (the churn window scaled to an hour), against the
-full run; and its margin over an auditor that only waits for its daily run.
+Costs: ZooKeeper's requests (the server's own count, every session's pings included, the cluster's own
+writes not) and its CPU, the DbLedgerStorage agent's CPU, the synthetic agents' answers, the auditor
+process's CPU. An hour at 1% of the ledgers changing is each window scaled to that rate; what continuous
+mode costs is that hour with it on less the same hour with it off (the cluster's own churn, ZooKeeper's and
+the processes' idle cost are in both), against one full run.
 
     python -m bench.continuous [--ledgers 1000000 --per-class 50]
 """
@@ -154,22 +156,31 @@ class Cluster:
         self.agents = {b: BookieAgent(h, bind="127.0.0.1:0", workers=4).start() for b, h in self.holdings.items()}
         for b, a in self.agents.items():
             a.register(registry, b, f"127.0.0.1:{a.port}")
-        self.live_agent = subprocess.Popen(
-            [sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", LIVE, "--source", "dbledgerstorage",
-             "--ledger-dir", str(self.path), "--scratch-dir", str(workdir / "scratch"), "--bind", "127.0.0.1:0",
-             "--metadata-service-uri", self.uri], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        say("starting the DbLedgerStorage bookie's agent")
-        self.live_agent.stdout.readline()  # type: ignore[union-attr]
+        self.live_agent: subprocess.Popen[str] | None = None
+        self.start_live_agent(watching=False)
         for b in [*SYNTHETIC, *SMALL, EMPTY, LIVE]:
             self.writer.register_bookie(BookieRegistration(b, False))
         self.touched: set[int] = set()  # ledgers a loss was aimed at: the churn leaves them alone
         self.plain = [x for x in range(ledgers) if x not in self.log_ids]
         self.timers: list[threading.Timer] = []
 
+    def start_live_agent(self, watching: bool) -> None:
+        """The DbLedgerStorage bookie's agent (again), looking at its bookie every 5 s or never."""
+        if self.live_agent is not None:
+            stop(self.live_agent)
+        say(f"starting the DbLedgerStorage bookie's agent ({'' if watching else 'not '}watching)")
+        self.live_agent = subprocess.Popen(
+            [sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", LIVE, "--source", "dbledgerstorage",
+             "--ledger-dir", str(self.path), "--scratch-dir", str(self.workdir / "scratch"), "--bind", "127.0.0.1:0",
+             "--metadata-service-uri", self.uri, "--watch-interval-seconds", "5" if watching else "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.live_agent.stdout.readline()  # type: ignore[union-attr]
+
     def close(self) -> None:
         for t in self.timers:
             t.cancel()
-        stop(self.live_agent)
+        if self.live_agent is not None:
+            stop(self.live_agent)
         for a in self.agents.values():
             a.stop(grace=0)
         self.live.close()
@@ -190,7 +201,7 @@ class Cluster:
                       for s in m.samples if s.name.endswith("_total"))
         return {"zk_requests": packets_received(self.zk.port) - self.own_requests,
                 "zk_cpu_s": cpu(psutil.Process(self.zk.pid)),
-                "dbledgerstorage_agent_cpu_s": cpu(psutil.Process(self.live_agent.pid)),
+                "dbledgerstorage_agent_cpu_s": cpu(psutil.Process(self.live_agent.pid) if self.live_agent else None),
                 "synthetic_agent_answers": answers, "auditor_cpu_s": cpu(auditor)}
 
     # -- the cluster changing -------------------------------------------------------------------
@@ -381,10 +392,13 @@ def run(ledgers: int, per_class: int, small_ledgers: int, idle_s: float, churn_s
             try:
                 say("an auditor, continuous mode off: idle")
                 out["idle_off"] = window(cluster, off, idle_s)
+                say("... the churn")
+                out["churn_off"] = window(cluster, off, churn_s, cluster.churn_once, churn_rate)
                 say("... its full run")
                 out["full_off"] = spent(cluster, off, lambda: off.full_run("rescan", 3600))
             finally:
                 off.close()
+            cluster.start_live_agent(watching=True)
             on = AuditorProcess(cluster, True, work / "on")
             try:
                 say("an auditor, continuous mode on: its election's full run")
@@ -480,22 +494,25 @@ def big_reset(cluster: Cluster, auditor: AuditorProcess) -> dict[str, Any]:
 
 
 def cost_rows(out: dict[str, Any], hourly_share: float = 0.01) -> list[dict[str, Any]]:
-    """Per cost: a full run (median of the two), idle per hour with continuous mode off and on, an hour
-    at 1% of the ledgers changing (the churn window's rate scaled to it), the shares of a full run, and
-    the same share at ten times the ledgers (a full run and the changes ten times as many, the idle part
-    as is)."""
-    churn = out["churn_on"]
-    scale = hourly_share * out["ledgers"] / max(1.0, churn["changes"] * 3600 / out["churn_seconds"])
+    """Per cost: a full run (median of the two); an hour at 1% of the ledgers changing with continuous mode
+    off and on (the idle part as is, the churn window's part scaled to that rate); what continuous mode
+    adds (on less off) against the full run; and the same at ten times the ledgers (a full run and the
+    changes ten times as many, the idle part as is)."""
     rows = []
     for k in ("zk_requests", "zk_cpu_s", "dbledgerstorage_agent_cpu_s", "synthetic_agent_answers", "auditor_cpu_s"):
         full = statistics.median([out["full_off"][k], out["full_on"][k]])
-        idle_on, idle_off = out["idle_on"][k], out["idle_off"][k]
-        per_hour_of_changes = (churn[k] - idle_on) * scale  # the idle part as is, the changes' part at 1%/h
-        hour = idle_on + per_hour_of_changes
-        rows.append({"cost": k, "full run": full, "idle/h, continuous off": idle_off, "idle/h, continuous on": idle_on,
-                     "an hour at 1%/h": hour, "hour / full run": hour / max(full, 1e-9),
-                     "(hour - idle off) / full run": (hour - idle_off) / max(full, 1e-9),
-                     "x10 ledgers: hour / full run": (idle_on + 10 * per_hour_of_changes) / max(10 * full, 1e-9)})
+        idle, changes = {}, {}
+        for mode in ("off", "on"):
+            churn = out[f"churn_{mode}"]
+            scale = hourly_share * out["ledgers"] / max(1.0, churn["changes"] * 3600 / out["churn_seconds"])
+            idle[mode] = out[f"idle_{mode}"][k]
+            changes[mode] = (churn[k] - idle[mode]) * scale
+        added_idle, added_changes = idle["on"] - idle["off"], changes["on"] - changes["off"]
+        rows.append({"cost": k, "full run": full, "idle/h, off": idle["off"], "idle/h, on": idle["on"],
+                     "hour at 1%/h, off": idle["off"] + changes["off"], "hour at 1%/h, on": idle["on"] + changes["on"],
+                     "continuous mode's hour (on - off)": added_idle + added_changes,
+                     "/ full run": (added_idle + added_changes) / max(full, 1e-9),
+                     "x10 ledgers: / full run": (added_idle + 10 * added_changes) / max(10 * full, 1e-9)})
     return rows
 
 

@@ -504,7 +504,9 @@ def ledger_id_of_mark(name: str) -> int | None:
 class TreeChange:
     """A change below the ledgers root that continuous scrutiny acts on."""
 
-    what: str  # "ledger" (its metadata), "mark" (its under-replication mark), "registration" (a bookie's)
+    # "ledger" (its metadata), "mark" (its under-replication mark), "registration" (a bookie's), "cookie"
+    # (a bookie's), "replication" (lostBookieRecoveryDelay, or re-replication disabled)
+    what: str
     event: str  # created | changed | deleted
     ledger_id: int = -1
     bookie_id: str = ""
@@ -519,6 +521,10 @@ def tree_change(root: str, event: str, path: str) -> TreeChange | None:
     if parts[0] == "available" and len(parts) in (2, 3) and parts[-1] != "readonly" \
             and (len(parts) == 2 or parts[1] == "readonly"):
         return TreeChange("registration", event, bookie_id=parts[-1])
+    if parts[0] == "cookies" and len(parts) == 2:
+        return TreeChange("cookie", event, bookie_id=parts[1])
+    if parts in (["underreplication", "lostBookieRecoveryDelay"], ["underreplication", "disable"]):
+        return TreeChange("replication", event)
     if parts[:2] == ["underreplication", "ledgers"] and len(parts) == 7:
         lid = ledger_id_of_mark(parts[-1])
         return None if lid is None else TreeChange("mark", event, lid)

@@ -110,6 +110,10 @@ class MemoryStore(MetadataStore):
     def underreplication_marks(self) -> tuple[dict[int, UnderreplicationMark], list[str]]:
         return dict(self._check().marks), []
 
+    def marks_of(self, ledger_ids: Iterable[int]) -> tuple[dict[int, UnderreplicationMark], list[str]]:
+        marks = self._check().marks
+        return {lid: marks[lid] for lid in ledger_ids if lid in marks}, []
+
     def underreplication_mark(self, ledger_id: int) -> UnderreplicationMark | None:
         return self._check().marks.get(ledger_id)
 

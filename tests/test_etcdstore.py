@@ -319,7 +319,7 @@ def test_the_tree_watch_resumes_where_it_stopped_and_a_compaction_is_a_gap(etcd_
         w.delete_ledger(1)
         expected = [TreeChange("ledger", "created", 1), TreeChange("ledger", "changed", 1),
                     TreeChange("mark", "created", 1), TreeChange("registration", "created", bookie_id=B[0]),
-                    TreeChange("ledger", "deleted", 1)]
+                    TreeChange("cookie", "created", bookie_id=B[0]), TreeChange("ledger", "deleted", 1)]
         wait_for(lambda: changes == expected, 10, lambda: f"{changes}")
         wait_for(lambda: int(watch.position()) >= etcd_tree.kv.revision(), 10)
         position = watch.position()

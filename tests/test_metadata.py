@@ -17,6 +17,7 @@ from scrutiny.metadata import (
     LedgerState,
     MetadataError,
     Segment,
+    TreeChange,
     UnderreplicationMark,
     decode_bookie_service_info,
     decode_ledger_metadata,
@@ -30,6 +31,7 @@ from scrutiny.metadata import (
     ledger_path,
     parse_layout,
     parse_metadata_service_uri,
+    tree_change,
     ur_mark_path,
 )
 
@@ -265,3 +267,18 @@ def test_ledger_metadata_is_frozen_to_the_type_checker(tmp_path: Path) -> None:
     assert status == 1 and 'Property "last_entry_id" defined in "LedgerMetadata" is read-only' in out, out
     md = decode_ledger_metadata(7, encode_ledger_metadata(sample()), sample().ctime)
     assert md == sample() and hash(md) == hash(sample())
+
+
+def test_the_changes_continuous_scrutiny_acts_on() -> None:
+    r = "/c/ledgers"
+    assert tree_change(r, "changed", f"{r}/00/0000/L0042") == TreeChange("ledger", "changed", 42)
+    assert tree_change(r, "deleted", f"{r}/available/readonly/b1:3181") == \
+        TreeChange("registration", "deleted", bookie_id="b1:3181")
+    assert tree_change(r, "created", f"{r}/cookies/b1:3181") == TreeChange("cookie", "created", bookie_id="b1:3181")
+    assert tree_change(r, "changed", f"{r}/underreplication/lostBookieRecoveryDelay") == \
+        TreeChange("replication", "changed")
+    assert tree_change(r, "created", f"{r}/underreplication/disable") == TreeChange("replication", "created")
+    for other in ("underreplication/locks/urL0001", "available/readonly", "LAYOUT", "idgen/ID-0000000001",
+                  "cookies/b1:3181/x", "underreplication/auditorelection"):
+        assert tree_change(r, "created", f"{r}/{other}") is None, other
+    assert tree_change(r, "created", "/other/ledgers/00/0000/L0001") is None

@@ -21,10 +21,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.auditor.feeds import AgentFeeds
+from scrutiny.auditor.watchedstore import AGENTS, RECOVERY_DELAY, REGISTRATIONS, REPLICATION_DISABLED, WatchedStore
 from scrutiny.bookieclient import EndpointResolver
 from scrutiny.categories import Category, Phase, in_phase
 from scrutiny.config import AuditorSettings, ScanSettings
@@ -45,6 +46,8 @@ AGENTS_EVERY_SECONDS = 60.0  # how often the leader lists the agents (sooner whe
 AGENTS_AT_MOST_EVERY_SECONDS = 5.0  # ... but never more often: an agent down for long is not a storm of listings
 CURSORS_FORMAT = 1
 LEDGERS, BOOKIES = LANES = ("ledgers", "bookies")
+FACTS_OF = {"registration": (REGISTRATIONS, AGENTS), "cookie": (REGISTRATIONS,),  # what each change spoils
+            "replication": (RECOVERY_DELAY, REPLICATION_DISABLED)}
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ class Continuous:
         self._watch: TreeWatchHandle | None = None
         self._position = ""
         self._store: MetadataStore | None = None
+        self._watched: WatchedStore | None = None  # the store as the looks read it
         self._feeds: AgentFeeds | None = None
         self._resolver = EndpointResolver(self.scan.bookie_endpoints, default_port=self.scan.agent_default_port)
 
@@ -146,12 +150,13 @@ class Continuous:
         """On election: follow the feeds from where the last leader's cursors say, and look at what they name."""
         self._stop.clear()
         self._agents_moved.clear()
-        self._store = store
+        self._store, self._watched = store, WatchedStore(store)
         self._cursors, position = stored_cursors(store)
         self._seen = dict(self._cursors)
         self.state.watching(self._ms())
         self._watch = store.watch_tree(self._on_tree, lambda why: self._gap("metadata", why), position)
         self._position = position
+        self._watched.keeping = self._watch is not None  # unwatched, no fact is known to stay true
         self.feeds["metadata"] = "up" if self._watch is not None else "unavailable"
         if self._watch is not None and not (position and self._watch.position()):
             # ZooKeeper's watch replays nothing: what changed before it started is unknown
@@ -192,6 +197,8 @@ class Continuous:
         """A feed may have missed changes: only a full run can tell what they were."""
         log.warning("continuous scrutiny: %s feed: %s; scheduling a full run", feed, why)
         self.stats[f"gaps.{feed.split(' ')[0]}"] += 1
+        if self._watched is not None:
+            self._watched.changed()
         self.state.watching(self._ms())
         self.schedule_full(f"a gap in the {feed} feed")
 
@@ -204,6 +211,8 @@ class Continuous:
     def _on_tree(self, change: TreeChange) -> None:
         """On the store's own thread: take note only."""
         s = self.scan
+        if self._watched is not None and change.what in FACTS_OF:
+            self._watched.changed(*FACTS_OF[change.what])
         if change.what == "ledger":
             if change.event == "deleted":
                 self.backlog.forget(change.ledger_id)
@@ -212,6 +221,8 @@ class Continuous:
                 self._look([change.ledger_id], "its metadata changed", s.write_cache_grace_seconds)
         elif change.what == "mark":
             self._look([change.ledger_id], f"its under-replication mark was {change.event}")
+        elif change.what != "registration":
+            return
         elif change.event == "deleted":  # a registration gone: BookKeeper marks its ledgers after the delay
             with self._lock:
                 self._gone.setdefault(change.bookie_id, self._ms())
@@ -238,8 +249,9 @@ class Continuous:
 
     def _follow_listed(self) -> None:
         try:
-            assert self._store is not None
-            self._resolver.registered.update(self._store.agent_addresses())
+            assert self._watched is not None
+            self._watched.changed(AGENTS)  # read afresh, and kept for the looks until the next listing
+            self._resolver.registered.update(self._watched.agent_addresses())
         except Exception as exc:  # the store away for a moment: the next round
             log.info("continuous scrutiny: cannot list the agents now: %s", exc)
             return
@@ -347,10 +359,10 @@ class Continuous:
         gone): the cluster's lostBookieRecoveryDelay when it has one, as a run reads it, and the grace."""
         with self._lock:
             gone = self._gone.get(bookie)
-        if gone is None or self._store is None:
+        if gone is None or self._watched is None:
             return 0.0
         try:
-            delay = self._store.lost_bookie_recovery_delay()
+            delay = self._watched.lost_bookie_recovery_delay()
         except Exception:  # the run itself will say whether it is due
             return 0.0
         delay = self.scan.lost_bookie_recovery_delay if delay is None else delay
@@ -374,7 +386,7 @@ class Continuous:
         caller looks again at the next batch)."""
         try:
             report = ScrutinyRun(self.scan, LocalEngine(), kind="continuous", sleep=self._pause,
-                                 store=self._store).execute(**scope)
+                                 store=cast(MetadataStore, self._watched)).execute(**scope)
         except Exception as exc:  # the store away for a moment: nothing it was to look at is dropped
             log.info("continuous scrutiny: a look failed (%s): trying again", exc)
             return None
@@ -387,23 +399,17 @@ class Continuous:
         return report
 
     def _sight_lost_bookies(self) -> None:
-        """The watch saw when each registration went: the lost-bookie sightings a run reads (the earlier of
-        that and what runs recorded), so that the lost-bookie check counts its delay from then."""
         with self._lock:
             gone = dict(self._gone)
-        if not gone or self._store is None:
-            return
-        try:
-            data = self._store.lost_bookie_sightings()
-            seen = parse_sightings(data, "the stored lost-bookie sightings") if data else {}
-            merged = {**seen, **{b: min(t, seen.get(b, t)) for b, t in gone.items()}}
-            if merged != seen:
-                self._store.set_lost_bookie_sightings(sightings_to_bytes(merged))
-        except Exception as exc:  # the runs' own sightings then: later, never early
-            log.info("continuous scrutiny: cannot record when registrations went: %s", exc)
+        if gone and self._store is not None:
+            sight_lost_bookies(self._store, gone)
 
     def _pause(self, seconds: float) -> None:
-        self._stop.wait(seconds)  # a batch's delayed re-check ends early when the leader steps down
+        """Before a delayed re-check: the agents' addresses are read again after it (an agent that came back
+        may listen elsewhere). The wait ends early when the leader steps down."""
+        if self._watched is not None:
+            self._watched.changed(AGENTS)
+        self._stop.wait(seconds)
 
 
 def stored_cursors(store: MetadataStore) -> tuple[dict[str, tuple[str, int]], str]:
@@ -432,3 +438,16 @@ def parse_cursors(data: bytes) -> tuple[dict[str, tuple[str, int]], str]:
         return agents, str(doc.get("metadata", ""))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise DataError(f"the stored continuous-scrutiny cursors: {exc}") from None
+
+
+def sight_lost_bookies(store: MetadataStore, gone: dict[str, int]) -> None:
+    """The watch saw when each registration went (`gone`, ms): the lost-bookie sightings a run reads (the
+    earlier of that and what runs recorded), so that the lost-bookie check counts its delay from then."""
+    try:
+        data = store.lost_bookie_sightings()
+        seen = parse_sightings(data, "the stored lost-bookie sightings") if data else {}
+        merged = {**seen, **{b: min(t, seen.get(b, t)) for b, t in gone.items()}}
+        if merged != seen:
+            store.set_lost_bookie_sightings(sightings_to_bytes(merged))
+    except Exception as exc:  # the runs' own sightings then: later, never early
+        log.info("continuous scrutiny: cannot record when registrations went: %s", exc)

@@ -134,7 +134,10 @@ class ScrutinyRun:
         started = now_ms()
         store = self.store or open_store(s)
         try:
-            marks, problems = store.underreplication_marks()
+            wanted = list(ledger_ids) if ledger_ids is not None else list(s.ledgers)
+            # a run over a few ledgers (not some bookies', nor a topic's yet to be listed) reads only their marks
+            few = wanted and not (only_bookies or without or without_racks or (s.topics and ledger_ids is None))
+            marks, problems = store.marks_of(wanted) if few else store.underreplication_marks()
             locations = dict(s.racks)
             racks_from_store = not locations and (s.placement_policy != "none" or bool(without_racks)
                                                   or s.blast_radius)
@@ -147,7 +150,6 @@ class ScrutinyRun:
             if (without or without_racks) and not gone:
                 problems.append(f"what-if: no bookie is on the racks {sorted(without_racks)}")
             only = frozenset(only_bookies) | gone
-            wanted = list(ledger_ids) if ledger_ids is not None else list(s.ledgers)
             scoped = bool(wanted)
             whole = not (scoped or only or s.topics)
             lost = lost_bookies(store, regs, s) if s.lost_bookie_check and not gone else None

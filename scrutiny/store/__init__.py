@@ -130,6 +130,10 @@ class MetadataStore(ABC):
         """Every mark, and problems with single marks."""
 
     @abstractmethod
+    def marks_of(self, ledger_ids: Iterable[int]) -> tuple[dict[int, UnderreplicationMark], list[str]]:
+        """The marks of these ledgers only (a run over a few ledgers), read in batches; problems as above."""
+
+    @abstractmethod
     def underreplication_mark(self, ledger_id: int) -> UnderreplicationMark | None:
         """One ledger's mark now (an unreadable mark is still a mark, without ctime)."""
 

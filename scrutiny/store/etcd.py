@@ -246,6 +246,19 @@ class EtcdStore(MetadataStore):
                 problems.append(str(exc))
         return marks, problems
 
+    def marks_of(self, ledger_ids: Iterable[int]) -> tuple[dict[int, UnderreplicationMark], list[str]]:
+        keys = {ur_mark_path(self.root, lid).encode(): lid for lid in ledger_ids}
+        marks: dict[int, UnderreplicationMark] = {}
+        problems = []
+        for key, got in self.kv.get_many(list(keys)):
+            if got is None:
+                continue
+            try:
+                marks[keys[key]] = decode_ur_mark(keys[key], got.value)
+            except MetadataError as exc:
+                problems.append(str(exc))
+        return marks, problems
+
     def underreplication_mark(self, ledger_id: int) -> UnderreplicationMark | None:
         got = self._get(ur_mark_path(self.root, ledger_id))
         if got is None:

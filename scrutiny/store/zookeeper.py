@@ -211,13 +211,19 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
                 lid = ledger_id_of_mark(k)
                 if lid is not None:
                     leaves[f"{path}/{k}"] = lid
+        return self._marks(leaves)
+
+    def marks_of(self, ledger_ids: Iterable[int]) -> tuple[dict[int, UnderreplicationMark], list[str]]:
+        return self._marks({ur_mark_path(self.root, lid): lid for lid in ledger_ids})
+
+    def _marks(self, paths: dict[str, int]) -> tuple[dict[int, UnderreplicationMark], list[str]]:
         marks: dict[int, UnderreplicationMark] = {}
         problems = []
-        for path, got in self.get_many(list(leaves)):
+        for path, got in self.get_many(list(paths)):
             if got is None:
-                continue  # re-replicated meanwhile
+                continue  # re-replicated meanwhile, or none
             try:
-                marks[leaves[path]] = decode_ur_mark(leaves[path], got[0])
+                marks[paths[path]] = decode_ur_mark(paths[path], got[0])
             except MetadataError as exc:
                 problems.append(str(exc))
         return marks, problems
