@@ -203,7 +203,7 @@ class ScrutinyRun:
         except MetadataStoreUnavailable as exc:
             pending.errors.append(f"re-reading the under-replication marks before reporting: {exc}")
         try:
-            self._attach_owners(pending)
+            attach_owners(pending)
         except MetadataStoreUnavailable as exc:
             pending.errors.append(f"reading the ledgers' owners: {exc}")
         finally:
@@ -284,7 +284,7 @@ class ScrutinyRun:
             if reanalyse:
                 pending.stats["reanalyzed_after_metadata_change"] += len(reanalyse)
             reanalyse |= self._racks_changed(pending)
-            relook = {lid: bookies for lid, bookies in self._registrations_changed(pending).items()
+            relook = {lid: bookies for lid, bookies in registrations_changed(pending).items()
                       if lid not in reanalyse}
             if not reanalyse and not relook:
                 return
@@ -344,40 +344,6 @@ class ScrutinyRun:
             except Exception as exc:  # the next run sights them again: later, never early
                 log.warning("run %s: could not record the orphan sightings: %s", self.run_id, exc)
 
-    def _attach_owners(self, pending: PendingRun) -> None:
-        """Pulsar's managed-ledger records, read once and only when needed: for findings on ledgers
-        without Pulsar's keys in their metadata (older Pulsar), and to drop coverage findings on
-        ledgers offloaded to tiered storage with `bookkeeperDeleted` (no longer BookKeeper's)."""
-        findings, store = pending.findings, pending.store
-        for chunk in findings.ledger_chunks(unowned=True):  # findings on marks
-            owners = ((r.ledger_id, owner_from_custom_metadata(r.metadata.custom_metadata))
-                      for r in store.read_ledgers([lid for lid, _, _ in chunk]) if r.metadata is not None)
-            findings.set_owners({lid: o for lid, o in owners if o is not None})
-        lacking = findings.any_unowned()
-        topics = findings.topics(_RECHECKED)
-        if not lacking and not topics:
-            return
-        # Every topic's record when some finding has no owner yet; else only the topics concerned.
-        pulsar = store.pulsar_owners(None if lacking else sorted(topics))
-        pending.errors += pulsar.problems
-        pending.stats["dropped_offloaded"] += findings.drop(pulsar.offloaded, only=_RECHECKED)
-        for chunk in findings.ledger_chunks(unowned=True):
-            findings.set_owners({lid: pulsar.owners.get(lid, UNKNOWN) for lid, _, _ in chunk})
-
-    def _registrations_changed(self, pending: PendingRun) -> dict[int, tuple[str, ...]]:
-        """Ledgers whose finding blames a bookie no longer registered, or counts as gone the copies of
-        one registered again: they need another look."""
-        findings = pending.findings
-        blamed = findings.named(categories={Category.BOOKIE_UNAVAILABLE})
-        gone = findings.named(lost=True)
-        if not blamed and not gone:
-            return {}
-        regs = pending.store.registrations()
-        out = findings.naming({b for b in blamed if not regs.registered(b)}, categories={Category.BOOKIE_UNAVAILABLE})
-        out |= findings.naming({b for b in gone if regs.registered(b)}, lost=True)
-        pending.stats["relooked_after_registration_change"] += len(out)
-        return out
-
     def _racks_changed(self, pending: PendingRun) -> set[int]:
         """Ledgers with a placement finding on a bookie whose rack changed during the run (the racks
         of the run's context are replaced by the current ones)."""
@@ -391,6 +357,41 @@ class ScrutinyRun:
         out = set(pending.findings.naming(moved, categories=_ON_RACKS, or_none=True))
         pending.stats["reanalyzed_after_rack_change"] += len(out)
         return out
+
+
+def attach_owners(pending: PendingRun) -> None:
+    """Pulsar's managed-ledger records, read once and only when needed: for findings on ledgers
+    without Pulsar's keys in their metadata (older Pulsar), and to drop coverage findings on
+    ledgers offloaded to tiered storage with `bookkeeperDeleted` (no longer BookKeeper's)."""
+    findings, store = pending.findings, pending.store
+    for chunk in findings.ledger_chunks(unowned=True):  # findings on marks
+        owners = ((r.ledger_id, owner_from_custom_metadata(r.metadata.custom_metadata))
+                  for r in store.read_ledgers([lid for lid, _, _ in chunk]) if r.metadata is not None)
+        findings.set_owners({lid: o for lid, o in owners if o is not None})
+    lacking = findings.any_unowned()
+    topics = findings.topics(_RECHECKED)
+    if not lacking and not topics:
+        return
+    # Every topic's record when some finding has no owner yet; else only the topics concerned.
+    pulsar = store.pulsar_owners(None if lacking else sorted(topics))
+    pending.errors += pulsar.problems
+    pending.stats["dropped_offloaded"] += findings.drop(pulsar.offloaded, only=_RECHECKED)
+    for chunk in findings.ledger_chunks(unowned=True):
+        findings.set_owners({lid: pulsar.owners.get(lid, UNKNOWN) for lid, _, _ in chunk})
+
+def registrations_changed(pending: PendingRun) -> dict[int, tuple[str, ...]]:
+    """Ledgers whose finding blames a bookie no longer registered, or counts as gone the copies of
+    one registered again: they need another look."""
+    findings = pending.findings
+    blamed = findings.named(categories={Category.BOOKIE_UNAVAILABLE})
+    gone = findings.named(lost=True)
+    if not blamed and not gone:
+        return {}
+    regs = pending.store.registrations()
+    out = findings.naming({b for b in blamed if not regs.registered(b)}, categories={Category.BOOKIE_UNAVAILABLE})
+    out |= findings.naming({b for b in gone if regs.registered(b)}, lost=True)
+    pending.stats["relooked_after_registration_change"] += len(out)
+    return out
 
 
 def orphan_sightings(store: MetadataStore) -> Sightings:
