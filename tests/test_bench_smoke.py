@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import agent_index, agentcalls, checks, codec, deepscrub, driver_findings, pipeline, zkreads
+from bench import agent_index, agentcalls, checks, codec, deepscrub, driver_findings, pipeline, zkreads, zkwatch
 
 
 def test_codec_bench_agrees_with_its_baseline() -> None:
@@ -15,6 +15,8 @@ def test_zookeeper_and_agent_benches_run() -> None:
     assert any("pipelined" in str(r["what"]) for r in zkreads.run(300))
     rows = agentcalls.run(300)
     assert [r["ledgers"] for r in rows] == [300, 300, 300]
+    rows = zkwatch.run(200, slow_rate=20, slow_seconds=1, rounds=1)  # every notification arrived, or it waits 30 s
+    assert [str(r["what"]).startswith("a notification") for r in rows] == [False, True, True]
 
 
 def test_checks_bench_runs_and_agrees_with_its_baseline() -> None:
