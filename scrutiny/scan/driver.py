@@ -136,7 +136,7 @@ class ScrutinyRun:
         try:
             wanted = list(ledger_ids) if ledger_ids is not None else list(s.ledgers)
             # a run over a few ledgers (not some bookies', nor a topic's yet to be listed) reads only their marks
-            few = wanted and not (only_bookies or without or without_racks or (s.topics and ledger_ids is None))
+            few = bool(wanted) and not (only_bookies or without or without_racks or (s.topics and ledger_ids is None))
             marks, problems = store.marks_of(wanted) if few else store.underreplication_marks()
             locations = dict(s.racks)
             racks_from_store = not locations and (s.placement_policy != "none" or bool(without_racks)
@@ -378,6 +378,7 @@ def attach_owners(pending: PendingRun) -> None:
     pending.stats["dropped_offloaded"] += findings.drop(pulsar.offloaded, only=_RECHECKED)
     for chunk in findings.ledger_chunks(unowned=True):
         findings.set_owners({lid: pulsar.owners.get(lid, UNKNOWN) for lid, _, _ in chunk})
+
 
 def registrations_changed(pending: PendingRun) -> dict[int, tuple[str, ...]]:
     """Ledgers whose finding blames a bookie no longer registered, or counts as gone the copies of

@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, Self
 import numpy as np
 
 from scrutiny.errors import ConfigError, StoreError
-from scrutiny.metadata import BookieRegistration, LedgerMetadata, TreeChange, UnderreplicationMark
+from scrutiny.metadata import (
+    BookieRegistration,
+    LedgerMetadata,
+    MetadataError,
+    TreeChange,
+    UnderreplicationMark,
+    decode_ur_mark,
+)
 from scrutiny.owners import PulsarOwners
 
 if TYPE_CHECKING:
@@ -252,6 +259,18 @@ class MetadataStore(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def decode_marks(found: Iterable[tuple[int, bytes]]) -> tuple[dict[int, UnderreplicationMark], list[str]]:
+    """Each ledger's mark as read; one that cannot be decoded is a problem named, never a stop."""
+    marks: dict[int, UnderreplicationMark] = {}
+    problems = []
+    for lid, data in found:
+        try:
+            marks[lid] = decode_ur_mark(lid, data)
+        except MetadataError as exc:
+            problems.append(str(exc))
+    return marks, problems
 
 
 def parse_recovery_delay(data: bytes | None) -> int | None:

@@ -55,6 +55,7 @@ from scrutiny.store import (
     MetadataStore,
     Registration,
     Registrations,
+    decode_marks,
     parse_recovery_delay,
 )
 from scrutiny.store.etcdkv import EtcdKV, Session, prefix_end
@@ -234,30 +235,14 @@ class EtcdStore(MetadataStore):
     # -- under-replication --------------------------------------------------------------------------
 
     def underreplication_marks(self) -> tuple[dict[int, UnderreplicationMark], list[str]]:
-        marks: dict[int, UnderreplicationMark] = {}
-        problems = []
-        for rest, value in self._children(f"{self.root}/underreplication/ledgers"):
-            lid = ledger_id_of_mark(rest.rsplit("/", 1)[-1])
-            if lid is None or rest.count("/") != 4:
-                continue  # the lock keys, a stray key
-            try:
-                marks[lid] = decode_ur_mark(lid, value)
-            except MetadataError as exc:
-                problems.append(str(exc))
-        return marks, problems
+        found = ((ledger_id_of_mark(rest.rsplit("/", 1)[-1]), rest, value)
+                 for rest, value in self._children(f"{self.root}/underreplication/ledgers"))
+        # (not the lock keys, nor a stray key)
+        return decode_marks((lid, value) for lid, rest, value in found if lid is not None and rest.count("/") == 4)
 
     def marks_of(self, ledger_ids: Iterable[int]) -> tuple[dict[int, UnderreplicationMark], list[str]]:
         keys = {ur_mark_path(self.root, lid).encode(): lid for lid in ledger_ids}
-        marks: dict[int, UnderreplicationMark] = {}
-        problems = []
-        for key, got in self.kv.get_many(list(keys)):
-            if got is None:
-                continue
-            try:
-                marks[keys[key]] = decode_ur_mark(keys[key], got.value)
-            except MetadataError as exc:
-                problems.append(str(exc))
-        return marks, problems
+        return decode_marks((keys[key], got.value) for key, got in self.kv.get_many(list(keys)) if got is not None)
 
     def underreplication_mark(self, ledger_id: int) -> UnderreplicationMark | None:
         got = self._get(ur_mark_path(self.root, ledger_id))

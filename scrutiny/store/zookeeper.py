@@ -52,6 +52,7 @@ from scrutiny.store import (
     Registration,
     Registrations,
     chunk_ids,
+    decode_marks,
     parse_recovery_delay,
 )
 from scrutiny.store.zkrequests import DEFAULT_MAX_IN_FLIGHT, OPERATION_TIMEOUT, MultiRead, ZooKeeperRequests, submit
@@ -217,16 +218,8 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
         return self._marks({ur_mark_path(self.root, lid): lid for lid in ledger_ids})
 
     def _marks(self, paths: dict[str, int]) -> tuple[dict[int, UnderreplicationMark], list[str]]:
-        marks: dict[int, UnderreplicationMark] = {}
-        problems = []
-        for path, got in self.get_many(list(paths)):
-            if got is None:
-                continue  # re-replicated meanwhile, or none
-            try:
-                marks[paths[path]] = decode_ur_mark(paths[path], got[0])
-            except MetadataError as exc:
-                problems.append(str(exc))
-        return marks, problems
+        # (a mark gone meanwhile, re-replicated, or none: not there)
+        return decode_marks((paths[path], got[0]) for path, got in self.get_many(list(paths)) if got is not None)
 
     def underreplication_mark(self, ledger_id: int) -> UnderreplicationMark | None:
         got = self.get(ur_mark_path(self.root, ledger_id))
