@@ -375,41 +375,55 @@ def test_a_look_at_every_ledger_of_a_bookie_never_holds_up_the_looks_at_a_few_le
 
 def test_the_looks_read_the_bookies_facts_once_and_again_when_the_watch_says_they_changed(cluster: Cluster) -> None:
     """A look at a few ledgers takes the registrations, lostBookieRecoveryDelay and whether re-replication
-    is disabled from what it read before, until the store's watch reports a change to them."""
+    is disabled from what it read before, until the store's watch reports a change to them. (A leader that
+    loses its session on a loaded machine starts again with nothing kept: the story is then told again.)"""
     a = cluster.auditor()
     try:
-        wait_for(lambda: "full" in a.last, 60)
-        assert a.continuous is not None and a.continuous._watched is not None
-        watched = a.continuous._watched
-        reads: list[str] = []
-
-        def counted(name: str, read: Any) -> Any:
-            def counting() -> Any:
-                reads.append(name)
-                return read()
-            return counting
-
-        for name in ("registrations", "lost_bookie_recovery_delay", "replication_disabled"):
-            setattr(watched.store, name, counted(name, getattr(watched.store, name)))
-
-        def look() -> None:
-            batches = a.continuous.stats["batches"]  # type: ignore[union-attr]
-            cluster.writer.update_ledger(md(8))  # a new version of ledger 8: looked at after the grace
-            wait_for(lambda: a.continuous.stats["batches"] > batches, FOUND_WITHIN)  # type: ignore[union-attr]
-
-        look()
-        look()
-        assert reads.count("registrations") <= 1 and {"registrations", "recovery delay"} <= watched.kept()
-        before = len(reads)
-        cluster.writer.register_bookie(BookieRegistration("127.0.9.9:3181", False))
-        cluster.writer.set_replication_disabled(True)
-        # (a change below underreplication/ spoils both of its facts)
-        wait_for(lambda: not {"registrations", "replication disabled", "recovery delay"} & watched.kept(), 10)
-        look()
-        assert sorted(reads[before:]) == ["lost_bookie_recovery_delay", "registrations", "replication_disabled"]
-        assert watched.registrations().registered("127.0.9.9:3181")
-        cluster.writer.set_replication_disabled(False)
-        wait_for(lambda: "replication disabled" not in watched.kept(), 10)
-        assert current(a) == {}
+        for attempt in range(3):
+            wait_for(lambda: "full" in a.last and a.continuous is not None and a.continuous._watched is not None
+                     and a.leading.is_set(), 60)
+            assert a.continuous is not None and a.continuous._watched is not None
+            watched = a.continuous._watched
+            try:
+                _facts_kept_between_changes(cluster, a, watched)
+                break
+            except AssertionError:
+                if attempt == 2 or a.continuous._watched is watched:  # the same leadership: a real failure
+                    raise
     finally:
         a.stop()
+
+
+def _facts_kept_between_changes(cluster: Cluster, a: Auditor, watched: Any) -> None:
+    cluster.writer.unregister_bookie("127.0.9.9:3181")
+    cluster.writer.set_replication_disabled(False)
+    reads: list[str] = []
+
+    def counted(name: str, read: Any) -> Any:
+        def counting() -> Any:
+            reads.append(name)
+            return read()
+        return counting
+
+    for name in ("registrations", "lost_bookie_recovery_delay", "replication_disabled"):
+        setattr(watched.store, name, counted(name, getattr(watched.store, name)))
+
+    def look() -> None:
+        batches = a.continuous.stats["batches"]  # type: ignore[union-attr]
+        cluster.writer.update_ledger(md(8))  # a new version of ledger 8: looked at after the grace
+        wait_for(lambda: a.continuous.stats["batches"] > batches, FOUND_WITHIN)  # type: ignore[union-attr]
+
+    look()
+    look()
+    assert reads.count("registrations") <= 1 and {"registrations", "recovery delay"} <= watched.kept()
+    before = len(reads)
+    cluster.writer.register_bookie(BookieRegistration("127.0.9.9:3181", False))
+    cluster.writer.set_replication_disabled(True)
+    # (a change below underreplication/ spoils both of its facts)
+    wait_for(lambda: not {"registrations", "replication disabled", "recovery delay"} & watched.kept(), 10)
+    look()
+    assert sorted(reads[before:]) == ["lost_bookie_recovery_delay", "registrations", "replication_disabled"]
+    assert watched.registrations().registered("127.0.9.9:3181")
+    cluster.writer.set_replication_disabled(False)
+    wait_for(lambda: "replication disabled" not in watched.kept(), 10)
+    assert current(a) == {}
