@@ -67,6 +67,7 @@ MOMENTS = ("lost_bookies", "potentially_faulty", "rechecked_again", "reanalyzed_
            "marks_gone_before_reporting", "ledgers_with_residue_past_the_close", "orphan_candidates")
 ORPHAN_GRACE = 5  # seconds: longer than the churn's garbage collection takes (at most 3 re-check delays)
 LOST_BOOKIE_GRACE = 2  # seconds: longer than a restart or a session renewal keeps a bookie unregistered
+RENEWAL_HELD_MOST = LOST_BOOKIE_GRACE / 2  # a renewal held over a run's first pass ends by then at the latest
 
 
 class MutableHoldings:
@@ -149,6 +150,7 @@ class ChurnCluster:
         self._lock = threading.RLock()
         self._down_until = 0.0  # one restart at a time
         self._restarted: dict[str, float] = {}
+        self._renewals: dict[str, Callable[[], None]] = {}  # sessions being renewed: how each ends
         self._timers: list[threading.Timer] = []
         self._quiet = threading.Event()
         self._stepping = threading.Lock()
@@ -171,10 +173,12 @@ class ChurnCluster:
         self._timers = [old for old in self._timers if old.is_alive()]  # a long soak keeps only the pending
         self._timers.append(t)
 
-    def restart(self, whole_bookie: bool = False, session_only: bool = False) -> str | None:
+    def restart(self, whole_bookie: bool = False, session_only: bool = False, held: bool = False) -> str | None:
         """An agent (or the whole bookie: registration too; or only the bookie's registration, its ZooKeeper
         session expired and renewed while it and its agent go on) down for less than the re-check delay;
-        one at a time, never the same bookie twice within RESTART_SPACING."""
+        one at a time, never the same bookie twice within RESTART_SPACING. A renewal `held` lasts until
+        `end_renewals` (a run's first pass is over), RENEWAL_HELD_MOST at most: that run sees it, whatever
+        the machine's load made its start take."""
         now = time.monotonic()
         with self._lock:
             if now < self._down_until:
@@ -183,7 +187,7 @@ class ChurnCluster:
             if not choices:
                 return None
             bookie = self.rng.choice(choices)
-            down = self.recheck_delay * self.rng.uniform(0.2, 0.6)
+            down = RENEWAL_HELD_MOST if held else self.recheck_delay * self.rng.uniform(0.2, 0.6)
             self._down_until = now + down + 0.05
             self._restarted[bookie] = now
             if not session_only:
@@ -194,13 +198,28 @@ class ChurnCluster:
 
         def back() -> None:
             with self._lock:
+                if session_only and self._renewals.pop(bookie, None) is None:
+                    return  # ended already
                 if whole_bookie or session_only:
                     self.writer.register_bookie(BookieRegistration(bookie, False))
                 if not session_only:
                     self._start_agent(bookie)
 
+        if session_only:
+            with self._lock:
+                self._renewals[bookie] = back
         self._later(down, back)
         return bookie
+
+    def end_renewals(self) -> None:
+        """The sessions being renewed are renewed now, their bookies registered again."""
+        with self._lock:
+            ending = list(self._renewals.values())
+        for back in ending:
+            back()
+        with self._lock:
+            if not self._renewals:
+                self._down_until = min(self._down_until, time.monotonic())
 
     # -- ledgers -------------------------------------------------------------------------------
 
@@ -352,6 +371,7 @@ class AimedEngine:
                    progress: Progress | None = None) -> Iterator[RangeResult]:
         results = list(self.inner.map_ranges(ctx, ranges, mode, progress))
         c = self.cluster
+        c.end_renewals()
         # right after a pass, before the re-check or the re-read: move, delete, restart
         for _ in range(3):
             c.rereplicate()
@@ -449,14 +469,16 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
         while time.monotonic() - t0 < seconds:
             name = names[result.runs % len(names)]
             if result.runs % 3 == 1 or renewal_due:  # a run that starts while a bookie renews its session (its
-                # agent answers); when every bookie was restarted just now, the next run's start tries again
-                renewal_due = cluster.restart(session_only=True) is None
+                # agent answers), until its first pass is over; when every bookie was restarted just now, the
+                # next run's start tries again, as it does until a run has seen one
+                renewal_due = cluster.restart(session_only=True, held=True) is None
             report = ScrutinyRun(settings, AimedEngine(engines[name], cluster), sleep=aimed_sleep(cluster),
                                  record_sightings=True).execute()
             result.runs += 1
             result.runs_by_engine[name] += 1
             result.incomplete_runs += not report.complete
             result.moments.update({k: v for k, v in report.stats.items() if k in MOMENTS})
+            renewal_due = renewal_due or not result.moments["lost_bookies"]
             result.false_alarms += [{"run": report.run_id, "engine": name, **v.to_json()} for v in report.violations]
             result.continuous_false_alarms += [c.to_json() for c in state.findings()]
             state.full_run(report.violations, int(time.time() * 1000), int(time.time() * 1000))
