@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -47,6 +48,10 @@ SERVICE_NAME = "scrutiny.v1.Bookie"
 HEARTBEAT_SECONDS = 300.0
 KEEPALIVE_PINGS_AT_MOST_EVERY_MS = 10_000  # the readers ping every 30 s (scrutiny.auditor.feeds)
 WATCH_INTERVAL_SECONDS = 5.0  # the agent looks at its bookie for changes this often (0: never)
+# ... its `ledgers` index while a reader follows its feed, and this long after the last one left: a
+# leader's hand-over (a new election, an auditor restarted) resumes the feed without a gap, and an agent
+# nobody follows (continuous mode off) watches only its entry logs, which its answers need.
+WATCH_LINGER_SECONDS = 900.0
 GIVE_UP_AFTER_GRACE = 3.0  # seconds past the stop's grace after which the process ends regardless
 
 Answer = bookie_pb2.GetListOfEntriesOfALedgerResponse
@@ -170,6 +175,8 @@ class AgentMetrics:
                                ["kind"], registry=self.registry)
         self.watch = Histogram(f"{PREFIX}agent_watch_seconds", "one look at the bookie for changes (catch-up "
                                "included)", registry=self.registry, buckets=(.001, .005, .01, .05, .1, .5, 1, 5))
+        self.watching = Gauge(f"{PREFIX}agent_watching", "1 while the agent watches its ledgers index for changes "
+                              "(a reader follows its feed, or left less than the linger ago)", registry=self.registry)
         self.budget = Gauge(f"{PREFIX}agent_entries_per_second_limit", "the CPU budget: entries listed per second, "
                             "all calls together (0: none)", registry=self.registry)
 
@@ -178,7 +185,8 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
     def __init__(self, source: EntrySource, max_ledgers_per_call: int = MAX_LEDGERS_PER_CALL,
                  answers_per_message: int = ANSWERS_PER_MESSAGE, metrics: AgentMetrics | None = None,
                  deep_rate: Rate | None = None, accepts_passwords: bool = False, entry_rate: Rate | None = None,
-                 unary_catch_up_seconds: float = UNARY_CATCH_UP_SECONDS) -> None:
+                 unary_catch_up_seconds: float = UNARY_CATCH_UP_SECONDS,
+                 watch_linger_seconds: float = WATCH_LINGER_SECONDS) -> None:
         self.source = source
         self.max_ledgers_per_call = max_ledgers_per_call
         self.answers_per_message = answers_per_message
@@ -188,6 +196,11 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         self.stopping = threading.Event()
         self.calls = Calls()
         self.feed = ChangeFeed()
+        self.watch_linger = watch_linger_seconds
+        self._watching = False
+        self._followers = 0
+        self._left_at = -float("inf")  # monotonic: when the last reader left
+        self._watch_lock = threading.Lock()  # one look at a time; readers come and go between looks
         for rate in (self.deep_rate, self.entry_rate):
             rate.sleep = self.pause
         self.metrics.budget.set(self.entry_rate.rate)
@@ -314,24 +327,63 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
                                                  i + step >= len(packed))
 
     def watch_once(self) -> list[Change]:
-        """One look at the bookie for changes (its cost paid from the CPU budget), appended to the feed."""
+        """One look at the bookie for changes (its cost paid from the CPU budget), appended to the feed.
+        While nobody follows the feed (WATCH_LINGER_SECONDS after the last reader left) only what the
+        answers need is watched (entry logs gone: #4607), not the `ledgers` index: the feed starts anew,
+        and a reader resuming from the old one is told it missed changes."""
         changes = getattr(self.source, "changes", None)
         if changes is None:
             return []
+        with self._watch_lock:
+            followed = bool(self._followers) or time.monotonic() - self._left_at < self.watch_linger
+            if self._watching and not followed:
+                self._watching = False
+                self.metrics.watching.set(0)
+                self.feed.renew()
+            return self._look(changes, followed)
+
+    def _look(self, changes: Callable[[bool], tuple[list[Change], int]], followed: bool) -> list[Change]:
         with self.metrics.watch.time():
-            found, read = changes()
+            found, read = changes(followed)  # the first followed look after a pause takes stock of the index
+        if followed:
+            self._watching = True
+            self.metrics.watching.set(1)
         self.spend(read)
         self.feed.append(found)
         for c in found:
             self.metrics.changes.labels(str(c.kind)).inc()
         return list(found)
 
-    @stoppable
-    def WatchHoldings(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        if getattr(self.source, "changes", None) is None:
+    @contextlib.contextmanager
+    def _followed(self, context: grpc.ServicerContext) -> Iterator[None]:
+        """A reader follows the feed; the agent watches the whole bookie before it reads (stock taken of
+        the `ledgers` index at once if nobody followed)."""
+        changes = getattr(self.source, "changes", None)
+        if changes is None:
             context.abort(grpc.StatusCode.UNIMPLEMENTED,
                           f"a {type(self.source).__name__} cannot watch what the bookie holds")
-        context.send_initial_metadata(())  # the reader knows at once that it follows a live agent
+            return  # abort raises
+        with self._watch_lock:
+            if not self._watching:
+                try:
+                    self._look(changes, True)
+                except SourceError as exc:
+                    context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot take stock of what the bookie holds: {exc}")
+            self._followers += 1
+        try:
+            yield
+        finally:
+            with self._watch_lock:
+                self._followers -= 1
+                self._left_at = time.monotonic()
+
+    @stoppable
+    def WatchHoldings(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        with self._followed(context):
+            yield from self._stream(request, context)
+
+    def _stream(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        context.send_initial_metadata(())  # the reader knows at once that it follows a live, watching agent
         msg = bookie_pb2.HoldingsChange
         feed, last, heartbeat = self.feed, request.after_sequence, time.monotonic()
         reader = request.feed_id
@@ -339,7 +391,8 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
             events, gap = feed.since(reader, last)
             if gap:
                 yield msg(kind=msg.GAP, feed_id=feed.feed_id, sequence=feed.last,
-                          detail="changes after the cursor are not all kept (or the agent restarted)")
+                          detail="changes after the cursor are not all kept (the agent restarted, or "
+                          "nobody followed it for a while)")
             for e in events:
                 yield _change_message(feed.feed_id, e)
                 last = e.sequence
@@ -436,7 +489,8 @@ class BookieAgent:
                  credentials: grpc.ServerCredentials | None = None,
                  deep_bytes_per_second: float = 32 * 1024 * 1024, entries_per_second: float = 0,
                  unary_catch_up_seconds: float = UNARY_CATCH_UP_SECONDS,
-                 watch_interval_seconds: float = WATCH_INTERVAL_SECONDS) -> None:
+                 watch_interval_seconds: float = WATCH_INTERVAL_SECONDS,
+                 watch_linger_seconds: float = WATCH_LINGER_SECONDS) -> None:
         self.source = source
         self.watch_interval = watch_interval_seconds
         self.server = grpc.server(
@@ -452,7 +506,8 @@ class BookieAgent:
                                        deep_rate=Rate(deep_bytes_per_second),
                                        accepts_passwords=credentials is not None,
                                        entry_rate=Rate(entries_per_second),
-                                       unary_catch_up_seconds=unary_catch_up_seconds)
+                                       unary_catch_up_seconds=unary_catch_up_seconds,
+                                       watch_linger_seconds=watch_linger_seconds)
         bookie_pb2_grpc.add_BookieServicer_to_server(self.servicer, self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

@@ -87,10 +87,20 @@ class ChangeFeed:
         (this agent restarted), or changes after it are no longer kept, or it is ahead of this feed."""
         with self._changed:
             first = self._events[0].sequence if self._events else self._last + 1
-            if after and feed_id != self.feed_id:
+            if not (feed_id or after):  # a first reader: what is kept, and it has missed nothing
+                return list(self._events), False
+            if feed_id != self.feed_id:
                 return list(self._events), True
             gap = after < first - 1 or after > self._last
             return [e for e in self._events if e.sequence > after] if not gap else list(self._events), gap
+
+    def renew(self) -> None:
+        """A new feed: what was kept goes, and a reader resuming from this one is told it missed changes (the
+        agent stopped watching for a while). Sequence numbers go on growing."""
+        with self._changed:
+            self.feed_id = uuid.uuid4().hex[:16]
+            self._events.clear()
+            self._ids = 0
 
     def close(self) -> None:
         """No reader waits any more (the agent is stopping)."""

@@ -214,17 +214,19 @@ class DbLedgerStorageSource:
         self.suspects: set[int] = set()
         self._watch: _Watch | None = None
 
-    def changes(self) -> tuple[list[Change], int]:
+    def changes(self, ledgers_too: bool = True) -> tuple[list[Change], int]:
         """What changed in what the bookie holds since the last call (the first only takes stock), and
         how many index keys that read (for the CPU budget). Catches up with the `ledgers` index only: the
         `locations` index (the bookie's busiest) is caught up by the answers, and here only when an entry
-        log went."""
+        log went. Without `ledgers_too` (nobody follows the feed) the entry logs and the cookie only: the
+        answers need the logs gone (#4607); the index is taken stock of anew at the next look with it."""
         with self._lock:
             for ledgers, _ in self._opened():
-                ledgers.catch_up()
+                if ledgers_too:
+                    ledgers.catch_up()
             if self._watch is None:
                 self._watch = _Watch(self)
-            return self._watch.look()
+            return self._watch.look(ledgers_too)
 
     def refresh(self) -> None:
         with self._lock:
@@ -481,17 +483,27 @@ class _Watch:
         self.held: list[np.ndarray] = []
         self.listed: list[int] = []  # the `current` directory's mtime when its entry logs were listed
         self.logs: list[dict[int, list[int] | None]] = []
+        self.stale = False  # the `ledgers` index went unwatched: taken stock of anew at the next look at it
         for d, (ledgers, _) in enumerate(source._opened()):
             self.cookies.append(self._cookie(d))
-            self.sequences.append(ledgers._handle.latest_sequence_number())
-            self.deletes.append(_deletes(ledgers))
+            self.sequences.append(0)
+            self.deletes.append(())
             self.deleted.append(False)
-            self.passed.append(clock())
-            cpu = time.thread_time()
-            self.held.append(self._keys(ledgers))
-            self.pass_cost.append(time.thread_time() - cpu)
+            self.passed.append(0.0)
+            self.pass_cost.append(0.0)
+            self.held.append(np.empty(0, np.int64))
+            self._take_stock(d, ledgers)
             self.listed.append(self._mtime(d))
             self.logs.append({lid: self._map(d, lid) for lid in self._log_ids(d)})
+
+    def _take_stock(self, d: int, ledgers: _SecondaryIndex) -> int:
+        """The directory's `ledgers` index as it is now, what later looks compare with; keys read."""
+        self.sequences[d] = ledgers._handle.latest_sequence_number()
+        self.deletes[d], self.deleted[d], self.passed[d] = _deletes(ledgers), False, self.clock()
+        cpu = time.thread_time()
+        self.held[d] = self._keys(ledgers)
+        self.pass_cost[d] = time.thread_time() - cpu
+        return int(self.held[d].size)
 
     def _mtime(self, d: int) -> int:
         try:
@@ -527,38 +539,21 @@ class _Watch:
         except (OSError, ValueError):
             return None
 
-    def look(self) -> tuple[list[Change], int]:
+    def look(self, ledgers_too: bool = True) -> tuple[list[Change], int]:
         source, changes, read = self.source, [], 0
         gone_ledgers: list[np.ndarray] = []
         gone_logs: list[tuple[int, int, list[int] | None]] = []
+        stale, self.stale = self.stale, self.stale or not ledgers_too
         for d, (ledgers, _) in enumerate(source.indexes):
             cookie = self._cookie(d)
             if cookie != self.cookies[d]:
                 changes.append(Change(Kind.BOOKIE_RESET, detail=f"the cookie of {source.ledger_dirs[d]} changed",
                                       every_ledger=True))
                 self.cookies[d] = cookie
-            sequence = ledgers._handle.latest_sequence_number()
-            deletes, now = _deletes(ledgers), self.clock()
-            moved, replaced = sequence != self.sequences[d], sequence < self.sequences[d]
-            self.deleted[d] = self.deleted[d] or (moved and deletes != self.deletes[d])
-            affordable = (self.pass_cost[d] < KEYS_PASS_CHEAP_SECONDS
-                          or now - self.passed[d] >= self.pass_cost[d] / KEYS_PASS_CPU_SHARE)
-            if replaced or (moved and affordable and (
-                    self.deleted[d] or now - self.passed[d] >= KEYS_PASS_AT_LEAST_EVERY_SECONDS)):
-                cpu = time.thread_time()
-                held = self._keys(ledgers)
-                self.pass_cost[d], self.deleted[d] = time.thread_time() - cpu, False
-                read += held.size
-                if held.size == 0 < self.held[d].size or sequence < self.sequences[d]:
-                    changes.append(Change(Kind.BOOKIE_RESET, every_ledger=True, detail=f"the ledgers index of "
-                                          f"{source.ledger_dirs[d]} was emptied or replaced"))
-                gone_ledgers.append(np.setdiff1d(self.held[d], held, assume_unique=True))
-                self.held[d], self.sequences[d], self.passed[d] = held, sequence, now
-            elif moved:  # the ledgers created since (ids only grow); a delete waits for its pass
-                newer = self._keys(ledgers, int(self.held[d][-1]) if self.held[d].size else -1)
-                read += newer.size
-                self.held[d] = np.concatenate((self.held[d], newer))
-            self.deletes[d] = deletes
+            if ledgers_too and stale:
+                read += self._take_stock(d, ledgers)
+            elif ledgers_too:
+                read += self._look_at_ledgers(d, ledgers, changes, gone_ledgers)
             mtime = self._mtime(d)
             # an entry log created or removed; a time too recent may hide a second change (coarse clocks)
             if mtime != self.listed[d] or time.time_ns() - mtime < 2_000_000_000:
@@ -570,6 +565,8 @@ class _Watch:
                     source.gone_logs[d].discard(log_id)  # restored
             for log_id in [i for i, mapped in self.logs[d].items() if mapped is None]:
                 self.logs[d][log_id] = self._map(d, log_id)  # the map is written when the log is finished
+        if ledgers_too:
+            self.stale = False
         if gone_ledgers:
             ids = np.setdiff1d(np.concatenate(gone_ledgers), np.concatenate(self.held))  # held in no directory
             source.suspects.difference_update(ids.tolist())
@@ -585,6 +582,34 @@ class _Watch:
                 if change is not None:
                     changes.append(change)
         return changes, read
+
+    def _look_at_ledgers(self, d: int, ledgers: _SecondaryIndex, changes: list[Change],
+                         gone_ledgers: list[np.ndarray]) -> int:
+        """The directory's `ledgers` index since the last look: the ledgers created (keys above the highest
+        known), and gone (a keys-only pass, when a delete may be among the changes); keys read."""
+        sequence = ledgers._handle.latest_sequence_number()
+        deletes, now, read = _deletes(ledgers), self.clock(), 0
+        moved, replaced = sequence != self.sequences[d], sequence < self.sequences[d]
+        self.deleted[d] = self.deleted[d] or (moved and deletes != self.deletes[d])
+        affordable = (self.pass_cost[d] < KEYS_PASS_CHEAP_SECONDS
+                      or now - self.passed[d] >= self.pass_cost[d] / KEYS_PASS_CPU_SHARE)
+        if replaced or (moved and affordable and (
+                self.deleted[d] or now - self.passed[d] >= KEYS_PASS_AT_LEAST_EVERY_SECONDS)):
+            cpu = time.thread_time()
+            held = self._keys(ledgers)
+            self.pass_cost[d], self.deleted[d] = time.thread_time() - cpu, False
+            read += held.size
+            if held.size == 0 < self.held[d].size or replaced:
+                changes.append(Change(Kind.BOOKIE_RESET, every_ledger=True, detail=f"the ledgers index of "
+                                      f"{self.source.ledger_dirs[d]} was emptied or replaced"))
+            gone_ledgers.append(np.setdiff1d(self.held[d], held, assume_unique=True))
+            self.held[d], self.sequences[d], self.passed[d] = held, sequence, now
+        elif moved:  # the ledgers created since (ids only grow); a delete waits for its pass
+            newer = self._keys(ledgers, int(self.held[d][-1]) if self.held[d].size else -1)
+            read += newer.size
+            self.held[d] = np.concatenate((self.held[d], newer))
+        self.deletes[d] = deletes
+        return read
 
     def _log_gone(self, d: int, log_id: int, mapped: list[int] | None) -> tuple[Change | None, int]:
         """An entry log removed: the ledgers of its map still held whose locations still point into it."""

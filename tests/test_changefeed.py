@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -17,6 +17,7 @@ from scrutiny.changefeed import Change, ChangeFeed, Kind
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
+from tests.helpers import wait_for
 
 Msg = bookie_pb2.HoldingsChange
 
@@ -34,6 +35,11 @@ def test_a_feed_numbers_its_changes_and_tells_a_reader_what_it_missed() -> None:
     feed.append([Change(Kind.LEDGERS_GONE, tuple(range(30)))])  # 30 ids in changes of at most 10,000
     events, gap = feed.since(feed.feed_id, 1)
     assert gap and [e.sequence for e in events] == [3]  # the older changes went to keep 25 ids at most
+    old = feed.feed_id
+    feed.renew()  # the agent stopped watching for a while
+    assert feed.feed_id != old and feed.since(old, 3) == ([], True) and feed.since("", 0) == ([], False)
+    feed.append([Change(Kind.LEDGERS_GONE, (9,))])
+    assert [e.sequence for e in feed.since(feed.feed_id, 3)[0]] == [4]  # the numbers go on
 
 
 def test_a_change_of_many_ledgers_is_split_and_a_waiting_reader_wakes() -> None:
@@ -101,6 +107,28 @@ def test_what_a_dbledgerstorage_agent_sees_change(bookie: tuple[Path, LiveBookie
         (path / "current" / "VERSION").write_text('bookieHost: "127.0.8.1:3181"\ninstanceId: "two"\n')
         (reset,) = look(source)
         assert reset.kind is Kind.BOOKIE_RESET and reset.every_ledger
+    finally:
+        source.close()
+
+
+def test_unfollowed_only_the_entry_logs_are_watched(bookie: tuple[Path, LiveBookie], tmp_path: Path) -> None:
+    """Nobody follows the feed: the agent looks at its entry logs (its answers must not count entries in a
+    removed log), not at the `ledgers` index, which it takes stock of anew when a reader comes back."""
+    path, live = bookie
+    source = DbLedgerStorageSource([path], tmp_path / "scratch")
+    try:
+        assert source.changes(ledgers_too=False) == ([], 0)
+        live.delete(2)
+        live.flush()
+        assert source.changes(ledgers_too=False) == ([], 0)  # no catch-up with the index, no keys read
+        entrylog.log_path(path, 1).unlink()
+        (gone,) = source.changes(ledgers_too=False)[0]
+        assert (gone.kind, gone.ledger_ids, gone.entry_log) == (Kind.ENTRY_LOG_GONE, (1, 3), 1)
+        assert source.availability(1).entries == 0  # type: ignore[union-attr]
+        assert source.changes() == ([], 5)  # followed again: stock taken of the index (1, 3, 4, 5, 6)
+        live.delete(5)
+        live.flush()
+        assert source.changes()[0] == [Change(Kind.LEDGERS_GONE, (5,), "left the ledgers index")]
     finally:
         source.close()
 
@@ -174,17 +202,23 @@ def test_the_index_emptied_is_a_reset(bookie: tuple[Path, LiveBookie], tmp_path:
 
 
 def test_watch_holdings_streams_changes_a_reader_resumes(bookie: tuple[Path, LiveBookie], tmp_path: Path) -> None:
+    """The agent watches its `ledgers` index while a reader follows it (and a linger after): a reader back
+    after that is told it missed changes; and a reader's call takes stock before its headers."""
     path, live = bookie
     agent = BookieAgent(DbLedgerStorageSource([path], tmp_path / "scratch"), bind="127.0.0.1:0",
-                        watch_interval_seconds=0.1).start()
+                        watch_interval_seconds=0.1, watch_linger_seconds=1.0).start()
+    watching = agent.servicer.metrics.watching
     try:
         with grpc.insecure_channel(f"127.0.0.1:{agent.port}") as channel:
             stub = bookie_pb2_grpc.BookieStub(channel)
 
-            def read(feed_id: str, after: int, until: int) -> list[Msg]:
+            def read(feed_id: str, after: int, until: int, then: Callable[[], None] = lambda: None) -> list[Msg]:
+                """`until` messages other than heartbeats after the cursor, `then` done once the stream is open."""
                 got: list[Msg] = []
                 call = stub.WatchHoldings(bookie_pb2.WatchHoldingsRequest(feed_id=feed_id, after_sequence=after),
                                           timeout=20)
+                call.initial_metadata()
+                then()
                 for m in call:
                     got.append(m)
                     if m.kind != Msg.HEARTBEAT and len([g for g in got if g.kind != Msg.HEARTBEAT]) >= until:
@@ -192,19 +226,28 @@ def test_watch_holdings_streams_changes_a_reader_resumes(bookie: tuple[Path, Liv
                         break
                 return got
 
-            time.sleep(0.5)  # the agent has taken stock
+            def delete(lid: int) -> Callable[[], None]:
+                return lambda: (live.delete(lid), live.flush())  # type: ignore[func-returns-value]
+
+            time.sleep(0.5)
+            assert watching._value.get() == 0  # nobody follows yet: the index is not watched
             live.delete(5)
             live.flush()
             t0 = time.time()
-            (first,) = read("", 0, 1)
-            assert first.kind == Msg.LEDGERS_GONE and list(first.ledger_ids) == [5] and first.sequence == 1
-            assert t0 - 1 <= first.observed_at_ms / 1000 <= time.time()
-            live.delete(6)
+            (first,) = read("", 0, 1, then=delete(6))  # 5 went before anyone followed: not in the feed
+            assert first.kind == Msg.LEDGERS_GONE and list(first.ledger_ids) == [6] and first.sequence == 1
+            assert t0 - 1 <= first.observed_at_ms / 1000 <= time.time() and watching._value.get() == 1
+            live.delete(4)
             live.flush()
-            (second,) = read(first.feed_id, first.sequence, 1)  # resumed after the first: only what is new
-            assert list(second.ledger_ids) == [6] and second.sequence == 2
-            gap, *rest = read("an-agent-before-a-restart", 2, 3)
-            assert gap.kind == Msg.GAP and [m.sequence for m in rest] == [1, 2]
+            (second,) = read(first.feed_id, first.sequence, 1)  # back within the linger: resumed, nothing missed
+            assert list(second.ledger_ids) == [4] and second.sequence == 2
+            wait_for(lambda: watching._value.get() == 0, 10)  # nobody for longer than the linger
+            live.delete(3)
+            live.flush()
+            gap, third = read(second.feed_id, second.sequence, 2, then=delete(2))
+            assert gap.kind == Msg.GAP and gap.feed_id != second.feed_id and list(third.ledger_ids) == [2]
+            gap, *rest = read("an-agent-before-a-restart", 2, 2)
+            assert gap.kind == Msg.GAP and [m.ledger_ids for m in rest] == [[2]]
     finally:
         agent.stop(grace=0)
 
