@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from bench import agent_index, agentcalls, checks, codec, deepscrub, driver_findings, pipeline, zkreads, zkwatch
+from bench import (
+    agent_index,
+    agentcalls,
+    agentwatch,
+    checks,
+    codec,
+    deepscrub,
+    driver_findings,
+    pipeline,
+    zkreads,
+    zkwatch,
+)
 
 
 def test_codec_bench_agrees_with_its_baseline() -> None:
@@ -17,6 +28,11 @@ def test_zookeeper_and_agent_benches_run() -> None:
     assert [r["ledgers"] for r in rows] == [300, 300, 300]
     rows = zkwatch.run(200, slow_rate=20, slow_seconds=1, rounds=1)  # every notification arrived, or it waits 30 s
     assert [str(r["what"]).startswith("a notification") for r in rows] == [False, True, True]
+
+
+def test_agent_watch_bench_runs() -> None:
+    rows = agentwatch.run(2_000, per_second=20, seconds=0.5, rounds=1, settle=0.5)
+    assert [r["agent"] for r in rows] == list(agentwatch.MODES)
 
 
 def test_checks_bench_runs_and_agrees_with_its_baseline() -> None:
