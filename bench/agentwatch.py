@@ -1,13 +1,17 @@
 """What a DbLedgerStorage agent spends watching its bookie while the bookie changes, in one run: followed by
 a leader (the `ledgers` index watched: ledgers gone, keys-only passes within 1% of a core), followed by
-nobody (its entry logs and cookie only), and not watching at all (`--watch-interval-seconds 0`, the
+nobody (its entry logs and cookie only), and not watching at all (`watch_interval_seconds` 0, the
 baseline).
+
+The agent's own start counts as a reader that just left (it watches its first 15 minutes, so that a
+leader following it after a restart misses nothing); this bench sets that linger to 0.
 
 The bookie: `--ledgers` ledgers in real RocksDB indexes, changing `--changes-per-second` (half created,
 half deleted by its garbage collector, their locations cleaned up), a checkpoint (flush) every 10 s as
-`flushInterval`. The agent is `scrutiny bookie-agent` in its own process, started afresh for each window
-and measured after its first look; a follower is a WatchHoldings stream held open by this process. The
-agent's CPU an hour, the median of `--rounds` windows of `--seconds` per mode, the modes in alternation.
+`flushInterval`. The agent (its source and server as `scrutiny bookie-agent` builds them) runs in its own
+process, started afresh for each window and measured after its first look; a follower is a WatchHoldings
+stream held open by this process. The agent's CPU an hour, the median of `--rounds` windows of `--seconds`
+per mode, the modes in alternation.
 
     python -m bench.agentwatch [--ledgers 300000 --changes-per-second 1 --seconds 60 --rounds 3]
 """
@@ -83,15 +87,25 @@ class ChangingBookie:
         self.live.close()
 
 
+# The agent as `scrutiny bookie-agent --source dbledgerstorage` builds it (its default 32 MiB block cache), with
+# no linger: an agent nobody follows would otherwise watch its first 15 minutes as if a leader had just left.
+AGENT = """
+import sys, time
+from scrutiny.agent import BookieAgent
+from scrutiny.entrysources import DbLedgerStorageSource
+source = DbLedgerStorageSource([sys.argv[1]], sys.argv[2], 32 * 1024 * 1024)
+agent = BookieAgent(source, bind="127.0.0.1:0", watch_interval_seconds=float(sys.argv[3]),
+                    watch_linger_seconds=0).start()
+print(agent.port, flush=True)
+time.sleep(1e9)
+"""
+
+
 def start_agent(path: Path, scratch: Path, watching: bool) -> tuple[subprocess.Popen[str], int]:
     shutil.rmtree(scratch, ignore_errors=True)
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", "127.0.0.1:3181", "--source",
-         "dbledgerstorage", "--ledger-dir", str(path), "--scratch-dir", str(scratch), "--bind", "127.0.0.1:0",
-         "--watch-interval-seconds", "5" if watching else "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    line = agent.stdout.readline()  # type: ignore[union-attr]
-    return agent, int(line.split(" listening on port ")[1].split()[0])
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, str(path), str(scratch), "5" if watching else "0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return agent, int(agent.stdout.readline())  # type: ignore[union-attr]
 
 
 @contextlib.contextmanager

@@ -48,9 +48,9 @@ SERVICE_NAME = "scrutiny.v1.Bookie"
 HEARTBEAT_SECONDS = 300.0
 KEEPALIVE_PINGS_AT_MOST_EVERY_MS = 10_000  # the readers ping every 30 s (scrutiny.auditor.feeds)
 WATCH_INTERVAL_SECONDS = 5.0  # the agent looks at its bookie for changes this often (0: never)
-# ... its `ledgers` index while a reader follows its feed, and this long after the last one left: a
-# leader's hand-over (a new election, an auditor restarted) resumes the feed without a gap, and an agent
-# nobody follows (continuous mode off) watches only its entry logs, which its answers need.
+# ... its `ledgers` index from its start and while a reader follows its feed, and this long after the last
+# one left: a leader's hand-over (a new election, an auditor restarted) resumes the feed without a gap, and
+# an agent nobody follows (continuous mode off) then watches only its entry logs, which its answers need.
 WATCH_LINGER_SECONDS = 900.0
 GIVE_UP_AFTER_GRACE = 3.0  # seconds past the stop's grace after which the process ends regardless
 
@@ -199,7 +199,9 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         self.watch_linger = watch_linger_seconds
         self._watching = False
         self._followers = 0
-        self._left_at = -float("inf")  # monotonic: when the last reader left
+        # monotonic: when the last reader left. An agent starts as if one just had: it watches from its start,
+        # and a leader that follows it within the linger (after the agent's restart, say) gets every change
+        self._left_at = time.monotonic()
         self._watch_lock = threading.Lock()  # one look at a time; readers come and go between looks
         for rate in (self.deep_rate, self.entry_rate):
             rate.sleep = self.pause
@@ -328,9 +330,9 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
 
     def watch_once(self) -> list[Change]:
         """One look at the bookie for changes (its cost paid from the CPU budget), appended to the feed.
-        While nobody follows the feed (WATCH_LINGER_SECONDS after the last reader left) only what the
-        answers need is watched (entry logs gone: #4607), not the `ledgers` index: the feed starts anew,
-        and a reader resuming from the old one is told it missed changes."""
+        Once nobody has followed the feed for WATCH_LINGER_SECONDS (since the last reader left, or the
+        start) only what the answers need is watched (entry logs gone: #4607), not the `ledgers` index: the
+        feed starts anew, and a reader resuming from the old one is told it missed changes."""
         changes = getattr(self.source, "changes", None)
         if changes is None:
             return []

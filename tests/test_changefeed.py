@@ -202,8 +202,9 @@ def test_the_index_emptied_is_a_reset(bookie: tuple[Path, LiveBookie], tmp_path:
 
 
 def test_watch_holdings_streams_changes_a_reader_resumes(bookie: tuple[Path, LiveBookie], tmp_path: Path) -> None:
-    """The agent watches its `ledgers` index while a reader follows it (and a linger after): a reader back
-    after that is told it missed changes; and a reader's call takes stock before its headers."""
+    """The agent watches its `ledgers` index from its start and while a reader follows it, and a linger
+    after: a reader back after that is told it missed changes; a reader's call takes stock before its
+    headers."""
     path, live = bookie
     agent = BookieAgent(DbLedgerStorageSource([path], tmp_path / "scratch"), bind="127.0.0.1:0",
                         watch_interval_seconds=0.1, watch_linger_seconds=1.0).start()
@@ -229,8 +230,8 @@ def test_watch_holdings_streams_changes_a_reader_resumes(bookie: tuple[Path, Liv
             def delete(lid: int) -> Callable[[], None]:
                 return lambda: (live.delete(lid), live.flush())  # type: ignore[func-returns-value]
 
-            time.sleep(0.5)
-            assert watching._value.get() == 0  # nobody follows yet: the index is not watched
+            wait_for(lambda: watching._value.get() == 1, 5)  # watching from its start ...
+            wait_for(lambda: watching._value.get() == 0, 10)  # ... until nobody has followed for the linger
             live.delete(5)
             live.flush()
             t0 = time.time()
