@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import psutil
 
-from bench.common import table
+from bench.common import cpu_seconds, table
 from scrutiny.testing.dbledgerstorage import LiveBookie
 from scrutiny.testing.processes import stop
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
@@ -130,11 +129,6 @@ def follower(port: int) -> Iterator[None]:
         channel.close()
 
 
-def cpu(agent: subprocess.Popen[str]) -> float:
-    t = psutil.Process(agent.pid).cpu_times()
-    return t.user + t.system
-
-
 def window(bookie: ChangingBookie, path: Path, scratch: Path, mode: str, seconds: float, per_second: float,
            settle: float) -> float:
     """The agent's CPU seconds an hour in this mode while the bookie changes."""
@@ -145,9 +139,9 @@ def window(bookie: ChangingBookie, path: Path, scratch: Path, mode: str, seconds
                 stack.enter_context(follower(port))
             stack.enter_context(bookie.changing(per_second))
             time.sleep(settle)
-            c0, t0 = cpu(agent), time.monotonic()
+            c0, t0 = cpu_seconds(agent.pid), time.monotonic()
             time.sleep(seconds)
-            return (cpu(agent) - c0) * 3600 / (time.monotonic() - t0)
+            return (cpu_seconds(agent.pid) - c0) * 3600 / (time.monotonic() - t0)
     finally:
         stop(agent)
 

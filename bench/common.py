@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from scrutiny.scan import work as range_work
 from scrutiny.testing.processes import stop
 
@@ -21,6 +23,12 @@ def median_seconds(fn: Callable[[], Any], repeats: int = 5) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """A process's CPU seconds, user and system (this process's without `pid`)."""
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
 
 
 def table(rows: list[dict[str, Any]]) -> str:

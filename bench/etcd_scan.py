@@ -26,8 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import start_agents, stop_agents, table
-from bench.scale import _stream, build, cpu_seconds
+from bench.common import cpu_seconds, start_agents, stop_agents, table
+from bench.scale import _stream, build
 from scrutiny.config import ScanSettings
 from scrutiny.metadata import Layout, decode_ledger_metadata, ledger_path
 from scrutiny.scan.driver import ScrutinyRun
@@ -119,7 +119,7 @@ def run_size(count: int, entries: int, rounds: int, session: Any) -> dict[str, A
                 floors.append(time.perf_counter() - t0)
             row["scan floor s"] = min(floors)
             settings = ScanSettings(metadata_service_uri=etcd.uri, recheck_delay=1.0, spark_master="local[2]")
-            etcd_cpu = cpu_seconds([etcd.pid])[0]
+            etcd_cpu = cpu_seconds(etcd.pid)
             t0 = time.perf_counter()
             report = ScrutinyRun(settings, SparkEngine(session=session)).execute()
             scan = time.perf_counter() - t0
@@ -129,7 +129,7 @@ def run_size(count: int, entries: int, rounds: int, session: Any) -> dict[str, A
             row["scan / floor"] = scan / row["scan floor s"]
             row["ledgers/s"] = count / scan
             row["etcd requests / ledger"] = report.stats.get("store_reads", 0) / count
-            row["etcd CPU s"] = cpu_seconds([etcd.pid])[0] - etcd_cpu
+            row["etcd CPU s"] = cpu_seconds(etcd.pid) - etcd_cpu
         finally:
             stop_agents(agents)
             tree.close()

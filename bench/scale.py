@@ -48,7 +48,7 @@ from typing import Any
 import psutil
 from kazoo.client import KazooClient
 
-from bench.common import start_agents, stop_agents, table
+from bench.common import cpu_seconds, start_agents, stop_agents, table
 from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
 from scrutiny.metadata import (
@@ -249,14 +249,6 @@ def agent_requests(port: int) -> float:
                if line.startswith("scrutiny_agent_requests_total{"))
 
 
-def cpu_seconds(pids: list[int]) -> list[float]:
-    out = []
-    for pid in pids:
-        t = psutil.Process(pid).cpu_times()
-        out.append(t.user + t.system)
-    return out
-
-
 def _read_range(uri: str, rng: LedgerRange, multi_read: str = "on") -> int:
     settings = ScanSettings(metadata_service_uri=uri, zk_multi_read=multi_read)
     store, _ = range_work.EXECUTOR.get(  # through the module: cloudpickle would copy the object (it has a lock)
@@ -322,8 +314,8 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
             peak = PeakRss(workers)  # from here: what the scan itself costs
             received = packets_received(zk.port)
             cpu = ScrutinyCpu([zk._proc.pid, *(a.pid for a in agents)], workers)  # type: ignore[union-attr]
-            zk_cpu = cpu_seconds([zk._proc.pid])[0]  # type: ignore[union-attr]
-            agent_cpu = cpu_seconds([a.pid for a in agents])
+            zk_cpu = cpu_seconds(zk._proc.pid)  # type: ignore[union-attr]
+            agent_cpu = [cpu_seconds(a.pid) for a in agents]
             calls = {b: agent_requests(port) for b, port in metrics.items()}
             t0 = time.perf_counter()
             report = ScrutinyRun(settings, SparkEngine(session=session)).execute()
@@ -331,8 +323,8 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
             spent = cpu.spent()
             row["zk requests / ledger"] = (packets_received(zk.port) - received) / count
             row["zk requests"] = packets_received(zk.port) - received
-            row["zk CPU s"] = cpu_seconds([zk._proc.pid])[0] - zk_cpu  # type: ignore[union-attr]
-            per_bookie = [after - before for before, after in zip(agent_cpu, cpu_seconds([a.pid for a in agents]),
+            row["zk CPU s"] = cpu_seconds(zk._proc.pid) - zk_cpu  # type: ignore[union-attr]
+            per_bookie = [after - before for before, after in zip(agent_cpu, [cpu_seconds(a.pid) for a in agents],
                                                                  strict=True)]
             row["agent CPU s per bookie (median; most)"] = f"{statistics.median(per_bookie):.1f}; {max(per_bookie):.1f}"
             served = [agent_requests(port) - calls[b] for b, port in metrics.items()]

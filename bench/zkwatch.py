@@ -28,7 +28,7 @@ from typing import Any
 import psutil
 from kazoo.client import KazooClient
 
-from bench.common import table
+from bench.common import cpu_seconds, table
 from scrutiny.metadata import Layout, LedgerMetadata, LedgerState, Segment, encode_ledger_metadata, ledger_path
 from scrutiny.store.zkwatch import TreeWatch
 from scrutiny.testing import store_at
@@ -53,11 +53,6 @@ c.stop()
 """
 
 
-def cpu() -> float:
-    t = psutil.Process().cpu_times()
-    return t.user + t.system
-
-
 def thread_cpu(native_id: int) -> float:
     """One thread's CPU seconds (the watch's receiving thread: kazoo's connection thread, where the
     auditor's leader takes note of each change)."""
@@ -66,11 +61,6 @@ def thread_cpu(native_id: int) -> float:
 
 def md(lid: int, last: int = 999) -> LedgerMetadata:
     return LedgerMetadata(lid, LedgerState.CLOSED, 3, 2, 2, last, 0, (Segment(0, ENS),))
-
-
-def zk_cpu(zk: LocalZooKeeper) -> float:
-    t = psutil.Process(zk.pid).cpu_times()
-    return t.user + t.system
 
 
 def write(zk: LocalZooKeeper, ids: list[int], rate: float) -> None:
@@ -98,10 +88,10 @@ def notifications(zk: LocalZooKeeper, ids: list[int], rate: float) -> tuple[floa
     watch = TreeWatch(client, ROOT, on_event, lambda why: None)
     try:
         receiver = client._connection._connection_routine.native_id
-        c0, z0, t0 = thread_cpu(receiver), zk_cpu(zk), time.monotonic()
+        c0, z0, t0 = thread_cpu(receiver), cpu_seconds(zk.pid), time.monotonic()
         write(zk, ids, rate)
         all_seen.wait(30)  # no polling: this process does nothing but receive
-        spent, took, on_zk = thread_cpu(receiver) - c0, time.monotonic() - t0, zk_cpu(zk) - z0
+        spent, took, on_zk = thread_cpu(receiver) - c0, time.monotonic() - t0, cpu_seconds(zk.pid) - z0
         i0 = thread_cpu(receiver)
         time.sleep(min(took, 10.0))  # the thread's idle cost (its pings) over the same time
         idle = (thread_cpu(receiver) - i0) * took / min(took, 10.0)
@@ -114,9 +104,9 @@ def notifications(zk: LocalZooKeeper, ids: list[int], rate: float) -> tuple[floa
 
 def unwatched_writes(zk: LocalZooKeeper, ids: list[int]) -> float:
     """ZooKeeper's CPU seconds per write of the burst with nobody watching."""
-    z0 = zk_cpu(zk)
+    z0 = cpu_seconds(zk.pid)
     write(zk, ids, 0)
-    return (zk_cpu(zk) - z0) / len(ids)
+    return (cpu_seconds(zk.pid) - z0) / len(ids)
 
 
 def full_run_reads(zk: LocalZooKeeper, ledgers: int) -> tuple[float, float]:
@@ -124,10 +114,10 @@ def full_run_reads(zk: LocalZooKeeper, ledgers: int) -> tuple[float, float]:
     store = store_at(f"zk+hierarchical://{zk.hosts}{ROOT}")
     try:
         ids = list(range(ledgers))
-        c0, z0 = cpu(), zk_cpu(zk)
+        c0, z0 = cpu_seconds(), cpu_seconds(zk.pid)
         read = sum(1 for r in store.read_ledgers(ids) if r.metadata is not None)
         assert read == ledgers
-        return (cpu() - c0) / ledgers, (zk_cpu(zk) - z0) / ledgers
+        return (cpu_seconds() - c0) / ledgers, (cpu_seconds(zk.pid) - z0) / ledgers
     finally:
         store.close()
 
