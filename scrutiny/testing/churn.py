@@ -151,6 +151,9 @@ class ChurnCluster:
         self._down_until = 0.0  # one restart at a time
         self._restarted: dict[str, float] = {}
         self._renewals: dict[str, Callable[[], None]] = {}  # sessions being renewed: how each ends
+        # Until a run has seen a bookie renew its session, only renewals: other restarts would keep every
+        # bookie within RESTART_SPACING of its last one, and no renewal could start.
+        self.renewal_wanted = False
         self._timers: list[threading.Timer] = []
         self._quiet = threading.Event()
         self._stepping = threading.Lock()
@@ -181,7 +184,7 @@ class ChurnCluster:
         the machine's load made its start take."""
         now = time.monotonic()
         with self._lock:
-            if now < self._down_until:
+            if now < self._down_until or (self.renewal_wanted and not session_only):
                 return None
             choices = [b for b in self.bookies if now - self._restarted.get(b, -1e9) > RESTART_SPACING]
             if not choices:
@@ -465,7 +468,7 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
     churner.start()
     try:
         names = list(engines)
-        renewal_due = False
+        renewal_due = cluster.renewal_wanted = True  # the first run starts during a renewal
         while time.monotonic() - t0 < seconds:
             name = names[result.runs % len(names)]
             if result.runs % 3 == 1 or renewal_due:  # a run that starts while a bookie renews its session (its
@@ -478,7 +481,8 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
             result.runs_by_engine[name] += 1
             result.incomplete_runs += not report.complete
             result.moments.update({k: v for k, v in report.stats.items() if k in MOMENTS})
-            renewal_due = renewal_due or not result.moments["lost_bookies"]
+            cluster.renewal_wanted = not result.moments["lost_bookies"]
+            renewal_due = renewal_due or cluster.renewal_wanted
             result.false_alarms += [{"run": report.run_id, "engine": name, **v.to_json()} for v in report.violations]
             result.continuous_false_alarms += [c.to_json() for c in state.findings()]
             state.full_run(report.violations, int(time.time() * 1000), int(time.time() * 1000))
