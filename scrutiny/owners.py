@@ -97,7 +97,12 @@ def _uncompressed(where: str, data: bytes) -> bytes:
         if kind == mlpb.ManagedLedgerInfoMetadata.NONE:
             return body
         if kind == mlpb.ManagedLedgerInfoMetadata.ZLIB:
-            return zlib.decompress(body)
+            # Pulsar's CompressionCodecZLib deflates with SYNC_FLUSH and never finishes: no final block, no
+            # Adler-32, which zlib.decompress refuses as truncated; a decompressobj takes what there is
+            out = zlib.decompressobj().decompress(body)
+            if len(out) != meta.uncompressedSize:
+                raise ValueError(f"ZLIB gave {len(out)} bytes where the header says {meta.uncompressedSize}")
+            return out
         if kind == mlpb.ManagedLedgerInfoMetadata.LZ4:
             return bytes(cramjam.lz4.decompress_block(body, output_len=meta.uncompressedSize))
         if kind == mlpb.ManagedLedgerInfoMetadata.ZSTD:
@@ -204,10 +209,16 @@ def encode_cursor(ledger_id: int, properties: Mapping[str, int] | None = None) -
     return info.SerializeToString()
 
 
+def _deflated(body: bytes) -> bytes:
+    """As Pulsar's CompressionCodecZLib writes it: a zlib stream flushed with SYNC_FLUSH, never finished."""
+    deflater = zlib.compressobj()
+    return deflater.compress(body) + deflater.flush(zlib.Z_SYNC_FLUSH)
+
+
 def _compressed(body: bytes, compression: str) -> bytes:
     if compression == "NONE":
         return body
-    packers = {"ZLIB": zlib.compress, "LZ4": lambda b: bytes(cramjam.lz4.compress_block(b, store_size=False)),
+    packers = {"ZLIB": _deflated, "LZ4": lambda b: bytes(cramjam.lz4.compress_block(b, store_size=False)),
                "ZSTD": lambda b: bytes(cramjam.zstd.compress(b)),
                "SNAPPY": lambda b: bytes(cramjam.snappy.compress_raw(b))}
     packed = packers[compression](body)

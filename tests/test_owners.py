@@ -5,18 +5,28 @@ real ZooKeeper, agents and Spark."""
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import cramjam
 import pytest
 from kazoo.client import KazooClient
 
 from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
-from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
-from scrutiny.owners import encode_cursor, encode_managed_ledger, owner_from_custom_metadata, topic_of
+from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, MetadataError, Segment
+from scrutiny.owners import (
+    decode_managed_ledger,
+    encode_cursor,
+    encode_managed_ledger,
+    owner_from_custom_metadata,
+    topic_of,
+)
+from scrutiny.pulsar import managed_ledger_pb2 as mlpb
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
@@ -119,3 +129,28 @@ def test_scan_of_one_topic(pulsar_cluster: str, tmp_path: Path) -> None:
     doc = json.loads(out.stdout)
     assert out.returncode == 1 and doc["ledgers"]["seen"] == 1  # the compacted ledger, via __compaction
     assert doc["violations"][0]["owner"] == {"kind": "compacted-topic", "name": PRICES}
+
+
+def _pulsar_framed(body: bytes, codec: str) -> bytes:
+    """A record as Pulsar's MetaStoreImpl writes it with each CompressionCodec (written here apart from
+    scrutiny's own encoder): ZLIB deflates with SYNC_FLUSH and never finishes the stream, LZ4 is a raw
+    block, ZSTD one frame, SNAPPY raw."""
+    if codec == "ZLIB":
+        deflater = zlib.compressobj()
+        packed = deflater.compress(body) + deflater.flush(zlib.Z_SYNC_FLUSH)
+    else:
+        packed = bytes({"LZ4": lambda b: cramjam.lz4.compress_block(b, store_size=False),
+                        "ZSTD": cramjam.zstd.compress, "SNAPPY": cramjam.snappy.compress_raw}[codec](body))
+    meta = mlpb.ManagedLedgerInfoMetadata(compressionType=codec, uncompressedSize=len(body)).SerializeToString()
+    return b"\x47\x78" + struct.pack(">i", len(meta)) + meta + packed
+
+
+@pytest.mark.parametrize("codec", ["ZLIB", "LZ4", "ZSTD", "SNAPPY"])
+def test_a_record_compressed_as_pulsar_compresses_it_is_read(codec: str) -> None:
+    body = encode_managed_ledger(range(1000, 1400))  # over 16 KB would be compressed since PIP-270; any size here
+    framed = _pulsar_framed(body, codec)
+    assert not framed.endswith(zlib.compress(body)[-4:])  # (no Adler-32: the stream is never finished)
+    assert decode_managed_ledger("t", framed).ledgers == tuple(range(1000, 1400))
+    assert decode_managed_ledger("t", encode_managed_ledger([7], compression=codec)).ledgers == (7,)
+    with pytest.raises(MetadataError, match="undecodable compressed value"):
+        decode_managed_ledger("t", framed[:-7])
