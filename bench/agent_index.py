@@ -141,10 +141,7 @@ class EarlierPath(DbLedgerStorageSource):
     def entry_ids(self, ledger_id: int) -> tuple[np.ndarray, bool] | None:
         found: list[int] = []
         with self._lock:
-            for ledgers, locations in self.indexes:
-                if ledgers._handle is None:
-                    ledgers.catch_up()
-                    locations.catch_up()
+            for ledgers, locations in self._opened():
                 if ledgers.get(_LEDGER_KEY.pack(ledger_id)) is None:
                     continue
                 found += (eid for eid, _ in _index_entries(locations, ledger_id))

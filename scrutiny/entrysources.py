@@ -88,33 +88,72 @@ _KEY = struct.Struct(">qq")
 _SKIPPED_FILES = ("LOCK", "rocksdict-config.json")
 
 
+class IndexState(NamedTuple):
+    """What a look at an index compares with the last: its sequence number (one per write), the writes and
+    the deletes in the memtables the secondary replayed from the WAL, the live SST files (a flush or a
+    compaction adds one: deletes may then have moved into them, or been compacted away), and which database
+    this is (its identity) and which opening of it (a reopen replays the WAL anew)."""
+
+    sequence: int
+    mem_entries: int
+    mem_deletes: int
+    files: frozenset[str]
+    identity: tuple[int, int, bytes]
+    generation: int
+
+
+def _identity(db: Path) -> tuple[int, int, bytes]:
+    """Which database a directory holds: the directory's inode and RocksDB's IDENTITY (a UUID written when
+    the database is created). A bookie formatted and back has a new one, whatever its timing."""
+    st = db.stat()
+    try:
+        ident = (db / "IDENTITY").read_bytes()
+    except FileNotFoundError:
+        ident = b""
+    return st.st_dev, st.st_ino, ident
+
+
 class _SecondaryIndex:
     """One of the bookie's RocksDB indexes, read as a RocksDB secondary through a scratch view of
     symlinks to the live files: RocksDB and rocksdict write only in the scratch directory. Catching up
-    links the files the bookie created since (new SSTs, a new MANIFEST), then replays what it wrote."""
+    links the files the bookie created since (new SSTs, a new MANIFEST), then replays what it wrote; a
+    database created anew in the directory (the bookie formatted) is opened anew: a secondary would go
+    on reading the old one's files, which it holds open."""
 
     def __init__(self, db: Path, scratch: Path, cache: Any = None) -> None:
         self.db, self.scratch = db, scratch
         self.cache = cache  # rocksdict's block cache, shared by a source's indexes (None: RocksDB's default)
-        self._generation = 0
+        self.generation = 0  # how many times it was opened
+        self.identity: tuple[int, int, bytes] = (0, 0, b"")
         self._handle: Any = None
+        self._wals: set[str] = set()  # the write-ahead logs replayed (or there to replay) at the last catch-up
 
-    def _link_new_files(self, view: Path) -> None:
+    @property
+    def is_open(self) -> bool:
+        return self._handle is not None
+
+    def _link_new_files(self, view: Path) -> set[str]:
+        """Links to the files the bookie created since; the write-ahead logs there now."""
+        wals = set()
         for name in os.listdir(self.db):
             if name in _SKIPPED_FILES or name.startswith("LOG"):
                 continue
+            if name.endswith(".log"):
+                wals.add(name)
             link = view / name
             if not os.path.lexists(link):
                 os.symlink(self.db / name, link)
+        return wals
 
     def _open(self) -> Any:
         from rocksdict import AccessType, BlockBasedOptions, Options, Rdict
 
-        self._generation += 1
-        view = self.scratch / f"view-{self._generation}"
-        secondary = self.scratch / f"secondary-{self._generation}"
+        self.identity = _identity(self.db)
+        self.generation += 1
+        view = self.scratch / f"view-{self.generation}"
+        secondary = self.scratch / f"secondary-{self.generation}"
         view.mkdir(parents=True)
-        self._link_new_files(view)
+        self._wals = self._link_new_files(view)
         options = Options(raw_mode=True)
         if self.cache is not None:
             table = BlockBasedOptions()
@@ -125,16 +164,33 @@ class _SecondaryIndex:
     def catch_up(self) -> None:
         for attempt in range(3):
             try:
+                if self._handle is not None and _identity(self.db) != self.identity:
+                    self.close()  # another database: never answer from the one the bookie no longer has
+                if self._handle is not None:
+                    wals = self._link_new_files(self.scratch / f"view-{self.generation}")
+                    if self._wals - wals:
+                        # A log the secondary replayed went: the bookie flushed it (a restart always does). The
+                        # secondary's memtable may lack that log's tail (a delete) while keeping what it did
+                        # replay (the put), which it would answer before any SST: opened anew, it reads both.
+                        self.close()
+                    else:
+                        self._wals = wals
+                        self._handle.try_catch_up_with_primary()
                 if self._handle is None:
                     self._handle = self._open()
-                else:
-                    self._link_new_files(self.scratch / f"view-{self._generation}")
-                    self._handle.try_catch_up_with_primary()
                 return
             except Exception as exc:  # a compaction may remove a file between listing and reading
                 self.close()
                 if attempt == 2:
                     raise SourceError(f"cannot read the index {self.db}: {exc}") from None
+
+    def state(self) -> IndexState:
+        h = self._handle
+        entries, deletes = ((h.property_int_value(f"rocksdb.num-{what}-active-mem-table")
+                             + h.property_int_value(f"rocksdb.num-{what}-imm-mem-tables"))
+                            for what in ("entries", "deletes"))
+        return IndexState(h.latest_sequence_number(), entries, deletes, frozenset(f["name"] for f in h.live_files()),
+                          self.identity, self.generation)
 
     def get(self, key: bytes) -> bytes | None:
         value = self._handle.get(key)
@@ -211,8 +267,34 @@ class DbLedgerStorageSource:
         # Entry logs gone while `locations` still point into them, per directory, and the ledgers that do:
         # the bookie cannot serve those entries, so they are not copies (`changes` finds them).
         self.gone_logs: list[set[int]] = [set() for _ in dirs]
-        self.suspects: set[int] = set()
+        self.suspects: list[set[int]] = [set() for _ in dirs]
+        self._instances: list[tuple[bytes | None, tuple[int, int, bytes]] | None] = [None for _ in dirs]
         self._watch: _Watch | None = None
+
+    def cookie(self, d: int) -> bytes | None:
+        """The bookie's cookie in the directory (None: none there now)."""
+        try:
+            return (self.ledger_dirs[d] / "current" / COOKIE).read_bytes()
+        except OSError:
+            return None
+
+    def _catch_up(self, d: int, locations_too: bool = True) -> None:
+        """The directory's indexes caught up with the bookie (under the lock). When the bookie there is another
+        instance (its cookie changed, its `ledgers` index created anew: formatted and back), both indexes are
+        opened anew and what was known of its entry logs is forgotten, whatever the timing."""
+        ledgers, locations = self.indexes[d]
+        cookie = self.cookie(d)
+        known = self._instances[d]
+        if known is not None and cookie != known[0]:
+            ledgers.close()
+        ledgers.catch_up()
+        if known is not None and (cookie, ledgers.identity) != known:
+            locations.close()
+            self.gone_logs[d].clear()
+            self.suspects[d].clear()
+        self._instances[d] = (cookie, ledgers.identity)
+        if locations_too or not locations.is_open:
+            locations.catch_up()
 
     def changes(self, ledgers_too: bool = True) -> tuple[list[Change], int]:
         """What changed in what the bookie holds since the last call (the first only takes stock), and
@@ -221,25 +303,24 @@ class DbLedgerStorageSource:
         log went. Without `ledgers_too` (nobody follows the feed) the entry logs and the cookie only: the
         answers need the logs gone (#4607); the index is taken stock of anew at the next look with it."""
         with self._lock:
-            for ledgers, _ in self._opened():
+            for d in range(len(self.indexes)):
                 if ledgers_too:
-                    ledgers.catch_up()
+                    self._catch_up(d, locations_too=False)
+            self._opened()
             if self._watch is None:
                 self._watch = _Watch(self)
             return self._watch.look(ledgers_too)
 
     def refresh(self) -> None:
         with self._lock:
-            for ledgers, locations in self.indexes:
-                ledgers.catch_up()
-                locations.catch_up()
+            for d in range(len(self.indexes)):
+                self._catch_up(d)
 
     def _opened(self) -> list[tuple[_SecondaryIndex, _SecondaryIndex]]:
         """Every directory's two indexes, opened if no request has opened them yet (under the lock)."""
-        for ledgers, locations in self.indexes:
-            if ledgers._handle is None:
-                ledgers.catch_up()
-                locations.catch_up()
+        for d, (ledgers, locations) in enumerate(self.indexes):
+            if not (ledgers.is_open and locations.is_open):
+                self._catch_up(d)
         return self.indexes
 
     def entry_ids(self, ledger_id: int) -> tuple[np.ndarray, bool] | None:
@@ -257,7 +338,7 @@ class DbLedgerStorageSource:
                 except DecodeError as exc:
                     raise SourceError(f"ledger {ledger_id}: unreadable LedgerData in {ledgers.db}: {exc}") from None
                 limbo = limbo or data.limbo
-                found.append(_entry_ids(locations, ledger_id) if ledger_id not in self.suspects
+                found.append(_entry_ids(locations, ledger_id) if ledger_id not in self.suspects[d]
                              else self._served(d, locations, ledger_id))
         if not found:
             return None
@@ -333,9 +414,8 @@ class DbLedgerStorageSource:
     def _location_now(self, d: int, ledger_id: int, entry_id: int) -> int | None:
         """The entry's location after catching up with the bookie (compaction may have moved it)."""
         with self._lock:
+            self._catch_up(d)
             ledgers, locations = self.indexes[d]
-            ledgers.catch_up()
-            locations.catch_up()
             if ledgers.get(_LEDGER_KEY.pack(ledger_id)) is None:
                 return None
             value = locations.get(_KEY.pack(ledger_id, entry_id))
@@ -453,16 +533,6 @@ KEYS_PASS_CPU_SHARE = 0.01  # whole passes take at most this share of a core: a 
 KEYS_PASS_CHEAP_SECONDS = 0.01  # ... but a pass cheaper than this (an index of a few thousand ledgers) never waits
 
 
-def _deletes(index: _SecondaryIndex) -> tuple[Any, ...]:
-    """What changes when a key is deleted: the delete count of the memtables the secondary replayed (a
-    delete in the WAL), and the SST files holding deletions (one flushed, or compacted away). A put alone (a
-    ledger created or fenced, flushed or not) leaves it as it was, so a look needs no keys-only pass for it."""
-    h = index._handle
-    return (h.property_int_value("rocksdb.num-deletes-active-mem-table"),
-            h.property_int_value("rocksdb.num-deletes-imm-mem-tables"),
-            tuple(sorted(f["name"] for f in h.live_files() if f["num_deletions"])))
-
-
 class _Watch:
     """What a DbLedgerStorageSource remembers between two looks at its bookie (under the source's lock).
     Per directory: the cookie, the `ledgers` index's keys as of its last keys-only pass (made when the index
@@ -476,7 +546,7 @@ class _Watch:
         self.source, self.clock = source, clock
         self.cookies: list[bytes | None] = []
         self.sequences: list[int] = []  # as of the last keys-only pass
-        self.deletes: list[tuple[Any, ...]] = []  # as of the last look
+        self.states: list[IndexState] = []  # as of the last look
         self.deleted: list[bool] = []  # a key may have been deleted since the last keys-only pass
         self.passed: list[float] = []  # when the last keys-only pass was made
         self.pass_cost: list[float] = []  # ... and the CPU seconds it took
@@ -485,21 +555,28 @@ class _Watch:
         self.logs: list[dict[int, list[int] | None]] = []
         self.stale = False  # the `ledgers` index went unwatched: taken stock of anew at the next look at it
         for d, (ledgers, _) in enumerate(source._opened()):
-            self.cookies.append(self._cookie(d))
+            self.cookies.append(source.cookie(d))
             self.sequences.append(0)
-            self.deletes.append(())
+            self.states.append(ledgers.state())
             self.deleted.append(False)
             self.passed.append(0.0)
             self.pass_cost.append(0.0)
             self.held.append(np.empty(0, np.int64))
             self._take_stock(d, ledgers)
-            self.listed.append(self._mtime(d))
-            self.logs.append({lid: self._map(d, lid) for lid in self._log_ids(d)})
+            self.listed.append(0)
+            self.logs.append({})
+            self._list_logs(d)
+
+    def _list_logs(self, d: int) -> None:
+        """The directory's entry logs as they are now, each one's ledgers map read."""
+        self.listed[d] = self._mtime(d)
+        self.logs[d] = {lid: self._map(d, lid) for lid in self._log_ids(d)}
 
     def _take_stock(self, d: int, ledgers: _SecondaryIndex) -> int:
         """The directory's `ledgers` index as it is now, what later looks compare with; keys read."""
-        self.sequences[d] = ledgers._handle.latest_sequence_number()
-        self.deletes[d], self.deleted[d], self.passed[d] = _deletes(ledgers), False, self.clock()
+        self.states[d] = ledgers.state()
+        self.sequences[d] = self.states[d].sequence
+        self.deleted[d], self.passed[d] = False, self.clock()
         cpu = time.thread_time()
         self.held[d] = self._keys(ledgers)
         self.pass_cost[d] = time.thread_time() - cpu
@@ -510,12 +587,6 @@ class _Watch:
             return (self.source.ledger_dirs[d] / "current").stat().st_mtime_ns
         except OSError:
             return -1
-
-    def _cookie(self, d: int) -> bytes | None:
-        try:
-            return (self.source.ledger_dirs[d] / "current" / COOKIE).read_bytes()
-        except OSError:
-            return None
 
     def _keys(self, ledgers: _SecondaryIndex, after: int = -1) -> np.ndarray:
         """The ledger ids in the index (above `after`), ascending."""
@@ -545,12 +616,17 @@ class _Watch:
         gone_logs: list[tuple[int, int, list[int] | None]] = []
         stale, self.stale = self.stale, self.stale or not ledgers_too
         for d, (ledgers, _) in enumerate(source.indexes):
-            cookie = self._cookie(d)
-            if cookie != self.cookies[d]:
-                changes.append(Change(Kind.BOOKIE_RESET, detail=f"the cookie of {source.ledger_dirs[d]} changed",
+            cookie = source.cookie(d)
+            recreated = ledgers_too and ledgers.identity != self.states[d].identity
+            if cookie != self.cookies[d] or recreated:  # another instance of the bookie: its every ledger
+                why = "cookie changed" if cookie != self.cookies[d] else "`ledgers` index was created anew"
+                changes.append(Change(Kind.BOOKIE_RESET, detail=f"the {why} in {source.ledger_dirs[d]}",
                                       every_ledger=True))
                 self.cookies[d] = cookie
-            if ledgers_too and stale:
+                self._list_logs(d)
+                if ledgers_too:
+                    read += self._take_stock(d, ledgers)
+            elif ledgers_too and stale:
                 read += self._take_stock(d, ledgers)
             elif ledgers_too:
                 read += self._look_at_ledgers(d, ledgers, changes, gone_ledgers)
@@ -569,7 +645,8 @@ class _Watch:
             self.stale = False
         if gone_ledgers:
             ids = np.setdiff1d(np.concatenate(gone_ledgers), np.concatenate(self.held))  # held in no directory
-            source.suspects.difference_update(ids.tolist())
+            for suspects in source.suspects:
+                suspects.difference_update(ids.tolist())
             if ids.size:
                 changes.append(Change(Kind.LEDGERS_GONE, tuple(ids.tolist()), "left the ledgers index"))
         if gone_logs:
@@ -587,10 +664,18 @@ class _Watch:
                          gone_ledgers: list[np.ndarray]) -> int:
         """The directory's `ledgers` index since the last look: the ledgers created (keys above the highest
         known), and gone (a keys-only pass, when a delete may be among the changes); keys read."""
-        sequence = ledgers._handle.latest_sequence_number()
-        deletes, now, read = _deletes(ledgers), self.clock(), 0
+        state, last, now, read = ledgers.state(), self.states[d], self.clock(), 0
+        sequence = state.sequence
         moved, replaced = sequence != self.sequences[d], sequence < self.sequences[d]
-        self.deleted[d] = self.deleted[d] or (moved and deletes != self.deletes[d])
+        # Every write since the last look is in the memtables the secondary held then when they grew by as many
+        # entries as the sequence moved: then the deletes among them are the memtables' new deletes. Else (a
+        # flush, perhaps a compaction that dropped a delete, a memtable the secondary let go, a reopen) the
+        # writes are unknown: a pass. The `ledgers` index seldom flushes (a 64 MB memtable, a restart).
+        written = sequence - last.sequence
+        same = (not state.files - last.files and state.generation == last.generation
+                and state.mem_entries - last.mem_entries == written)
+        if written and (not same or state.mem_deletes > last.mem_deletes):
+            self.deleted[d] = True
         affordable = (self.pass_cost[d] < KEYS_PASS_CHEAP_SECONDS
                       or now - self.passed[d] >= self.pass_cost[d] / KEYS_PASS_CPU_SHARE)
         if replaced or (moved and affordable and (
@@ -608,7 +693,7 @@ class _Watch:
             newer = self._keys(ledgers, int(self.held[d][-1]) if self.held[d].size else -1)
             read += newer.size
             self.held[d] = np.concatenate((self.held[d], newer))
-        self.deletes[d] = deletes
+        self.states[d] = state
         return read
 
     def _log_gone(self, d: int, log_id: int, mapped: list[int] | None) -> tuple[Change | None, int]:
@@ -631,7 +716,7 @@ class _Watch:
         if not affected:
             return None, read  # garbage collection as it should be: nothing held points into it
         source.gone_logs[d].add(log_id)
-        source.suspects.update(affected)
+        source.suspects[d].update(affected)
         return Change(Kind.ENTRY_LOG_GONE, tuple(sorted(affected)), f"{log_id:x}.log of {source.ledger_dirs[d]} "
                       "is gone while the index still points into it", entry_log=log_id), read
 
