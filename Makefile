@@ -17,6 +17,9 @@ TEST_BASE_IMAGE := scrutiny-build/debian:bookworm-minbase
 WHEELHOUSE := dist/wheelhouse
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
+# Most of a test's time is waiting (a run's delayed re-check, a session's expiry, a process's start): the
+# tests run on this many workers, each with its own ZooKeeper, etcd and SparkSession.
+TEST_WORKERS ?= 3
 
 .PHONY: setup system-deps proto test lint demo bench soak clean dist wheelhouse image image-test
 
@@ -56,7 +59,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 test: setup lint
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 demo: setup
 	$(VENV)/bin/scrutiny demo
@@ -64,10 +67,14 @@ demo: setup
 bench: setup
 	$(PY) -m bench.run
 
-# The long churn soak (README: "Churn soak"); SOAK_SECONDS to change its length.
+# The soaks (README: "Churn soak"): the tests marked soak (the churn soaks on ZooKeeper and etcd, the
+# auditor's threads and descriptors over many runs, continuous scrutiny's bench on a small cluster), then
+# the long churn soak, SOAK_SECONDS long. CI runs it after make test, with a shorter long soak.
 SOAK_SECONDS ?= 600
+SOAK_OUTPUT ?= bench/results/soak.json
 soak: setup
-	$(PY) -m scrutiny.testing.churn --seconds $(SOAK_SECONDS) --output bench/results/soak.json
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) -m soak $(PYTEST_ARGS)
+	$(PY) -m scrutiny.testing.churn --seconds $(SOAK_SECONDS) --output $(SOAK_OUTPUT)
 
 # The sdist and the wheel, built as any PEP 517 frontend builds them (isolated, the wheel from the sdist).
 dist: setup

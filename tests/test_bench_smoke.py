@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench import (
     agent_index,
     agentcalls,
@@ -62,6 +64,7 @@ def test_driver_findings_bench_runs(spark_engine: object) -> None:
     assert row["findings"] == 300 and row["baseline: findings as objects MB"] >= 0
 
 
+@pytest.mark.soak  # a minute: the bench on a small cluster, every loss class
 def test_continuous_bench_runs() -> None:
     """Two auditor processes, the churn, every loss class (a few of each), a full-share bookie wiped."""
     from bench import continuous

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from statistics import median
 
+import pytest
 from kazoo.client import KazooClient
 
 from scrutiny.scan.engines import LocalEngine
@@ -15,6 +16,7 @@ from scrutiny.testing.churn import auditor_soak, soak
 from scrutiny.testing.localetcd import EtcdTree, LocalEtcd
 from scrutiny.testing.localzk import LocalZooKeeper
 
+pytestmark = pytest.mark.soak
 FAULTS = {"LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", "ORPHAN_LEDGER", "ENTRIES_PAST_THE_CLOSE",
           "LOST_BOOKIE_RECOVERY_NOT_STARTED"}
 

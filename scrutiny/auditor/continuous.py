@@ -21,11 +21,10 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any
 
 from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.auditor.feeds import AgentFeeds
-from scrutiny.auditor.watchedstore import AGENTS, RECOVERY_DELAY, REGISTRATIONS, REPLICATION_DISABLED, WatchedStore
 from scrutiny.bookieclient import EndpointResolver
 from scrutiny.categories import Category, Phase, in_phase
 from scrutiny.config import AuditorSettings, ScanSettings
@@ -36,6 +35,7 @@ from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.store import MetadataStore, TreeWatchHandle
+from scrutiny.store.facts import AGENTS, REGISTRATIONS, REPLICATION, FactsCache
 from scrutiny.tls import channel_credentials
 from scrutiny.v1 import bookie_pb2
 
@@ -47,7 +47,7 @@ AGENTS_AT_MOST_EVERY_SECONDS = 5.0  # ... but never more often: an agent down fo
 CURSORS_FORMAT = 1
 LEDGERS, BOOKIES = LANES = ("ledgers", "bookies")
 FACTS_OF = {"registration": (REGISTRATIONS, AGENTS), "cookie": (REGISTRATIONS,),  # what each change spoils
-            "replication": (RECOVERY_DELAY, REPLICATION_DISABLED)}
+            "replication": (REPLICATION,)}
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,8 @@ class Continuous:
         self._watch: TreeWatchHandle | None = None
         self._position = ""
         self._store: MetadataStore | None = None
-        self._watched: WatchedStore | None = None  # the store as the looks read it
+        self.facts: FactsCache | None = None  # the facts the looks start on, kept between changes
+        self.fact_reads: Counter[str] = Counter()  # ... how often each part was read, every leadership together
         self._feeds: AgentFeeds | None = None
         self._resolver = EndpointResolver(self.scan.bookie_endpoints, default_port=self.scan.agent_default_port)
 
@@ -150,13 +151,13 @@ class Continuous:
         """On election: follow the feeds from where the last leader's cursors say, and look at what they name."""
         self._stop.clear()
         self._agents_moved.clear()
-        self._store, self._watched = store, WatchedStore(store)
+        self._store, self.facts = store, FactsCache(store, reads=self.fact_reads)
         self._cursors, position = stored_cursors(store)
         self._seen = dict(self._cursors)
         self.state.watching(self._ms())
         self._watch = store.watch_tree(self._on_tree, lambda why: self._gap("metadata", why), position)
         self._position = position
-        self._watched.keeping = self._watch is not None  # unwatched, no fact is known to stay true
+        self.facts.keeping = self._watch is not None  # unwatched, no fact is known to stay true
         self.feeds["metadata"] = "up" if self._watch is not None else "unavailable"
         if self._watch is not None and not (position and self._watch.position()):
             # ZooKeeper's watch replays nothing: what changed before it started is unknown
@@ -197,8 +198,8 @@ class Continuous:
         """A feed may have missed changes: only a full run can tell what they were."""
         log.warning("continuous scrutiny: %s feed: %s; scheduling a full run", feed, why)
         self.stats[f"gaps.{feed.split(' ')[0]}"] += 1
-        if self._watched is not None:
-            self._watched.changed()
+        if self.facts is not None:
+            self.facts.changed()
         self.state.watching(self._ms())
         self.schedule_full(f"a gap in the {feed} feed")
 
@@ -211,8 +212,8 @@ class Continuous:
     def _on_tree(self, change: TreeChange) -> None:
         """On the store's own thread: take note only."""
         s = self.scan
-        if self._watched is not None and change.what in FACTS_OF:
-            self._watched.changed(*FACTS_OF[change.what])
+        if self.facts is not None and change.what in FACTS_OF:
+            self.facts.changed(*FACTS_OF[change.what])
         if change.what == "ledger":
             if change.event == "deleted":
                 self.backlog.forget(change.ledger_id)
@@ -249,9 +250,9 @@ class Continuous:
 
     def _follow_listed(self) -> None:
         try:
-            assert self._watched is not None
-            self._watched.changed(AGENTS)  # read afresh, and kept for the looks until the next listing
-            self._resolver.registered.update(self._watched.agent_addresses())
+            assert self.facts is not None
+            self.facts.changed(AGENTS)  # read afresh, and kept for the looks until the next listing
+            self._resolver.registered.update(self.facts.facts().agent_addresses)
         except Exception as exc:  # the store away for a moment: the next round
             log.info("continuous scrutiny: cannot list the agents now: %s", exc)
             return
@@ -359,10 +360,10 @@ class Continuous:
         gone): the cluster's lostBookieRecoveryDelay when it has one, as a run reads it, and the grace."""
         with self._lock:
             gone = self._gone.get(bookie)
-        if gone is None or self._watched is None:
+        if gone is None or self.facts is None:
             return 0.0
         try:
-            delay = self._watched.lost_bookie_recovery_delay()
+            delay = self.facts.facts().recovery_delay
         except Exception:  # the run itself will say whether it is due
             return 0.0
         delay = self.scan.lost_bookie_recovery_delay if delay is None else delay
@@ -386,7 +387,7 @@ class Continuous:
         caller looks again at the next batch)."""
         try:
             report = ScrutinyRun(self.scan, LocalEngine(), kind="continuous", sleep=self._pause,
-                                 store=cast(MetadataStore, self._watched)).execute(**scope)
+                                 store=self._store, facts=self.facts.facts if self.facts else None).execute(**scope)
         except Exception as exc:  # the store away for a moment: nothing it was to look at is dropped
             log.info("continuous scrutiny: a look failed (%s): trying again", exc)
             return None
@@ -405,10 +406,7 @@ class Continuous:
             sight_lost_bookies(self._store, gone)
 
     def _pause(self, seconds: float) -> None:
-        """Before a delayed re-check: the agents' addresses are read again after it (an agent that came back
-        may listen elsewhere). The wait ends early when the leader steps down."""
-        if self._watched is not None:
-            self._watched.changed(AGENTS)
+        """A run's delayed re-check waits (its facts read afresh after), cut short when the leader steps down."""
         self._stop.wait(seconds)
 
 

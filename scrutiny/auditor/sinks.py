@@ -24,6 +24,7 @@ from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.categories import CATEGORY_NAMES, REGISTRY, Category, spec
 from scrutiny.prometheus import PREFIX, HttpsFiles, MetricsEndpoint
 from scrutiny.report import Report
+from scrutiny.store.facts import PARTS
 
 if TYPE_CHECKING:
     from scrutiny.auditor.continuous import Continuous
@@ -163,6 +164,7 @@ class PrometheusSink(ReportSink):
         self._lock = threading.Lock()
         self.leading = False
         self._leading_since = time.time()
+        self._leaderships = 0
         self._last: dict[str, RunSummary] = {}  # kind -> its last complete whole-cluster run, here or inherited
         self._reported: Counter[str] = Counter()
         self._runs: Counter[tuple[str, str]] = Counter()
@@ -204,6 +206,7 @@ class PrometheusSink(ReportSink):
         with self._lock:
             self.leading = leading
             self._leading_since = time.time()
+            self._leaderships += leading
             if not leading:  # a standby's gauges would be stale: the leader's are the truth
                 self._last.clear()
 
@@ -236,6 +239,8 @@ class PrometheusSink(ReportSink):
                 if "deep_pass_slices" in run.stats:
                     deep_pass = run.stats
             yield GaugeMetricFamily(f"{PREFIX}leader", "1 while this auditor leads", value=int(self.leading))
+            yield CounterMetricFamily(f"{PREFIX}leaderships", "times this auditor became the leader (a lost "
+                                      "session ends a leadership)", value=self._leaderships)
             yield GaugeMetricFamily(f"{PREFIX}python_allocated_blocks",
                                     "memory blocks the interpreter holds (sys.getallocatedblocks): the Python heap, "
                                     "apart from native memory", value=sys.getallocatedblocks())
@@ -396,6 +401,12 @@ def _continuous_families(current: CurrentState | None, continuous: Continuous | 
                               value=stats["ledgers_checked"])
     yield CounterMetricFamily(f"{PREFIX}continuous_missed", "findings of a full run that continuous scrutiny, "
                               "watching without a gap, should have made and did not", value=current.missed)
+    reads = CounterMetricFamily(f"{PREFIX}continuous_fact_reads", "the cluster's facts read from the store for "
+                                "continuous scrutiny's looks, which keep them until the store's watch says they "
+                                "changed or may have (a gap, a new leadership)", labels=["part"])
+    for part in PARTS:
+        reads.add_metric([part], continuous.fact_reads[part])
+    yield reads
 
 
 def _bookkeeper_gauge(category: str) -> str:

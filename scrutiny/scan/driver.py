@@ -35,7 +35,8 @@ from scrutiny.owners import UNKNOWN, owner_from_custom_metadata
 from scrutiny.report import DEEP_STATS, HOLDINGS_STATS, MARKS_STATS, RUN_STATS, Report, with_every_stat
 from scrutiny.scan.engines import Engine, Progress, make_engine
 from scrutiny.scan.work import LEDGER_COUNTERS, NO_SILENCES, Blast, Pass, RangeResult, RunContext, Silences
-from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, Registrations, open_store
+from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, open_store
+from scrutiny.store.facts import ClusterFacts
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +94,11 @@ class PendingRun:
 class ScrutinyRun:
     def __init__(self, settings: ScanSettings, engine: Engine | None = None, progress: Progress | None = None,
                  sleep: Callable[[float], None] = time.sleep, run_id: str | None = None, kind: str = "scan",
-                 record_sightings: bool = False, store: MetadataStore | None = None) -> None:
+                 record_sightings: bool = False, store: MetadataStore | None = None,
+                 facts: Callable[[], ClusterFacts] | None = None) -> None:
         self.settings = settings.validate()
         self.store = store  # a connected store the caller keeps open (continuous scrutiny's batches); else its own
+        self.facts = facts  # the facts the run starts on (continuous scrutiny's, kept between changes); else read
         self.record_sightings = record_sightings  # the auditor keeps the orphan sightings from run to run
         self.kind = kind  # named in every log line of the run: the auditor runs several kinds
         self.engine = engine or make_engine(settings)
@@ -144,24 +147,23 @@ class ScrutinyRun:
             if racks_from_store:
                 locations, rack_problems = store.racks(s.racks_znode)
                 problems += rack_problems
-            regs = store.registrations()
-            addresses = {**store.agent_addresses(), **s.bookie_endpoints}
+            facts = self.facts() if self.facts is not None else ClusterFacts.read(store)
             gone = frozenset(without) | {b for b, r in locations.items() if r in set(without_racks)}
             if (without or without_racks) and not gone:
                 problems.append(f"what-if: no bookie is on the racks {sorted(without_racks)}")
             only = frozenset(only_bookies) | gone
             scoped = bool(wanted)
             whole = not (scoped or only or s.topics)
-            lost = lost_bookies(store, regs, s) if s.lost_bookie_check and not gone else None
-            ctx = RunContext(s, locations, frozenset(marks), addresses, started, only, without=gone,
+            lost = lost_bookies(store, facts, s) if s.lost_bookie_check and not gone else None
+            ctx = RunContext(s, locations, frozenset(marks), facts.agent_addresses, started, only, without=gone,
                              blast_radius=whole and s.blast_radius, holdings=whole and s.orphan_check, lost=lost)
             if s.topics and ledger_ids is None:
                 topics = store.pulsar_owners(s.topics)
                 problems += topics.problems
                 wanted += sorted(lid for t in s.topics for lid in topics.topic_ledgers(t))
                 scoped = True
-            pending = PendingRun(store, started, ctx, marks, set(wanted) if scoped else None,
-                                 frozenset(regs.writable) | frozenset(regs.readonly), racks_from_store)
+            pending = PendingRun(store, started, ctx, marks, set(wanted) if scoped else None, facts.registered,
+                                 racks_from_store)
             pending.errors += problems
             pending.stats["underreplicated_marks"] = len(marks)
             ranges = store.ranges_of(wanted) if scoped else store.ledger_ranges()
@@ -240,15 +242,13 @@ class ScrutinyRun:
             if look:
                 pending.stats["rechecked_again"] += len(faulty)
                 self.sleep(self.settings.recheck_delay)
-            regs = store.registrations()
+            facts = ClusterFacts.read(store)  # an agent that came back may listen elsewhere now
             silent = faulty.silent()
-            lost = frozenset(b for b in silent if not regs.registered(b) and b not in pending.registered_at_start)
-            # An agent that came back may listen elsewhere now: read the registrations again.
-            addresses = {**store.agent_addresses(), **self.settings.bookie_endpoints}
-            again = dataclasses.replace(ctx, agent_addresses=addresses, now_ms=now_ms(), placement=False,
-                                        lost_bookies=lost, registered=frozenset(filter(regs.registered, silent)),
+            lost = frozenset(b for b in silent if b not in facts.registered and b not in pending.registered_at_start)
+            again = dataclasses.replace(ctx, agent_addresses=facts.agent_addresses, now_ms=now_ms(), placement=False,
+                                        lost_bookies=lost, registered=frozenset(silent) & facts.registered,
                                         silent_before=faulty, lost=ctx.lost and ctx.lost.with_registered(
-                                            [*regs.writable, *regs.readonly]))
+                                            facts.registered))
             pending.findings.drop(faulty, only=_RECHECKED)
             faulty = self._pass(pending, again, store.ranges_of(faulty.ledger_ids), Pass.FINAL, first_look=False)
         if faulty:
@@ -307,11 +307,10 @@ class ScrutinyRun:
         if not pending.ctx.holdings:
             return
         s, store, stats = self.settings, pending.store, pending.stats
-        regs = store.registrations()
-        addresses = {**store.agent_addresses(), **s.bookie_endpoints}
-        with BookieClient.from_settings(s, addresses) as agents:
+        facts = ClusterFacts.read(store)
+        with BookieClient.from_settings(s, facts.agent_addresses) as agents:
             client = HoldingsClient(agents)
-            listed = client.list_many(set(regs.writable) | set(regs.readonly) | set(addresses),
+            listed = client.list_many(facts.registered | set(facts.agent_addresses) | set(s.bookie_endpoints),
                                       lambda ids: not_enumerated(ids, pending.enumerated))
             held = {b: ids for b, ids in listed.items() if not isinstance(ids, str)}  # not enumerated
             for b, why in sorted((b, why) for b, why in listed.items() if isinstance(why, str)):
@@ -388,9 +387,9 @@ def registrations_changed(pending: PendingRun) -> dict[int, tuple[str, ...]]:
     gone = findings.named(lost=True)
     if not blamed and not gone:
         return {}
-    regs = pending.store.registrations()
-    out = findings.naming({b for b in blamed if not regs.registered(b)}, categories={Category.BOOKIE_UNAVAILABLE})
-    out |= findings.naming({b for b in gone if regs.registered(b)}, lost=True)
+    registered = ClusterFacts.read(pending.store).registered
+    out = findings.naming(blamed - registered, categories={Category.BOOKIE_UNAVAILABLE})
+    out |= findings.naming(gone & registered, lost=True)
     pending.stats["relooked_after_registration_change"] += len(out)
     return out
 
@@ -404,18 +403,17 @@ def orphan_sightings(store: MetadataStore) -> Sightings:
         return Sightings()
 
 
-def lost_bookies(store: MetadataStore, regs: Registrations, settings: ScanSettings) -> LostBookies:
-    """What the lost-bookie check needs, read once at the start (`scrutiny.lostbookies`)."""
+def lost_bookies(store: MetadataStore, facts: ClusterFacts, settings: ScanSettings) -> LostBookies:
+    """What the lost-bookie check needs, as the run starts (`scrutiny.lostbookies`)."""
     data = store.lost_bookie_sightings()
     try:
         first_seen = parse_sightings(data, "the stored lost-bookie sightings") if data else {}
     except DataError as exc:
         log.error("%s: seeing every lost bookie anew", exc)
         first_seen = {}
-    delay = store.lost_bookie_recovery_delay()
-    return LostBookies(frozenset(regs.writable) | frozenset(regs.readonly), first_seen,
-                       settings.lost_bookie_recovery_delay if delay is None else delay,
-                       settings.lost_bookie_grace_period, store.replication_disabled())
+    delay = facts.recovery_delay
+    return LostBookies(facts.registered, first_seen, settings.lost_bookie_recovery_delay if delay is None else delay,
+                       settings.lost_bookie_grace_period, facts.replication_disabled)
 
 
 def record_lost_bookies(pending: PendingRun, run_id: str) -> None:
