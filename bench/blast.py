@@ -32,7 +32,7 @@ def run(ledgers: int, repeats: int = 3) -> list[dict[str, Any]]:
     rows = []
     base = 0.0
     for blast in (False, True):
-        ctx = RunContext(settings, racks, frozenset(), {}, 0, blast_radius=blast)
+        ctx = RunContext(settings, racks, {}, {}, 0, blast_radius=blast)
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()

@@ -64,7 +64,7 @@ def run(count: int, repeats: int = 5) -> list[dict[str, object]]:
     znodes, messages = cluster(count)
     locations = {bookie(n): rack_of(n) for n in range(BOOKIES)}
     ctx = RunContext(ScanSettings(metadata_service_uri="zk+hierarchical://127.0.0.1:2181/ledgers"), locations,
-                     frozenset(), {}, 10**13, blast_radius=True)
+                     {}, {}, 10**13, blast_radius=True)
     young, *older = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *older)  # as an executor runs
 

@@ -252,7 +252,7 @@ def agent_requests(port: int) -> float:
 def _read_range(uri: str, rng: LedgerRange, multi_read: str = "on") -> int:
     settings = ScanSettings(metadata_service_uri=uri, zk_multi_read=multi_read)
     store, _ = range_work.EXECUTOR.get(  # through the module: cloudpickle would copy the object (it has a lock)
-        RunContext(settings, {}, frozenset(), {}, 0))
+        RunContext(settings, {}, {}, {}, 0))
     assert isinstance(store, ZooKeeperStore)
     ids = store.ledger_ids(rng)
     paths = (ledger_path(store.layout, store.root, i) for i in ids)

@@ -566,6 +566,22 @@ def _full_turns_without(ensemble: Sequence[str], wq: int, locations: Mapping[str
     return out
 
 
+def blast_radius_marked(md: LedgerMetadata, missing: Collection[str],
+                        locations: Mapping[str, str]) -> dict[tuple[str, str], int]:
+    """The blast radius of a ledger marked under-replicated, whose copies are not asked while it is marked:
+    as if the bookies its mark names (those BookKeeper found without their copies) held none and the others
+    held theirs."""
+    gone = set(missing) & md.bookies
+    wq = md.write_quorum
+    members: dict[str, list[str]] = {}
+    for b in md.bookies:
+        members.setdefault(locations.get(b, DEFAULT_RACK), []).append(b)
+    out = {("bookie", b): wq - most_in_a_write_set(md, gone | {b}) for b in md.bookies}
+    for rack, bookies in members.items():
+        out["rack", rack] = wq - most_in_a_write_set(md, gone | set(bookies))
+    return out
+
+
 def most_in_a_write_set(md: LedgerMetadata, gone: set[str]) -> int:
     """The most bookies of `gone` in the write set of any entry of the closed ledger."""
     e, wq = md.ensemble_size, md.write_quorum

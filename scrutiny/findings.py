@@ -217,11 +217,18 @@ class Findings:
         return total, [_violation(r) for r in rows]
 
     def per_topic(self, limit: int, category: str = "", topic: str = "",
-                  bookie: str | tuple[str, ...] = "") -> list[tuple[str, str, int]]:
-        """(topic or "", category, ledgers) of the matching findings: worst category first, then most ledgers."""
+                  bookie: str | tuple[str, ...] = "") -> list[tuple[str, int, dict[str, int]]]:
+        """(topic or "", ledgers with a finding, {category: ledgers}) of the matching findings, one row a topic:
+        the topic with the worst finding first, then the most ledgers; its categories worst first."""
         cond, args = _filter(category, topic, bookie, None)
-        return self._query("SELECT COALESCE(owner_name, ''), category, COUNT(*) FROM finding "
-                           f"WHERE {cond} GROUP BY 1, 2 ORDER BY MIN(rank), 3 DESC, 1, 2 LIMIT ?", [*args, limit])
+        topics = self._query("SELECT COALESCE(owner_name, ''), COUNT(DISTINCT ledger_id) FROM finding "
+                             f"WHERE {cond} GROUP BY 1 ORDER BY MIN(rank), 2 DESC, 1 LIMIT ?", [*args, limit])
+        per: dict[str, dict[str, int]] = {t: {} for t, _ in topics}
+        for t, cat, n in self._query("SELECT COALESCE(owner_name, ''), category, COUNT(*) FROM finding "
+                                     f"WHERE {cond} GROUP BY 1, 2 ORDER BY MIN(rank)", args):
+            if t in per:
+                per[t][cat] = n
+        return [(t, n, per[t]) for t, n in topics]
 
 
 def _filter(category: str, topic: str, bookie: str | tuple[str, ...],

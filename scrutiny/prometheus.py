@@ -6,10 +6,13 @@ Prometheus' conventions under one prefix, `scrutiny_`, plus BookKeeper's own aud
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
+import socket
 import ssl
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -47,12 +50,13 @@ class Response:
     status: int
     content_type: str
     body: bytes
+    headers: tuple[tuple[str, str], ...] = ()  # more, e.g. a 405's Allow
 
 
-App = Callable[[Request], "Response | None"]  # None: not one of its paths (404)
+App = Callable[[Request], "Response | None"]  # None: not one of its paths (404); any method: a 405 is the app's
 MAX_BODY_BYTES = 1 << 20
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-METHODS = ("GET", "HEAD", "POST")
+METRICS_METHODS = ("GET", "HEAD")
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ class HttpsFiles:
             if path:
                 read_secret(path, what)  # a clear error naming the file
         try:
-            adapter = BuiltinSSLAdapter(self.cert, self.key)
+            adapter = _TlsOnly(self.cert, self.key)
             if self.client_ca:
                 adapter.context.load_verify_locations(self.client_ca)
                 adapter.context.verify_mode = ssl.CERT_OPTIONAL
@@ -78,13 +82,76 @@ class HttpsFiles:
         return adapter
 
 
-def json_error(status: int, message: str) -> Response:
-    return Response(status, "application/json", json.dumps({"error": message}).encode())
+def json_error(status: int, message: str, allow: tuple[str, ...] = ()) -> Response:
+    """A refusal as every refusal here is made; a 405 says which methods the path serves (`allow`)."""
+    return Response(status, "application/json", json.dumps({"error": message}).encode(),
+                    (("Allow", ", ".join(allow)),) if allow else ())
+
+
+def not_served(method: str, path: str, allow: tuple[str, ...]) -> Response:
+    return json_error(405, f"{method} is not served at {path} (only {', '.join(allow)})", allow)
+
+
+PLAIN_HTTP_SECONDS = 1.0  # a plain-HTTP client on the HTTPS port gets this long to send its request
+TLS_HANDSHAKE = 0x16  # the first byte of every TLS connection (a handshake record)
+
+
+class _TlsOnly(BuiltinSSLAdapter):
+    """cheroot answers plain HTTP on the HTTPS port itself, in text, then drops the socket with the request
+    unread: the kernel resets the connection, and the client reads "connection reset" instead of the answer.
+    Here the request is read, the refusal sent in JSON, and the connection closed in order."""
+
+    def wrap(self, sock: socket.socket) -> Any:
+        try:
+            first = sock.recv(1, socket.MSG_PEEK)
+        except OSError:
+            first = b""
+        if first and first[0] != TLS_HANDSHAKE:
+            _refuse_plain_http(sock)
+            raise OSError(errno.ECONNABORTED, "plain HTTP on the HTTPS port")  # cheroot drops it quietly
+        return super().wrap(sock)
+
+
+def _refuse_plain_http(sock: socket.socket) -> None:
+    body = json.dumps({"error": "this port only speaks HTTPS: use https://"}).encode()
+    deadline = time.monotonic() + PLAIN_HTTP_SECONDS
+    with contextlib.suppress(OSError):
+        _read_until(sock, deadline, lambda got: b"\r\n\r\n" in got)
+        sock.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                     + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+        sock.shutdown(socket.SHUT_WR)
+        _read_until(sock, deadline, lambda got: False)  # what else it sent: closed with nothing unread, no reset
+    sock.close()
+
+
+def _read_until(sock: socket.socket, deadline: float, enough: Callable[[bytes], bool]) -> None:
+    """What the client sends, until `enough` of it, the deadline, or its end."""
+    got = b""
+    while len(got) < MAX_BODY_BYTES and not enough(got) and (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            return
+        if not chunk:
+            return
+        got += chunk
 
 
 class _JsonRefusals(server.HTTPRequest):
     """cheroot refuses some requests itself, before any application sees them (a malformed or oversized
-    Content-Length, plain HTTP on the HTTPS port, a request line too long): in JSON, as every refusal here."""
+    Content-Length, a request line too long): in JSON, as every refusal here. A Content-Length is digits
+    (RFC 9110): cheroot takes anything `int` takes, -1 and +5 among them."""
+
+    def read_request_headers(self) -> bool:
+        if not super().read_request_headers():
+            return False
+        length = self.inheaders.get(b"Content-Length")
+        if length is not None and not length.isdigit():
+            self.close_connection = True
+            self.simple_response("400 Bad Request", "Malformed Content-Length Header.")
+            return False
+        return True
 
     def simple_response(self, status: Any, msg: Any = "") -> None:
         status = str(status)
@@ -132,19 +199,17 @@ class MetricsEndpoint:
 
     def _dispatch(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
-        extra: list[tuple[str, str]] = []
-        if method not in METHODS:  # PUT, DELETE, PATCH, ...: nothing here changes that way
-            response: Response | None = json_error(405, f"{method} is not served here (only {', '.join(METHODS)})")
-            extra.append(("Allow", ", ".join(METHODS)))
-        elif path == "/metrics" and method in ("GET", "HEAD"):
-            return self._metrics(environ, start_response)
+        if path == "/metrics":
+            if method in METRICS_METHODS:
+                return self._metrics(environ, start_response)
+            response: Response | None = not_served(method, path, METRICS_METHODS)
         else:
             response = self._application(environ, method, path)
         if response is None:
             response = json_error(404, f"no page at {path}")
         start_response(f"{response.status} {HTTPStatus(response.status).phrase}",
                        [("Content-Type", response.content_type), ("Content-Length", str(len(response.body))),
-                        *extra])
+                        *response.headers])
         return [response.body]
 
     def _application(self, environ: dict[str, Any], method: str, path: str) -> Response | None:
@@ -157,9 +222,9 @@ class MetricsEndpoint:
             query = dict(urllib.parse.parse_qsl(environ.get("QUERY_STRING", "")))
             verified = environ.get("SSL_CLIENT_VERIFY") == "SUCCESS"
             return self.app(Request("GET" if method == "HEAD" else method, path, query, headers, body, verified))
-        except Exception as exc:  # one bad request never stops the server
+        except Exception:  # one bad request never stops the server, nor shows its internals
             log.exception("%s %s", method, path)
-            return json_error(500, f"{type(exc).__name__}: {exc}")
+            return json_error(500, f"{method} {path} failed inside the auditor; its log says why")
 
     def close(self) -> None:
         self._server.stop()

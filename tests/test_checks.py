@@ -364,7 +364,7 @@ def test_a_range_classified_with_answers_kept_encoded_is_classified_as_ledger_by
     decoded = {b: {lid: a[lid] for lid in a} for b, a in answers.items()}
     racks = {b: f"/r{i % 4}" for i, b in enumerate(B)}
     ctx = RunContext(ScanSettings(metadata_service_uri="zk+hierarchical://127.0.0.1:2181/ledgers"), racks,
-                     frozenset(), {}, 10**13, blast_radius=True, registered=frozenset(B),
+                     {}, {}, 10**13, blast_radius=True, registered=frozenset(B),
                      silent_before=Silences.of({md.ledger_id: tuple(sorted(md.bookies)) for md in mds}))
     bulk = classify(ctx, mode, mds, answers)
     alone = classify(ctx, mode, mds, decoded)

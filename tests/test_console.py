@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
+import socket
 import ssl
 import time
 import urllib.request
@@ -23,7 +25,14 @@ from scrutiny.agent import BookieAgent
 from scrutiny.auditor import Auditor
 from scrutiny.auditor.sinks import PrometheusSink
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
-from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment, parse_metadata_service_uri
+from scrutiny.metadata import (
+    BookieRegistration,
+    LedgerMetadata,
+    LedgerState,
+    Segment,
+    UnderreplicationMark,
+    parse_metadata_service_uri,
+)
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
 from scrutiny.testing.churn import MutableHoldings, share
@@ -256,6 +265,12 @@ def test_every_link_leads_to_its_subset(troubled: Console) -> None:
     ("DELETE", "/", {}, b"", 405, "DELETE is not served"),
     ("PATCH", "/metrics", {}, b"{}", 405, "PATCH is not served"),
     ("GET", "/findings?rack=/r1&bookie=x", {}, b"", 400, "bookie or rack"),
+    ("GET", "/findings?rack=/nope", {}, b"", 400, "no bookie is on rack '/nope' (the racks: /r1, /r2, /r3)"),
+    ("GET", "/bookies?rack=/nope", {}, b"", 400, "no bookie is on rack '/nope'"),
+    ("GET", "/", {"Content-Length": "-1"}, None, 400, "Content-Length"),
+    ("GET", "/api/v1/status", {"Content-Length": "-1"}, None, 400, "Content-Length"),
+    ("POST", "/api/v1/rescan", {"Content-Length": "+2"}, None, 400, "Content-Length"),
+    ("POST", "/findings", {}, b"{}", 405, "POST is not served at /findings (only GET, HEAD)"),
 ])
 def test_every_refusal_is_a_json_4xx(healthy: Console, method: str, path: str, headers: dict[str, str],
                                      body: bytes | None, code: int, words: str) -> None:
@@ -271,6 +286,8 @@ def test_every_refusal_is_a_json_4xx(healthy: Console, method: str, path: str, h
     resp = conn.getresponse()
     doc = json.loads(resp.read())
     assert resp.status == code and resp.getheader("Content-Type") == "application/json" and words in doc["error"], doc
+    if code == 405:  # the methods this path serves, not every method of the server
+        assert resp.getheader("Allow") == ("GET, HEAD" if method != "PUT" else "POST"), resp.getheaders()
     assert "rescan" not in healthy.auditor.last
 
 
@@ -301,13 +318,15 @@ def test_the_console_over_https_with_a_token_and_a_client_certificate(
         # /metrics stays open (aggregates only, for Prometheus), over TLS too
         assert get("/metrics", trusting, None)[0] == 200
         # plain HTTP on the HTTPS port: refused, and the token never crosses in clear
-        conn = http.client.HTTPConnection(host, timeout=10)
-        conn.request("GET", "/api/v1/status", headers={"Authorization": f"Bearer {TOKEN}"})
-        try:
+        for _ in range(3):  # answered in JSON, never a connection reset
+            conn = http.client.HTTPConnection(host, timeout=10)
+            conn.request("GET", "/api/v1/status", headers={"Authorization": f"Bearer {TOKEN}"})
             resp = conn.getresponse()
             assert resp.status == 400 and "only speaks HTTPS" in json.loads(resp.read())["error"]
-        except ConnectionResetError:
-            pass  # the server answered and closed with the request unread: TCP resets; refused all the same
+        with socket.create_connection(tuple(host.split(":")), timeout=10) as raw:  # type: ignore[arg-type]
+            raw.sendall(b"GET /")  # 5 bytes, and nothing more
+            head, _, body = b"".join(iter(lambda: raw.recv(4096), b"")).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400") and "https://" in json.loads(body)["error"]
         with pytest.raises(ssl.SSLCertVerificationError):  # and a client that does not trust the certificate
             get("/", ssl.create_default_context(), TOKEN)
     finally:
@@ -329,7 +348,7 @@ def test_the_console_in_a_browser(healthy: Console, tmp_path: Path) -> None:
         assert "HEALTH_ERR" in browser.find_element(By.ID, "verdict").text
         assert browser.find_element(By.ID, "history").size["height"] > 100
         browser.save_screenshot(str(tmp_path / "home.png"))
-        browser.find_element(By.CSS_SELECTOR, "#findings a[href='/ledgers/4']").click()
+        browser.find_element(By.CSS_SELECTOR, "#new a[href='/ledgers/4']").click()
         assert "at fault" in browser.find_element(By.ID, "checked").text
         assert browser.find_elements(By.CSS_SELECTOR, "svg.copies rect.missing")
         browser.save_screenshot(str(tmp_path / "ledger.png"))
@@ -340,3 +359,74 @@ def test_the_console_in_a_browser(healthy: Console, tmp_path: Path) -> None:
         assert all((tmp_path / f"{n}.png").stat().st_size > 5000 for n in ("home", "ledger", "bookies"))
     finally:
         browser.quit()
+
+
+def test_an_idle_bookie_answers_and_marked_ledgers_depend_on_their_bookies(
+        zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, tmp_path: Path) -> None:
+    """B4 registered, its agent up, no ledger on it but the one marked under-replicated for B4 (its copies
+    gone, BookKeeper's Auditor said); B5 registered with an agent and no ledger at all. The marked ledger
+    depends on B1, B2 and B4, and were B1 down, it would lose every copy of some entries."""
+    ledgers = [md(lid) for lid in (1, 2, 3)] + [md(9, (B1, B2, B4))]
+    c = start_cluster(zk_server, zk_client, zk_namespace, tmp_path, ledgers, (B1, B2, B3, B4, B5),
+                      (B1, B2, B3, B4, B5), scan_extra={"orphan_check": True})
+    try:
+        c.writer.mark_underreplicated(UnderreplicationMark(9, (B4,), int(time.time() * 1000)))
+        c.holdings[B4].drop(9)
+        c.full_run()
+        _, doc = c.get("/api/v1/bookies")
+        rows = {b["bookie"]: b for b in doc["bookies"]}
+        assert (rows[B5]["state"], rows[B5]["ledgers"], rows[B5]["below_aq_if_down"]) == ("answering", 0, 0), rows
+        assert [rows[b]["ledgers"] for b in (B1, B2, B3, B4)] == [4, 4, 3, 1]
+        assert [rows[b]["below_aq_if_down"] for b in (B1, B2, B3, B4)] == [4, 4, 3, 1]  # WQ = AQ = 2: any loss
+        _, page = c.get("/bookies", html=True)
+        assert "not asked" in page.split('id="states"')[1] and "mark names" in page.split('id="depending"')[1]
+        assert "1 ledger depends on it" in page and "4 ledgers depend on it" in page  # the racks' tooltips
+        _, blast = c.get("/api/v1/blast-radius?kind=rescan")  # B1 down: ledger 9's entries on B4 and B1, none left
+        assert [blast["bookies"][b]["ledgers_without_a_copy"] for b in (B1, B2, B3, B4)] == [1, 1, 0, 0]
+        assert blast["racks"]["/r3"]["ledgers"] == 0
+    finally:
+        c.stop()
+
+
+def test_a_ledger_page_names_its_owner_and_an_unregistered_bookies_copies_as_gone(troubled: Console) -> None:
+    c = troubled
+    _, doc = c.get("/api/v1/ledgers/1?ask=1")  # healthy or not: its owner from its own metadata
+    assert doc["owner"] == "persistent://public/console/t1"
+    c.writer.write_ledgers([md(8, (B1, B2, B5))])  # open or closed, a page names the owner
+    _, doc = c.get("/api/v1/ledgers/8?ask=1")
+    assert doc["owner"] == "persistent://public/console/t0" and doc["checked"] == "not checked yet"
+    c.agents[B5].stop(grace=0)
+    _, doc = c.get("/api/v1/ledgers/3?ask=1")
+    gone = {cp["bookie"]: cp for cp in doc["segments"][0]["copies"]}[B5]
+    assert gone["lacking"] == gone["expected"] > 0 and "count as gone" in gone["answer"], gone
+    for path in ("/ledgers/3", "/", "/findings?kind=rescan", "/bookies", "/blast-radius?kind=rescan"):
+        _, page = c.get(path, html=True)
+        ids = re.findall(r' id="([^"]+)"', page)
+        assert len(ids) == len(set(ids)), (path, sorted(ids))
+
+
+def test_the_findings_page_one_row_a_topic_a_rack_field_and_the_run_it_shows(troubled: Console) -> None:
+    c = troubled
+    _, page = c.get("/findings?kind=rescan", html=True)
+    topics = page.split('id="topics"')[1].split("</table>")[0]
+    names = [t.split("</a>")[0].rsplit(">", 1)[-1] for t in topics.split('<tr class="topic">')[1:]]
+    assert sorted(names) == ["persistent://public/console/t0", "persistent://public/console/t1"], topics
+    assert 'id="rack"' in page.split("<form")[1]
+    _, home = c.get("/", html=True)
+    new = home.split('id="new"')[1].split("</table>")[0] if 'id="new"' in home else ""
+    assert "kind=full" not in new
+
+
+def test_the_history_chart_draws_equal_series_once_and_one_run_in_the_middle() -> None:
+    from scrutiny.auditor.console import CHART_W, chart
+    from scrutiny.auditor.history import RunPoint
+
+    def point(n: int, **counts: int) -> RunPoint:
+        return RunPoint("full", f"r{n}", n * 1000, 1000, 10, counts)
+
+    one = chart([point(1, LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY=2)])
+    assert one is not None and one.last == "" and one.series[0][1].startswith(f"{CHART_W / 2:.1f},")
+    two = chart([point(1, BOOKIE_UNAVAILABLE=1, ORPHAN_LEDGER=1, NO_REPLICA_OF_AN_ENTRY=3),
+                 point(2, BOOKIE_UNAVAILABLE=1, ORPHAN_LEDGER=1)])
+    assert two is not None and [name for name, _ in two.series] == ["NO_REPLICA_OF_AN_ENTRY",
+                                                                   "BOOKIE_UNAVAILABLE, ORPHAN_LEDGER"]

@@ -85,7 +85,9 @@ def test_pages_worst_first_with_filters() -> None:
     total, page = f.worst(100, 0, category=str(cats[2]), topic="t1", bookie="b0")
     assert total == 5 and {v.ledger_id for v in page} == {3, 9, 15, 21, 27}
     assert [v.category for v in f.worst(10, ledger_id=4)[1]] == cats
-    assert f.per_topic(3) == [("t0", str(cats[0]), 15), ("t1", str(cats[0]), 15), ("t0", str(cats[1]), 15)]
+    every = {str(c): 15 for c in cats}  # one row a topic, its total counting a ledger once
+    assert f.per_topic(3) == [("t0", 15, every), ("t1", 15, every)]
+    assert f.per_topic(1, category=str(cats[1]), bookie="b0") == [("t0", 5, {str(cats[1]): 5})]
     assert f.any_with_detail("least_copies") and not f.any_with_detail("unsafe_without")
 
 

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -321,5 +322,22 @@ def test_metrics_are_served_in_the_format_the_scraper_asks_for() -> None:
         assert kind.startswith("text/plain; version=0.0.4") and b"scrutiny_asked_total 1.0" in body
         kind, encoding, body = get(Accept="text/plain;version=0.0.4", **{"Accept-Encoding": "gzip"})
         assert encoding == "gzip" and b"scrutiny_asked_total 1.0" in gzip.decompress(body)
+    finally:
+        endpoint.close()
+
+
+def test_an_application_that_fails_is_a_500_that_shows_no_internals() -> None:
+    endpoint = MetricsEndpoint("127.0.0.1:0", CollectorRegistry())
+
+    def failing(req: Any) -> Any:
+        raise KeyError("secret-internal-state")
+
+    endpoint.app = failing
+    try:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"http://127.0.0.1:{endpoint.port}/ledgers/1", timeout=10)
+        body = err.value.read().decode()
+        assert err.value.code == 500 and "its log says why" in json.loads(body)["error"]
+        assert "secret" not in body and "KeyError" not in body
     finally:
         endpoint.close()

@@ -351,7 +351,7 @@ class Auditor:
             except Exception:
                 log.exception("report sink %s failed", type(sink).__name__)
         if report.complete and run.whole_cluster and ticket.kind in (FULL, RESCAN, DEEP):
-            missed = self.current.full_run(report.violations, ticket.started_ms, ticket.finished_ms)
+            missed = self.current.full_run(report.violations, ticket.started_ms, ticket.finished_ms, ticket.kind)
             if missed:
                 log.warning("run %s: %d findings continuous scrutiny should have made", ticket.run_id, missed)
         elif report.complete and run.whole_cluster:  # the marks' age: every mark was looked at

@@ -5,7 +5,7 @@ ranges, the history chart's geometry, and an unavailability in words."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,9 +157,11 @@ def ranges(ids: np.ndarray) -> list[tuple[int, int]]:
 DRAWN_ENTRIES = 2_000_000  # a bigger copy is told in counts, not drawn
 
 
-def copies(md: LedgerMetadata, answers: Mapping[str, BookieAnswer | None]) -> list[SegmentView]:
+def copies(md: LedgerMetadata, answers: Mapping[str, BookieAnswer | None],
+           registered: Collection[str]) -> list[SegmentView]:
     """Per segment and bookie: what the metadata says it holds, what it said it holds (`answers`:
-    bookie -> its answer, None when not asked)."""
+    bookie -> its answer, None when not asked). A bookie registered nowhere whose agent does not answer holds
+    nothing, as the runs count it (BP-34: gone from the cluster, its copies are gone)."""
     out = []
     for seg, first, last in md.segment_ranges():
         views = []
@@ -175,6 +177,9 @@ def copies(md: LedgerMetadata, answers: Mapping[str, BookieAnswer | None]) -> li
                     views.append(_copy(b, want, have[(have >= first) & (have <= last)], first, last, "entries"))
                 elif a.outcome is Outcome.NO_LEDGER:
                     views.append(_copy(b, want, np.empty(0, np.int64), first, last, "it holds no such ledger"))
+                elif b not in registered:
+                    views.append(_copy(b, want, np.empty(0, np.int64), first, last, "registered nowhere and its "
+                                       f"agent not answering ({in_words(a.reason)}): its copies count as gone"))
                 else:
                     views.append(Copy(b, int(want.size), [], [], f"{a.outcome}: {in_words(a.reason)}"))
             except CodecError as exc:
@@ -214,10 +219,10 @@ def bars(have: np.ndarray, lacks: np.ndarray, first: int, last: int) -> list[tup
 class Chart:
     width: int
     height: int
-    series: list[tuple[str, str]]  # (category, SVG polyline points)
+    series: list[tuple[str, str]]  # (categories with these counts, SVG polyline points)
     most: int
     first: str
-    last: str
+    last: str  # "" when there is one run
     runs: int
 
 
@@ -228,19 +233,24 @@ WHOLE_RUNS = ("full", "rescan")  # every ledger, every check: comparable points
 
 
 def chart(points: Sequence[RunPoint]) -> Chart | None:
-    """Findings per category over the whole-cluster runs, oldest left; None before the first."""
+    """Findings per category over the whole-cluster runs, oldest left (one run: in the middle); None before
+    the first. Categories with the same counts at every run are one line (one would hide the other)."""
     runs = [p for p in points if p.kind in WHOLE_RUNS]
     if not runs:
         return None
     shown = [c for c in worst_first() if any(p.counts.get(str(c)) for p in runs)]
     most = max([1, *(p.counts.get(str(c), 0) for p in runs for c in shown)])
     step = (CHART_W - 2 * PAD) / max(1, len(runs) - 1)
-    series = []
+    left = PAD if len(runs) > 1 else CHART_W / 2
+    lines: dict[tuple[int, ...], list[str]] = {}
     for c in shown:
-        xy = [(PAD + i * step, CHART_H - PAD - (CHART_H - 2 * PAD) * p.counts.get(str(c), 0) / most)
-              for i, p in enumerate(runs)]
-        series.append((str(c), " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)))
-    return Chart(CHART_W, CHART_H, series, most, iso(runs[0].finished_ms), iso(runs[-1].finished_ms), len(runs))
+        lines.setdefault(tuple(p.counts.get(str(c), 0) for p in runs), []).append(str(c))
+    series = []
+    for counts, categories in lines.items():
+        xy = [(left + i * step, CHART_H - PAD - (CHART_H - 2 * PAD) * n / most) for i, n in enumerate(counts)]
+        series.append((", ".join(categories), " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)))
+    return Chart(CHART_W, CHART_H, series, most, iso(runs[0].finished_ms),
+                 iso(runs[-1].finished_ms) if len(runs) > 1 else "", len(runs))
 
 
 def details_json(v: Violation) -> dict[str, Any]:

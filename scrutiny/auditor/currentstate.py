@@ -56,6 +56,7 @@ class CurrentState:
         self.previous_full_ms = 0  # when the full run before the last one finished (0: none)
         self.last_full_ms = 0
         self.baseline_ms = 0  # when the full run the state rests on started (0: none yet)
+        self.baseline_kind = ""  # ... and its kind: a full run, or a rescan of every ledger
         self.watching_since_ms = 0  # continuous mode has seen every change since then (0: not watching)
         self.missed = 0
 
@@ -68,8 +69,9 @@ class CurrentState:
         with self._lock:
             self.watching_since_ms = 0
 
-    def full_run(self, found: Iterable[Violation], started_ms: int, finished_ms: int) -> int:
-        """A complete whole-cluster run: the new state; the findings continuous mode missed (counted)."""
+    def full_run(self, found: Iterable[Violation], started_ms: int, finished_ms: int, kind: str = "full") -> int:
+        """A complete whole-cluster run (a full run, a rescan of every ledger, a deep run): the new state; the
+        findings continuous mode missed (counted)."""
         with self._lock:
             trusted = 0 < self.watching_since_ms <= self.baseline_ms
             new: dict[tuple[Category, int], Current] = {}
@@ -80,9 +82,9 @@ class CurrentState:
                 if before is None and trusted and v.category in WATCHED:
                     missed += 1
                 new[key] = Current(v, before.detected_ms if before else finished_ms, before.found_by if before
-                                   else "full")
-            self._resolved.extend(Resolved(c, finished_ms, "full") for k, c in self._found.items() if k not in new)
-            self._found, self.baseline_ms = new, started_ms
+                                   else kind)
+            self._resolved.extend(Resolved(c, finished_ms, kind) for k, c in self._found.items() if k not in new)
+            self._found, self.baseline_ms, self.baseline_kind = new, started_ms, kind
             self.previous_full_ms, self.last_full_ms = self.last_full_ms, finished_ms
             self.missed += missed
             return missed

@@ -18,7 +18,7 @@ import io
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 from urllib.parse import urlencode
@@ -36,6 +36,7 @@ from scrutiny.categories import CATEGORY_NAMES, REGISTRY, SEVERITIES, Category, 
 from scrutiny.checks import Violation
 from scrutiny.errors import NotLeader, RequestError, ScrutinyError, one_line
 from scrutiny.metadata import LedgerMetadata, LedgerState
+from scrutiny.owners import owner_from_custom_metadata
 from scrutiny.prometheus import Request, Response, json_error
 from scrutiny.report import Report
 from scrutiny.store import LedgerRead
@@ -72,9 +73,9 @@ class WebApi(Protocol):
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, allow: tuple[str, ...] = ()) -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.allow = status, allow
 
 
 class AuditorWeb:
@@ -100,8 +101,9 @@ class AuditorWeb:
         page = not path.startswith("/api/")
         try:
             if handler is None:
-                if any(p == path for _, p in self.routes):
-                    raise HttpError(405, f"{req.method} is not served at {path}")
+                allow = self.methods(path)
+                if allow:
+                    raise HttpError(405, f"{req.method} is not served at {path} (only {', '.join(allow)})", allow)
                 if path.startswith("/api/") or path == "/ledgers":
                     raise HttpError(404, f"no such call: {path} (the API: /api/v1/status, report, current, "
                                          "ledgers/<id>, bookies, history, blast-radius; POST rescan, whatif)")
@@ -110,16 +112,24 @@ class AuditorWeb:
                 self._authenticate(req)
             return handler(req)
         except HttpError as exc:
-            return self._refusal(req, page, exc.status, str(exc))
+            return self._refusal(req, page, exc.status, str(exc), exc.allow)
         except NotLeader as exc:
             return _json(409, {"error": one_line(exc), "leader_address": exc.leader})
         except ScrutinyError as exc:  # each kind of error once, as the RPC maps it to its gRPC code
             return self._refusal(req, page, HTTP_STATUS.get(exc.grpc_code, 500), one_line(exc))
 
-    def _refusal(self, req: Request, page: bool, status: int, message: str) -> Response:
+    def methods(self, path: str) -> tuple[str, ...]:
+        """The methods a path serves (GET with HEAD), none for a path that is not one of the routes."""
+        served = {m for m, p in self.routes if p == path}
+        if path.startswith(("/ledgers/", "/api/v1/ledgers/")):
+            served.add("GET")
+        return tuple(m for m in ("GET", "HEAD", "POST") if m in served or (m == "HEAD" and "GET" in served))
+
+    def _refusal(self, req: Request, page: bool, status: int, message: str, allow: tuple[str, ...] = ()) -> Response:
         if page and req.wants_html():
-            return _html(status, "error", "error", message=message, http_status=status)
-        return json_error(status, message)
+            got = _html(status, "error", "error", message=message, http_status=status)
+            return Response(got.status, got.content_type, got.body, (("Allow", ", ".join(allow)),) if allow else ())
+        return json_error(status, message, allow)
 
     def _authenticate(self, req: Request) -> None:
         given = req.headers.get("Authorization") or req.headers.get("authorization") or ""
@@ -149,7 +159,7 @@ class AuditorWeb:
             if q["bookie"]:
                 raise HttpError(400, "say bookie or rack, not both")
             _, racks = self.api.cluster.bookies_now()
-            q["bookie"] = tuple(sorted(b for b, r in racks.items() if r == rack))
+            q["bookie"] = tuple(sorted(b for b, r in racks.items() if r == known_rack(rack, racks)))
         return q
 
     def _filtered(self, req: Request, run: Report | RunSummary) -> tuple[int, list[Violation]]:
@@ -280,7 +290,7 @@ class AuditorWeb:
         now = self.api.current_state(most=10, newest_first=True) if s.leading else None
         feeds = sorted(Counter(now["feeds"].values()).items()) if now else []
         return _html(200, "home", "scrutiny", status=s, leader_link=_leader_link(s, req), verdict=verdict, runs=runs,
-                     now=now, feeds=feeds,
+                     now=now, feeds=feeds, baseline_kind=state.baseline_kind or "full",
                      new=[_row(c.violation, c) for c in found if c.detected_ms > since][:50] if since else [],
                      resolved=state.resolved(since)[:50] if since else [], since=_iso(since) if since else "",
                      chart=console.chart(history), deep=_deep(self.api.last_run("deep")),
@@ -328,14 +338,14 @@ class AuditorWeb:
         rows = self._bookie_rows()
         rack = req.query.get("rack", "").strip()
         if rack:
-            rows = [r for r in rows if r.rack == rack]
+            rows = [r for r in rows if r.rack == known_rack(rack, {r.bookie: r.rack for r in rows})]
         racks: dict[str, list[console.BookieRow]] = {}
         for r in rows:
             racks.setdefault(r.rack or "(no rack)", []).append(r)
         _, finished = self._dependencies()
         return _html(200, "bookies", "bookies" + (f" on {rack}" if rack else ""), rows=rows,
-                     racks=sorted(racks.items()), rack=rack, finished=finished, states=console.STATES,
-                     refresh=REFRESH_SECONDS)
+                     racks=sorted(racks.items()), tallest=max(map(len, racks.values()), default=0), rack=rack,
+                     finished=finished, states=console.STATES, refresh=REFRESH_SECONDS)
 
     def page_blast(self, req: Request) -> Response:
         _, run = self._run(req)
@@ -358,6 +368,14 @@ class AuditorWeb:
                      entries=entries, columns=BLAST_COLUMNS, silent=silent)
 
 
+def known_rack(rack: str, racks: Mapping[str, str]) -> str:
+    """A rack asked for by name, as one of the racks bookies are on (bookie -> rack); 400 otherwise."""
+    if rack not in racks.values():
+        known = sorted({r for r in racks.values() if r})
+        raise HttpError(400, f"no bookie is on rack {rack!r} (the racks: {', '.join(known) or 'none known'})")
+    return rack
+
+
 def ledger_view(api: WebApi, ledger_id: int, ask: bool) -> dict[str, Any]:
     """Its metadata, what each bookie holds of it now (`ask`), every finding about it, and whether it is
     healthy, not checked yet or unknown (404)."""
@@ -378,12 +396,16 @@ def ledger_view(api: WebApi, ledger_id: int, ask: bool) -> dict[str, Any]:
     asked = ""
     if md is not None and md.state is LedgerState.CLOSED and ask:
         try:
-            segments = console.copies(md, api.cluster.ask_bookies(md))
+            registered, _ = api.cluster.bookies_now()
+            segments = console.copies(md, api.cluster.ask_bookies(md), registered.keys())
         except ScrutinyError as exc:
             asked = f"could not ask the bookies now: {one_line(exc)}"
+    # the owner its own metadata names (Pulsar's keys), whether or not some finding names it
+    own = owner_from_custom_metadata(md.custom_metadata) if md is not None else None
+    owner = (own.name or own.kind) if own is not None else next((f["owner"] for f in findings + current
+                                                                 if f["owner"]), "")
     return {"ledger_id": ledger_id, "checked": state, "why": why, "metadata": md, "error": read.error,
-            "segments": segments, "asked": asked, "findings": findings, "current": current,
-            "owner": next((f["owner"] for f in findings + current if f["owner"]), "")}
+            "segments": segments, "asked": asked, "findings": findings, "current": current, "owner": owner}
 
 
 def _html(code: int, template: str, title: str, **context: Any) -> Response:
@@ -541,7 +563,9 @@ def _status_json(s: Status) -> dict[str, Any]:
     inherited: Iterable[dict[str, Any]] = ({k: v for k, v in i.report_json().items()
                                             if k in ("run_id", "started_at", "finished_at", "counts", "ran_by")}
                                            | {"kind": i.kind, "complete": True} for i in s.inherited)
-    return {"role": "leader" if s.leading else "standby", "leader_address": s.leader_address,
+    # a standby that has not learned who leads yet (just started: the store not reached, the election under way)
+    role = "leader" if s.leading else "standby" if s.leader_address else "electing"
+    return {"role": role, "leader_address": s.leader_address,
             "current_run": ticket(s.current) if s.current else None,
             "last_runs": [ticket(t) for t in s.own_last()] + list(inherited),
             "next_runs": dict(s.next_runs), "skipped_runs": dict(s.skipped), "queued_runs": s.queued_runs,

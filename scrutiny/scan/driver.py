@@ -155,8 +155,10 @@ class ScrutinyRun:
             scoped = bool(wanted)
             whole = not (scoped or only or s.topics)
             lost = lost_bookies(store, facts, s) if s.lost_bookie_check and not gone else None
-            ctx = RunContext(s, locations, frozenset(marks), facts.agent_addresses, started, only, without=gone,
-                             blast_radius=whole and s.blast_radius, holdings=whole and s.orphan_check, lost=lost)
+            blast = whole and s.blast_radius  # a marked ledger counts there as if its mark's bookies held nothing
+            marked = {lid: m.replicas for lid, m in marks.items()} if blast else dict.fromkeys(marks, ())
+            ctx = RunContext(s, locations, marked, facts.agent_addresses, started, only, without=gone,
+                             blast_radius=blast, holdings=whole and s.orphan_check, lost=lost)
             if s.topics and ledger_ids is None:
                 topics = store.pulsar_owners(s.topics)
                 problems += topics.problems
@@ -313,6 +315,11 @@ class ScrutinyRun:
             listed = client.list_many(facts.registered | set(facts.agent_addresses) | set(s.bookie_endpoints),
                                       lambda ids: not_enumerated(ids, pending.enumerated))
             held = {b: ids for b, ids in listed.items() if not isinstance(ids, str)}  # not enumerated
+            if pending.ctx.blast_radius:  # an agent that answered for a bookie no ledger names: 0, not unknown
+                for b in held:
+                    for key in (f"bookie:{b}", *((f"rack:{pending.ctx.locations[b]}",)
+                                                 if b in pending.ctx.locations else ())):
+                        pending.blast.setdefault(key, Blast())
             for b, why in sorted((b, why) for b, why in listed.items() if isinstance(why, str)):
                 log.info("run %s: cannot list what %s holds: %s", self.run_id, b, why)
             suspects = np.unique(np.concatenate([np.empty(0, np.int64), *held.values()])).tolist()

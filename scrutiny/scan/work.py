@@ -34,6 +34,7 @@ from scrutiny.checks import (
     PlacementPolicy,
     Violation,
     blast_radius,
+    blast_radius_marked,
     check_coverage,
     check_deep,
     check_durability_policy,
@@ -50,7 +51,7 @@ from scrutiny.errors import DataError, StoreError
 from scrutiny.lostbookies import LostBookies, check_lost_bookie_recovery
 from scrutiny.metadata import LedgerMetadata
 from scrutiny.orphans import LedgerIds
-from scrutiny.owners import owner_from_custom_metadata
+from scrutiny.owners import Owner, owner_from_custom_metadata
 from scrutiny.store import LedgerRange, LedgerRead, MetadataStore, open_store
 
 LEDGER_COUNTERS = ("seen", "checked", "skipped_open", "skipped_empty", "skipped_underreplicated",
@@ -119,7 +120,7 @@ class RunContext:
 
     settings: ScanSettings
     locations: Mapping[str, str]
-    marked: frozenset[int]
+    marked: Mapping[int, tuple[str, ...]]  # ledgers marked under-replicated -> the bookies each mark names
     agent_addresses: Mapping[str, str]
     now_ms: int
     only_bookies: frozenset[str] = frozenset()  # scope: only ledgers whose ensembles contain one of these
@@ -154,6 +155,46 @@ class Blast:
         return {"ledgers_below_aq": self.below_aq, "ledgers_without_a_copy": self.no_copy,
                 "topics_below_aq": len(self.topics_below_aq), "topics_without_a_copy": len(self.topics_no_copy),
                 "ledgers": self.ledgers, "topics": len(self.topics)}
+
+
+class BlastTally:
+    """A range's blast radius as its ledgers are checked: per (scope, name), the ledgers (and topics) that depend
+    on the bookie or rack, and those that would fall below their ack quorum, or lose every copy of an entry,
+    were it alone down. Keys are counted once, at the end: cheaper than a Counter per key."""
+
+    def __init__(self) -> None:
+        self._depend: list[tuple[str, str]] = []
+        self._below: list[tuple[str, str]] = []
+        self._without: list[tuple[str, str]] = []
+        self._topics: dict[str, dict[tuple[str, str], set[str]]] = {"depend": {}, "below": {}, "without": {}}
+
+    def _topic(self, kind: str, key: tuple[str, str], owner: Owner | None) -> None:
+        if owner is not None and owner.kind in ("topic", "cursor", "compacted-topic"):
+            self._topics[kind].setdefault(key, set()).add(owner.name)
+
+    def depends(self, md: LedgerMetadata, locations: Mapping[str, str], owner: Owner | None) -> None:
+        for key in {("bookie", b) for b in md.bookies} | {("rack", locations[b]) for b in md.bookies
+                                                          if b in locations}:
+            self._depend.append(key)
+            self._topic("depend", key, owner)
+
+    def would_have(self, md: LedgerMetadata, least_copies: Mapping[tuple[str, str], int], owner: Owner | None) -> None:
+        for key, left in least_copies.items():
+            if left < md.ack_quorum:
+                self._below.append(key)
+                self._topic("below", key, owner)
+                if left <= 0:
+                    self._without.append(key)
+                    self._topic("without", key, owner)
+
+    def blast(self) -> dict[str, Blast]:
+        below, without, depend = Counter(self._below), Counter(self._without), Counter(self._depend)
+        topics = self._topics
+        return {f"{scope}:{name}": Blast(below[scope, name], without[scope, name],
+                                         frozenset(topics["below"].get((scope, name), ())),
+                                         frozenset(topics["without"].get((scope, name), ())),
+                                         depend[scope, name], frozenset(topics["depend"].get((scope, name), ())))
+                for scope, name in depend.keys() | below.keys()}
 
 
 @dataclass(frozen=True)
@@ -214,6 +255,7 @@ class Selection:
     violations: tuple[Violation, ...]
     deleted: tuple[int, ...]
     marked_in_scope: tuple[int, ...]
+    marked: tuple[LedgerMetadata, ...] = ()  # closed, with entries, marked under-replicated: not checked
 
 
 def select(ctx: RunContext, reads: Iterable[LedgerRead]) -> Selection:
@@ -222,6 +264,7 @@ def select(ctx: RunContext, reads: Iterable[LedgerRead]) -> Selection:
     violations: list[Violation] = []
     deleted: list[int] = []
     marked_in_scope: list[int] = []
+    marked: list[LedgerMetadata] = []
     for read in reads:
         md = read.metadata
         if ctx.only_bookies and md is not None and not ctx.only_bookies & md.bookies:
@@ -250,9 +293,11 @@ def select(ctx: RunContext, reads: Iterable[LedgerRead]) -> Selection:
                 candidates.append(md)
         elif read.ledger_id in ctx.marked:
             counts["skipped_underreplicated"] += 1
+            marked.append(md)
         else:
             candidates.append(md)
-    return Selection(tuple(candidates), dict(counts), tuple(violations), tuple(deleted), tuple(marked_in_scope))
+    return Selection(tuple(candidates), dict(counts), tuple(violations), tuple(deleted), tuple(marked_in_scope),
+                     tuple(marked))
 
 
 def by_bookie(ledgers: Iterable[LedgerMetadata], past_the_close: bool = False) -> dict[str, list[LedgerMetadata]]:
@@ -280,21 +325,17 @@ def answers_for(md: LedgerMetadata, answers: Answers) -> dict[str, BookieAnswer]
 
 
 def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], answers: Answers,
-             deep: DeepAnswers | None = None) -> RangeResult:
+             deep: DeepAnswers | None = None, marked: Sequence[LedgerMetadata] = ()) -> RangeResult:
     """The checks of every candidate ledger, from the bookies' answers. A bookie is reported only
     when it was silent at two looks a delay apart and is registered; its copies count as gone only
-    when it was unregistered at every look; anything else gets another delayed look."""
+    when it was unregistered at every look; anything else gets another delayed look. The ledgers `marked`
+    under-replicated are not checked; they count in the blast radius (`blast_radius_marked`)."""
     policy = ctx.settings.placement()
     grace_ms = int(ctx.settings.write_cache_grace_seconds * 1000)
     violations: list[Violation] = []
     faulty: dict[int, tuple[str, ...]] = {}
     limbo = residue = 0
-    below_keys: list[tuple[str, str]] = []  # the blast radius, per (scope, name) as blast_radius says it
-    without_keys: list[tuple[str, str]] = []
-    topics_below: dict[tuple[str, str], set[str]] = {}
-    topics_without: dict[tuple[str, str], set[str]] = {}
-    depend_keys: list[tuple[str, str]] = []  # what depends on each bookie and rack
-    topics_depend: dict[tuple[str, str], set[str]] = {}
+    tally = BlastTally()
     deep_answers = deep or {}
     # A deep run counts a corrupt copy as none, and a what-if needs every answer: those look at each.
     encoded = {b: a.encoded for b, a in answers.items() if isinstance(a, BookieAnswers)}
@@ -330,31 +371,16 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
         owner = owner_from_custom_metadata(md.custom_metadata)
         if found:
             violations += [dataclasses.replace(v, owner=owner) for v in found] if owner else found
-        topic = owner.name if owner and owner.kind in ("topic", "cursor", "compacted-topic") else ""
         if ctx.blast_radius and mode is Pass.FIRST:  # once per ledger: the re-check's pass looks again
-            for key in {("bookie", b) for b in md.bookies} | {("rack", ctx.locations[b]) for b in md.bookies
-                                                              if b in ctx.locations}:
-                depend_keys.append(key)
-                if topic:
-                    topics_depend.setdefault(key, set()).add(topic)
+            tally.depends(md, ctx.locations, owner)
         # Only a ledger whose every bookie said what it holds (or that it holds nothing).
         if ctx.blast_radius and not (cov.unavailable or cov.invalid or cov.limbo) and md.ledger_id not in faulty:
-            aq = md.ack_quorum
-            for key, left in blast_radius(md, per, ctx.locations, cov.least_copies).items():
-                if left < aq:
-                    below_keys.append(key)  # counted once, after the loop: cheaper than a Counter per key
-                    if topic:
-                        topics_below.setdefault(key, set()).add(topic)
-                    if left == 0:
-                        without_keys.append(key)
-                        if topic:
-                            topics_without.setdefault(key, set()).add(topic)
-    below, without_copy, depend = Counter(below_keys), Counter(without_keys), Counter(depend_keys)
-    blast = {f"{scope}:{name}": Blast(below[scope, name], without_copy[scope, name],
-                                      frozenset(topics_below.get((scope, name), ())),
-                                      frozenset(topics_without.get((scope, name), ())),
-                                      depend[scope, name], frozenset(topics_depend.get((scope, name), ())))
-             for scope, name in depend.keys() | below.keys()}
+            tally.would_have(md, blast_radius(md, per, ctx.locations, cov.least_copies), owner)
+    for md in marked if ctx.blast_radius and mode is Pass.FIRST else ():
+        owner = owner_from_custom_metadata(md.custom_metadata)
+        tally.depends(md, ctx.locations, owner)
+        tally.would_have(md, blast_radius_marked(md, ctx.marked.get(md.ledger_id, ()), ctx.locations), owner)
+    blast = tally.blast()
     stats = {k: n for k, n in (("ledgers_with_limbo_copies", limbo),
                                ("ledgers_with_residue_past_the_close", residue),
                                ("lost_bookie_ledgers_not_yet_due", not_due)) if n}
@@ -554,7 +580,7 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
             deep = client.verify_many(by_bookie([md for md in selection.candidates if md.last_entry_id >= 0
                                                  and in_deep_slice(md.ledger_id, s.deep_slices, s.deep_slice)]),
                                       s.deep_send_passwords) if s.deep else None
-            checked = classify(ctx, mode, selection.candidates, answers, deep)
+            checked = classify(ctx, mode, selection.candidates, answers, deep, selection.marked)
             io_stats = {"bookie_calls_failed": client.failed_calls - failed_before,
                         "store_reads": store.reads - reads_before, "store_peak_in_flight": store.peak_in_flight}
     except (StoreError, DataError) as exc:
