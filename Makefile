@@ -37,6 +37,7 @@ system-deps:
 	[ -f /usr/include/rocksdb/c.h ] || missing="$$missing librocksdb-dev"; \
 	[ -x /usr/bin/etcd ] || missing="$$missing etcd-server"; \
 	command -v etcdctl >/dev/null 2>&1 || missing="$$missing etcd-client"; \
+	command -v setpriv >/dev/null 2>&1 || missing="$$missing util-linux"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing with apt:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \

@@ -46,6 +46,7 @@ from bench.common import table
 from scrutiny.agent import BookieAgent
 from scrutiny.bookieclient import BookieClient, EndpointResolver
 from scrutiny.entrysources import _LEDGER_KEY, INDEX_CACHE_BYTES, DbLedgerStorageSource, _index_entries
+from scrutiny.testing import processes
 from scrutiny.testing.dbledgerstorage import ledger_data
 
 BOOKIE = "127.0.7.1:3181"
@@ -122,13 +123,13 @@ class Floor:
 
     def __init__(self, index_dir: Path, ids: list[int], scratch: Path) -> None:
         self.binary = scratch / "index_floor"
-        subprocess.run(["gcc", "-O2", "-o", str(self.binary), str(FLOOR_SOURCE), "-lrocksdb"], check=True)
+        processes.run(["gcc", "-O2", "-o", str(self.binary), str(FLOOR_SOURCE), "-lrocksdb"], check=True)
         self.args = [str(index_dir / "current" / "locations"), str(INDEX_CACHE_BYTES >> 20), "2", *map(str, ids)]
         self.scratch = scratch
 
     def listing(self) -> tuple[int, float]:
         secondary = tempfile.mkdtemp(dir=self.scratch)
-        out = subprocess.run([str(self.binary), self.args[0], secondary, *self.args[1:]], check=True,
+        out = processes.run([str(self.binary), self.args[0], secondary, *self.args[1:]], check=True,
                              capture_output=True, text=True).stdout
         listed, seconds = out.splitlines()[-1].split()
         return int(listed), float(seconds)
@@ -161,7 +162,7 @@ def serve(ledger_dir: str, scratch: str, earlier: bool, entries_per_second: floa
 class Agent:
     def __init__(self, ledger_dir: Path, scratch: Path, earlier: bool = False, entries_per_second: float = 0,
                  unary_catch_up: float = 0.2) -> None:
-        self.proc = subprocess.Popen(
+        self.proc = processes.spawn(
             [sys.executable, "-m", "bench.agent_index", "serve", str(ledger_dir), str(scratch), str(int(earlier)),
              str(entries_per_second), str(unary_catch_up)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         port = int(self.proc.stdout.readline())  # type: ignore[union-attr]

@@ -16,6 +16,7 @@ from bench.common import table
 from scrutiny.bookieclient import BookieClient, EndpointResolver
 from scrutiny.checks import Outcome
 from scrutiny.codec import SequenceGroup
+from scrutiny.testing import processes
 from scrutiny.testing.processes import stop
 from scrutiny.testing.synthetic import SyntheticStoreWriter
 
@@ -29,7 +30,7 @@ def run(ledgers: int) -> list[dict[str, object]]:
         for lid in range(ledgers):
             w.add(BOOKIE, lid, [SequenceGroup(0, 0, 1, 0), SequenceGroup(2, 998, 2, 3)])
         store = w.write_all(tmp)[BOOKIE]
-        agent = subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", BOOKIE,
+        agent = processes.spawn([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", BOOKIE,
                                   "--source", "synthetic", "--synthetic-file", str(store), "--bind", "127.0.0.1:0"],
                                  stdout=subprocess.PIPE, text=True)
         try:

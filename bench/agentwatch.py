@@ -34,6 +34,7 @@ from typing import Any
 import grpc
 
 from bench.common import cpu_seconds, table
+from scrutiny.testing import processes
 from scrutiny.testing.dbledgerstorage import LiveBookie
 from scrutiny.testing.processes import stop
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
@@ -102,7 +103,7 @@ time.sleep(1e9)
 
 def start_agent(path: Path, scratch: Path, watching: bool) -> tuple[subprocess.Popen[str], int]:
     shutil.rmtree(scratch, ignore_errors=True)
-    agent = subprocess.Popen([sys.executable, "-c", AGENT, str(path), str(scratch), "5" if watching else "0"],
+    agent = processes.spawn([sys.executable, "-c", AGENT, str(path), str(scratch), "5" if watching else "0"],
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     return agent, int(agent.stdout.readline())  # type: ignore[union-attr]
 

@@ -25,6 +25,7 @@ import psutil
 from kazoo.client import KazooClient
 
 from bench.common import table
+from scrutiny.testing import processes
 from scrutiny.testing.churn import ChurnCluster, churning, populated, spark_children_mb
 from scrutiny.testing.localzk import LocalZooKeeper, free_port
 
@@ -89,7 +90,7 @@ def soak_on(client: KazooClient, hosts: str, tmp: Path, runs: int, engine: str, 
     cfg = tmp / "scrutiny.yaml"
     cfg.write_text(config(uri, engine, port, metrics_port, str(tmp / "reports")))
     with churning(cluster), (tmp / "auditor.log").open("w") as log:
-        auditor = subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(cfg)],
+        auditor = processes.spawn([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(cfg)],
                                    stdout=subprocess.DEVNULL, stderr=log)
         try:
             return watch(auditor, metrics_port, runs, engine)

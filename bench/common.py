@@ -13,6 +13,7 @@ from typing import Any
 import psutil
 
 from scrutiny.scan import work as range_work
+from scrutiny.testing import processes
 from scrutiny.testing.processes import stop
 
 
@@ -55,7 +56,7 @@ def start_agents(bookies: Iterable[str], directory: Path, uri: str, workers: int
                  metrics: Mapping[str, int] | None = None) -> list[subprocess.Popen[str]]:
     """One `scrutiny bookie-agent` process per bookie, on its synthetic store in `directory`, each
     serving (its first line printed); `metrics`: the port of each one's /metrics."""
-    agents = [subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", b,
+    agents = [processes.spawn([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", b,
                                 "--source", "synthetic", "--synthetic-file",
                                 str(directory / f"{b.replace(':', '_')}.synth"), "--bind", "127.0.0.1:0",
                                 "--metadata-service-uri", uri, "--workers", str(workers),

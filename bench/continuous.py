@@ -50,7 +50,7 @@ from bench.common import table
 from scrutiny import entrylog
 from scrutiny.agent import BookieAgent
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
-from scrutiny.testing import store_on
+from scrutiny.testing import processes, store_on
 from scrutiny.testing.churn import MutableHoldings, share
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
@@ -169,7 +169,7 @@ class Cluster:
         if self.live_agent is not None:
             stop(self.live_agent)
         say(f"starting the DbLedgerStorage bookie's agent ({'' if watching else 'not '}watching)")
-        self.live_agent = subprocess.Popen(
+        self.live_agent = processes.spawn(
             [sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", LIVE, "--source", "dbledgerstorage",
              "--ledger-dir", str(self.path), "--scratch-dir", str(self.workdir / "scratch"), "--bind", "127.0.0.1:0",
              "--metadata-service-uri", self.uri, "--watch-interval-seconds", "5" if watching else "0"],
@@ -315,7 +315,7 @@ class AuditorProcess:
                   "metrics": {"listen": f"127.0.0.1:{self.port}"}}
         path = workdir / f"auditor-{continuous}.yaml"
         path.write_text(yaml.safe_dump(config))
-        self.proc = subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(path),
+        self.proc = processes.spawn([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(path),
                                       "--log-level", "WARNING"], stdout=subprocess.PIPE,
                                      stderr=open(workdir / f"auditor-{continuous}.log", "w"), text=True)  # noqa: SIM115
         say("starting an auditor")

@@ -29,6 +29,7 @@ import grpc
 from bench.common import table
 from scrutiny import entrylog
 from scrutiny.entrysources import DbLedgerStorageSource
+from scrutiny.testing import processes
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.processes import stop
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
@@ -103,7 +104,7 @@ def agent_verify(port: int, ledgers: int) -> int:
 
 
 def start_agent(path: Path, rate: float) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", BOOKIE,
+    proc = processes.spawn([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", BOOKIE,
                              "--source", "dbledgerstorage", "--ledger-dir", str(path), "--bind", "127.0.0.1:0",
                              "--deep-bytes-per-second", str(rate)], stdout=subprocess.PIPE, text=True)
     return proc, int(proc.stdout.readline().split("port ")[1].split()[0])  # type: ignore[union-attr]

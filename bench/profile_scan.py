@@ -24,6 +24,7 @@ from scrutiny.config import ScanSettings
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.scan.work import EXECUTOR
+from scrutiny.testing import processes
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.processes import stop
 
@@ -41,7 +42,7 @@ def main() -> None:
         client.start()
         held = build(client, "/ledgers", count, 1000, Path(tmp))
         uri = f"zk+hierarchical://{zk.hosts}/ledgers"
-        agents = [subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", b,
+        agents = [processes.spawn([sys.executable, "-m", "scrutiny.cli", "bookie-agent", "--bookie-id", b,
                                     "--source", "synthetic", "--synthetic-file",
                                     str(Path(tmp) / f"{b.replace(':', '_')}.synth"), "--bind", "127.0.0.1:0",
                                     "--metadata-service-uri", uri], stdout=subprocess.PIPE, text=True)

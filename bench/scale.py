@@ -64,7 +64,7 @@ from scrutiny.scan.engines import SparkEngine, spark_session
 from scrutiny.scan.work import RunContext
 from scrutiny.store import LedgerRange
 from scrutiny.store.zookeeper import ZooKeeperStore
-from scrutiny.testing import store_at
+from scrutiny.testing import processes, store_at
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper, free_port, packets_received
 from scrutiny.testing.processes import stop
@@ -221,12 +221,12 @@ class Standalone:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
         port = free_port()
         self.master = f"spark://127.0.0.1:{port}"
-        self.procs = [subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+        self.procs = [processes.spawn([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                         "--port", str(port), "--webui-port", str(free_port())],
                                        stdout=self.log, stderr=subprocess.STDOUT, env=env)]
         time.sleep(3)
         for _ in range(workers):
-            self.procs.append(subprocess.Popen(
+            self.procs.append(processes.spawn(
                 [spark_class, "org.apache.spark.deploy.worker.Worker", self.master, "--host", "127.0.0.1",
                  "--cores", "1", "--memory", memory, "--webui-port", str(free_port())],
                 stdout=self.log, stderr=subprocess.STDOUT, env=env))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -31,7 +30,7 @@ from kazoo.client import KazooClient
 from bench.common import cpu_seconds, table
 from scrutiny.metadata import Layout, LedgerMetadata, LedgerState, Segment, encode_ledger_metadata, ledger_path
 from scrutiny.store.zkwatch import TreeWatch
-from scrutiny.testing import store_at
+from scrutiny.testing import processes, store_at
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
 
@@ -67,7 +66,7 @@ def write(zk: LocalZooKeeper, ids: list[int], rate: float) -> None:
     """Another process sets the ledgers' znodes, `rate` a second (0: as fast as it can)."""
     paths = "\n".join(ledger_path(Layout.HIERARCHICAL, ROOT, i) for i in ids)
     data = encode_ledger_metadata(md(ids[0], 1000)).hex()
-    subprocess.run([sys.executable, "-c", WRITER, zk.hosts, data, str(rate)], input=paths.encode(), check=True,
+    processes.run([sys.executable, "-c", WRITER, zk.hosts, data, str(rate)], input=paths.encode(), check=True,
                    timeout=600)
 
 

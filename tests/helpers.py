@@ -15,6 +15,7 @@ from scrutiny.entrysources import SyntheticStore
 from scrutiny.scan.engines import LocalEngine, Progress
 from scrutiny.scan.work import Pass, RangeResult, RunContext
 from scrutiny.store import LedgerRange, MetadataStore
+from scrutiny.testing import processes
 from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 SLOW_AGENT = Path(__file__).resolve().parent / "slow_agent.py"
@@ -34,14 +35,14 @@ def auditor_process(config: Path, log: Path | None = None) -> subprocess.Popen[s
     """`scrutiny auditor` as its own process; its first stdout line names its RPC port; its log goes
     to `log` when given."""
     with open(log or os.devnull, "w") as stderr:
-        return subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(config)],
+        return processes.spawn([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(config)],
                                 stdout=subprocess.PIPE, stderr=stderr, text=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 def slow_agent(store: Path, delay: float, stop_grace: float = 5.0) -> tuple[subprocess.Popen[str], int]:
     """An agent process on a synthetic store whose every answer takes `delay` seconds; and its port."""
-    proc = subprocess.Popen([sys.executable, str(SLOW_AGENT), str(store), str(delay), str(stop_grace)],
+    proc = processes.spawn([sys.executable, str(SLOW_AGENT), str(store), str(delay), str(stop_grace)],
                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     return proc, int(proc.stdout.readline())  # type: ignore[union-attr]
 

@@ -16,7 +16,7 @@ from kazoo.client import KazooClient
 
 from scrutiny.categories import REGISTRY, Category
 from scrutiny.config import ConfigError, ScanSettings, build
-from scrutiny.testing import store_on
+from scrutiny.testing import processes, store_on
 from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper, free_port
 from scrutiny.testing.processes import reap
@@ -26,7 +26,7 @@ SCRUTINY = [sys.executable, "-m", "scrutiny.cli"]
 
 
 def scrutiny(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SCRUTINY, *args], capture_output=True, text=True, timeout=timeout)
+    return processes.run([*SCRUTINY, *args], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ def test_bookie_agent_command_registers_and_stops_cleanly(zk_server: LocalZooKee
     w.add_entries("127.0.1.1:3181", 5, range(10))
     store = w.write_all(tmp_path)["127.0.1.1:3181"]
     uri = f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers"
-    proc = subprocess.Popen([*SCRUTINY, "bookie-agent", "--bookie-id", "127.0.1.1:3181", "--source", "synthetic",
+    proc = processes.spawn([*SCRUTINY, "bookie-agent", "--bookie-id", "127.0.1.1:3181", "--source", "synthetic",
                              "--synthetic-file", str(store), "--bind", "127.0.0.1:0", "--metadata-service-uri", uri],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -192,7 +192,7 @@ def test_progress_bar_on_a_terminal_only(demo: tuple[DemoCluster, str]) -> None:
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave, text=True)
+    proc = processes.spawn(args, stdout=subprocess.PIPE, stderr=slave, text=True)
     os.close(slave)
     out, _ = proc.communicate(timeout=120)
     reader.join(5)
@@ -221,7 +221,7 @@ def test_demo_serves_the_console_until_interrupted(tmp_path: Path) -> None:
 
     from scrutiny.testing.processes import stop
 
-    proc = subprocess.Popen([*SCRUTINY, "demo", "--engine", "local", "--ledgers", "60"], stdout=subprocess.PIPE,
+    proc = processes.spawn([*SCRUTINY, "demo", "--engine", "local", "--ledgers", "60"], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
     try:
         assert proc.stdout is not None

@@ -30,7 +30,7 @@ from scrutiny.findings import Findings
 from scrutiny.prometheus import PREFIX, MetricsEndpoint, family_names
 from scrutiny.report import Report
 from scrutiny.scan.engines import LocalEngine
-from scrutiny.testing import store_on
+from scrutiny.testing import processes, store_on
 from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper, free_port
 from scrutiny.testing.processes import stop
@@ -192,7 +192,7 @@ class Prometheus:
                        "scrape_configs:\n" + "".join(
                            f"  - job_name: {job}\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
                            for job, port in targets.items()))
-        self.proc = subprocess.Popen(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+        self.proc = processes.spawn(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'tsdb'}",
                                       f"--web.listen-address=127.0.0.1:{self.port}"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workdir)
         wait_for(lambda: self._get("/-/ready") is not None, 30)

@@ -18,6 +18,7 @@ from pathlib import Path
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from scrutiny.store.etcdkv import MAX_TXN_OPS, EtcdKV, Session
+from scrutiny.testing import processes
 from scrutiny.testing.localzk import LocalServer, free_port
 
 ETCD = "/usr/bin/etcd"
@@ -69,7 +70,7 @@ class LocalEtcd(LocalServer):
         if platform.machine() in ("aarch64", "arm64"):
             env["ETCD_UNSUPPORTED_ARCH"] = "arm64"  # etcd 3.4 runs there only when told to
         out = open(self.workdir / "etcd.log", "ab")  # noqa: SIM115 - the child keeps it open
-        self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self._proc = processes.spawn(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         out.close()
         deadline = time.monotonic() + timeout
         while not self._answers():

@@ -13,6 +13,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from scrutiny.testing import processes
+
 JAVA_DIR = Path("/usr/share/java")
 CLASSPATH_JARS = ("zookeeper.jar", "slf4j-log4j12.jar", "log4j-1.2.jar")
 # The Netty connection factory (needed for TLS) wants these too; zookeeper.jar's manifest omits them.
@@ -169,7 +171,7 @@ class LocalZooKeeper(LocalServer):
             "-cp", cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg),
         ]
         out = open(self.workdir / "stdout.log", "ab")  # noqa: SIM115 - the child keeps it open
-        self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self._proc = processes.spawn(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         if wait:
             self.wait_serving(timeout)

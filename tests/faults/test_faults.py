@@ -34,7 +34,7 @@ from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine, Progress
 from scrutiny.scan.work import EXECUTOR, Pass, RangeResult, RunContext
 from scrutiny.store import LedgerRange
-from scrutiny.testing import store_on
+from scrutiny.testing import processes, store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import DemoCluster, bookie, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper, expire_session
@@ -294,7 +294,7 @@ def test_a_spark_executor_failing_mid_job_is_retried_with_the_same_findings(
     zk_client.set(f"{path}/agents/{bookie(1)}", json.dumps({"bookie_id": bookie(1),
                                                             "address": f"127.0.0.1:{port}"}).encode())
     out = tmp_path / "r.json"
-    scan = subprocess.Popen([sys.executable, "-m", "scrutiny.cli", "scan", "--metadata-service-uri",
+    scan = processes.spawn([sys.executable, "-m", "scrutiny.cli", "scan", "--metadata-service-uri",
                              settings.metadata_service_uri, "--format", "json", "--output", str(out),
                              "--recheck-delay", "0.3", "--underreplicated-grace-period", "3600",
                              "--spark-master", "local[2,4]"], stderr=subprocess.PIPE, text=True)

@@ -1,0 +1,51 @@
+"""The test tooling's, the benches' and the demo's children die with their parent, however it ends: a parent
+killed with SIGKILL (no handler, no atexit) leaves neither its ZooKeeper nor its agents running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from scrutiny.testing import processes
+
+PARENT = """
+import sys, threading
+from scrutiny.testing import processes
+from scrutiny.testing.localzk import LocalZooKeeper
+zk = LocalZooKeeper()
+threading.Thread(target=zk.start).start()  # forked from a thread that ends at once: the child must outlive it
+agent = processes.spawn([sys.executable, "-c", "import time; time.sleep(600)"])
+while zk._proc is None:
+    pass
+print(zk._proc.pid, agent.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_children_die_with_a_parent_killed_hard() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        children = [psutil.Process(int(pid)) for pid in parent.stdout.readline().split()]  # type: ignore[union-attr]
+        time.sleep(1)
+        assert len(children) == 2 and all(c.is_running() for c in children)  # alive after the thread that forked
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        _, alive = psutil.wait_procs(children, timeout=15)
+        assert alive == [], [c.cmdline()[:3] for c in alive]
+    finally:
+        processes.reap(parent)
+
+
+def test_run_is_subprocess_run_with_a_bound() -> None:
+    done = processes.run([sys.executable, "-c", "import sys; print(sys.stdin.read().upper())"], input="x",
+                         capture_output=True, text=True, timeout=30)
+    assert (done.returncode, done.stdout.strip()) == (0, "X")
+    with pytest.raises(subprocess.TimeoutExpired):
+        processes.run([sys.executable, "-c", "import time; time.sleep(60)"], timeout=0.5)
