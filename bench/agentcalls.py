@@ -16,9 +16,9 @@ from bench.common import table
 from scrutiny.bookieclient import BookieClient, EndpointResolver
 from scrutiny.checks import Outcome
 from scrutiny.codec import SequenceGroup
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.testing import processes
 from scrutiny.testing.processes import stop
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 BOOKIE = "127.0.1.1:3181"
 

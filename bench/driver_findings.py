@@ -34,12 +34,12 @@ from bench.scale import BOOKIES, RACKS, PeakRss, bookie, rack_of
 from scrutiny.categories import Category
 from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import SparkEngine, spark_session
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 ENTRIES = 100
 LOST_RACK = 0

@@ -51,6 +51,7 @@ from kazoo.client import KazooClient
 from bench.common import cpu_seconds, start_agents, stop_agents, table
 from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.metadata import (
     BookieRegistration,
     LedgerMetadata,
@@ -68,7 +69,6 @@ from scrutiny.testing import processes, store_at
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper, free_port, packets_received
 from scrutiny.testing.processes import stop
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 BOOKIES = 30
 RACKS = 5

@@ -6,9 +6,7 @@ import argparse
 import contextlib
 import json
 import shutil
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -18,101 +16,24 @@ from typing import Any
 import grpc
 from tqdm import tqdm
 
-from scrutiny.agent import BookieAgent
-from scrutiny.auditor import Auditor, AuditorConfig
+from scrutiny.agent import main as agent_main
+from scrutiny.auditor import main as auditor_main
 from scrutiny.checks import iso
 from scrutiny.config import (
-    AgentSettings,
-    AuditorSettings,
-    MetricsSettings,
     ScanSettings,
-    StatsdSettings,
     build,
     read_config_file,
 )
-from scrutiny.entrysources import BookieBridgeSource, DbLedgerStorageSource, EntrySource, SyntheticStore
 from scrutiny.errors import EXIT_CLEAN, ConfigError, ScrutinyError, one_line
 from scrutiny.logsetup import configure
 from scrutiny.lostbookies import parse_sightings
-from scrutiny.metadata import parse_host_port
 from scrutiny.orphans import Sightings
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import make_engine
-from scrutiny.store import MetadataStore, open_store
-from scrutiny.testing.demo import run_demo
-from scrutiny.tls import channel_credentials, server_credentials
+from scrutiny.store import open_store
+from scrutiny.tls import channel_credentials
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
-
-
-def _agent_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bookie-agent", help="serve scrutiny.v1.Bookie next to one bookie")
-    p.add_argument("--config", help="settings file: the cluster at the top level, an `agent` section")
-    p.add_argument("--bookie-id", help="the bookie this agent answers for (host:port)")
-    p.add_argument("--bind", default=None, help="listen address (default 0.0.0.0:3191)")
-    p.add_argument("--advertise-address", help="address registered in the metadata store (default: the bind address)")
-    p.add_argument("--source", choices=AgentSettings.SOURCES)
-    p.add_argument("--ledger-dir", action="append", default=None, dest="ledger_dirs",
-                   help="dbledgerstorage: a ledger or index directory (repeatable; all are read)")
-    p.add_argument("--scratch-dir", help="dbledgerstorage: where the read-only views are made")
-    p.add_argument("--bookie-address", help="bridge: host:port of the stock bookie (v3 protocol)")
-    p.add_argument("--synthetic-file", help="synthetic: the store file of this bookie")
-    p.add_argument("--metadata-service-uri", help="register the agent in this cluster's metadata store")
-    p.add_argument("--zk-auth-file", help="ZooKeeper digest credentials (user:password) for the registration")
-    p.add_argument("--tls-cert", help="serve over TLS with this certificate (PEM)")
-    p.add_argument("--tls-key", help="... and its key")
-    p.add_argument("--tls-client-ca", help="mutual TLS: callers need a certificate signed by this CA")
-    p.add_argument("--workers", type=int)
-    p.add_argument("--deep-bytes-per-second", type=float,
-                   help="deep scrub: entry-log bytes read per second, all calls together (default 32 MiB)")
-    p.add_argument("--entries-per-second", type=float,
-                   help="the CPU budget: index entries listed per second, all calls together (default 0: no limit)")
-    p.add_argument("--metrics-listen", help="serve Prometheus' /metrics here, e.g. 0.0.0.0:9191 (not :8000)")
-    p.add_argument("--watch-interval-seconds", type=float,
-                   help="look at the bookie for changes this often (WatchHoldings; default 5; 0: never)")
-    p.add_argument("--stop-grace-seconds", type=float,
-                   help="after SIGTERM, calls still running get this long (default 5); a second signal: none")
-    p.add_argument("--log-level", default="INFO")
-
-
-def agent_settings(args: argparse.Namespace) -> tuple[ScanSettings, AgentSettings, MetricsSettings]:
-    file_values = read_config_file(args.config) if args.config else {}
-    where = args.config or "config"
-    cluster = build(ScanSettings, file_values, {"metadata_service_uri": args.metadata_service_uri,
-                                                "zk_auth_file": args.zk_auth_file}, where=where)
-    flags = {k: getattr(args, k, None) for k in AgentSettings.__dataclass_fields__}
-    flags["ledger_dirs"] = tuple(args.ledger_dirs) if args.ledger_dirs else None
-    metrics = build(MetricsSettings, file_values, {"listen": args.metrics_listen}, where=where, section="metrics")
-    return cluster, build(AgentSettings, file_values, flags, where=where, section="agent").validate(), \
-        metrics.validate()
-
-
-def run_bookie_agent(args: argparse.Namespace) -> int:
-    cluster, s, metrics = agent_settings(args)
-    source: EntrySource
-    if s.source == "dbledgerstorage":
-        source = DbLedgerStorageSource(s.ledger_dirs, s.scratch_dir or None, s.index_cache_bytes)
-    elif s.source == "bridge":
-        host, port = parse_host_port(s.bookie_address, "--bookie-address", ConfigError)
-        source = BookieBridgeSource(host, port)
-    else:
-        source = SyntheticStore(s.synthetic_file)
-    creds = server_credentials(s.tls_cert, s.tls_key, s.tls_client_ca)
-    agent = BookieAgent(source, bind=s.bind, workers=s.workers, credentials=creds,
-                        deep_bytes_per_second=s.deep_bytes_per_second, entries_per_second=s.entries_per_second,
-                        unary_catch_up_seconds=s.unary_catch_up_seconds,
-                        watch_interval_seconds=s.watch_interval_seconds).start()
-    if metrics.listen:
-        agent.serve_metrics(metrics.listen)
-    bind_host, _ = parse_host_port(s.bind, "--bind", ConfigError)
-    address = s.advertise_address or f"{'127.0.0.1' if bind_host in ('0.0.0.0', '[::]') else bind_host}:{agent.port}"
-    store: MetadataStore | None = None
-    if cluster.metadata_service_uri and s.register:
-        store = open_store(cluster)  # the cluster's one policy: TLS, auth, timeouts
-        agent.register(store, s.bookie_id, address)
-
-    print(f"bookie agent for {s.bookie_id} listening on port {agent.port} ({s.source})", flush=True)
-    return agent.serve_until_signalled(s.stop_grace_seconds, after=store.close if store is not None else None)
 
 
 def _pairs(flag: str) -> Callable[[str], tuple[str, str]]:
@@ -286,47 +207,10 @@ def run_sightings(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
-def _auditor_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("auditor", help="the background daemon (leader election, schedules, RPC, StatsD)")
-    p.add_argument("--config", help="settings file: scan keys at the top level, an `auditor` section")
-    p.add_argument("--validate-config", action="store_true", help="check the settings and exit")
-    p.add_argument("--metadata-service-uri")
-    p.add_argument("--listen", help="RPC address (default 0.0.0.0:3192)")
-    p.add_argument("--advertise-address", help="how the other auditors and clients reach this one")
-    p.add_argument("--reports-dir")
-    p.add_argument("--metrics-listen", help="serve Prometheus' /metrics here, e.g. 0.0.0.0:9192 (not :8000)")
-    p.add_argument("--json-logs", action="store_true", default=None)
-    p.add_argument("--log-level", default="INFO")
 
 
-def auditor_settings(args: argparse.Namespace) -> AuditorConfig:
-    """Every section the auditor uses, read whole (SIGHUP reads them all again)."""
-    file_values = read_config_file(args.config) if args.config else {}
-    where = args.config or "config"
-    scan = build(ScanSettings, file_values, {"metadata_service_uri": args.metadata_service_uri}, where=where)
-    flags = {"listen": args.listen, "advertise_address": args.advertise_address, "reports_dir": args.reports_dir,
-             "json_logs": args.json_logs}
-    settings = build(AuditorSettings, file_values, flags, where=where, section="auditor")
-    statsd = build(StatsdSettings, file_values, {}, where=where, section="statsd")
-    metrics = build(MetricsSettings, file_values, {"listen": args.metrics_listen}, where=where, section="metrics")
-    return AuditorConfig(scan.validate(), settings.validate(), statsd.validate(), metrics.validate())
 
 
-def run_auditor(args: argparse.Namespace) -> int:
-    config = auditor_settings(args)
-    if args.validate_config:
-        print(f"configuration OK: {config.scan.metadata_service_uri}, RPC on {config.auditor.listen}")
-        return EXIT_CLEAN
-    configure(args.log_level, config.auditor.json_logs)
-    auditor = Auditor(*config, reload=lambda: auditor_settings(args)).start()
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=auditor.stop).start())
-    signal.signal(signal.SIGINT, lambda *_: threading.Thread(target=auditor.stop).start())
-    signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=auditor.reload).start())
-    print(f"auditor RPC on port {auditor.port}", flush=True)
-    while not auditor.stopping.wait(0.5):
-        pass
-    auditor.stop()
-    return EXIT_CLEAN
 
 
 def _rescan_parser(sub: argparse._SubParsersAction) -> None:
@@ -400,8 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     _scan_flags(whatif)
     whatif.add_argument("--without", action="append", metavar="BOOKIE_ID", help="a bookie taken down (repeatable)")
     whatif.add_argument("--without-rack", action="append", metavar="/RACK", help="a rack taken down (repeatable)")
-    _agent_parser(sub)
-    _auditor_parser(sub)
+    agent_main.add_parser(sub)
+    auditor_main.add_parser(sub)
     _rescan_parser(sub)
     sightings = sub.add_parser("sightings", help="what the auditor has seen and keeps in the store: orphan candidates "
                                "and bookies gone from the registrations, each since when (JSON)")
@@ -423,6 +307,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_demo(args: argparse.Namespace) -> int:
+    from scrutiny.testing.demo import run_demo as demo  # the demo's cluster code, only for the demo
+
+    return demo(args)
+
+
 class RescanFailed(ScrutinyError):
     """The auditor refused or failed the Rescan call."""
 
@@ -432,8 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure(getattr(args, "log_level", "INFO"))
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
-        "scan": run_scan, "whatif": run_whatif, "bookie-agent": run_bookie_agent, "demo": run_demo,
-        "auditor": run_auditor, "rescan": run_rescan, "sightings": run_sightings}
+        "scan": run_scan, "whatif": run_whatif, "bookie-agent": agent_main.run, "demo": run_demo,
+        "auditor": auditor_main.run, "rescan": run_rescan, "sightings": run_sightings}
     try:
         return handlers[args.command](args)
     except ScrutinyError as exc:

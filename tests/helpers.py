@@ -12,11 +12,11 @@ from pathlib import Path
 
 from scrutiny.agent import BookieAgent
 from scrutiny.entrysources import SyntheticStore
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.scan.engines import LocalEngine, Progress
 from scrutiny.scan.work import Pass, RangeResult, RunContext
 from scrutiny.store import LedgerRange, MetadataStore
 from scrutiny.testing import processes
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 SLOW_AGENT = Path(__file__).resolve().parent / "slow_agent.py"
 

@@ -24,19 +24,14 @@ from scrutiny import codec
 from scrutiny.agent import MESSAGE_BYTES, BookieAgent, in_messages
 from scrutiny.bookieclient import BookieClient, EndpointResolver, Outcome
 from scrutiny.bookkeeper import bookie_protocol_pb2 as bkp
-from scrutiny.entrysources import (
-    BookieBridgeSource,
-    DbLedgerStorageSource,
-    SyntheticStore,
-    read_frame,
-    request_frame,
-)
+from scrutiny.entrysources import BookieBridgeSource, DbLedgerStorageSource, SyntheticStore
+from scrutiny.entrysources.bridge import read_frame, request_frame
+from scrutiny.entrysources.synthetic import CORRUPT, SyntheticStoreWriter
 from scrutiny.retry import Backoff
 from scrutiny.testing import store_at, store_on
 from scrutiny.testing.dbledgerstorage import LiveBookie, write_index
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.processes import reap
-from scrutiny.testing.synthetic import CORRUPT, SyntheticStoreWriter
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 from tests.helpers import slow_agent
 

@@ -16,8 +16,8 @@ import grpc
 import pytest
 
 from bench.deepscrub import build
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.testing.processes import reap, stop
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 from tests.helpers import slow_agent
 

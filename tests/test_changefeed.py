@@ -15,11 +15,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from scrutiny import entrylog, entrysources
+from scrutiny import entrylog
 from scrutiny.agent import BookieAgent
 from scrutiny.auditor.feeds import AgentFeeds
 from scrutiny.changefeed import Change, ChangeFeed, Kind
-from scrutiny.entrysources import DbLedgerStorageSource
+from scrutiny.entrysources import DbLedgerStorageSource, dbwatch
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 from tests.helpers import wait_for
@@ -164,7 +164,7 @@ def test_a_keys_only_pass_only_when_a_key_may_have_gone(bookie: tuple[Path, Live
         live.add(112, range(5))
         live.flush()
         assert changed() == ([], 6 + 12)  # flushed: what the writes were is not known any more
-        monkeypatch.setattr(entrysources, "KEYS_PASS_AT_LEAST_EVERY_SECONDS", 0.0)
+        monkeypatch.setattr(dbwatch, "KEYS_PASS_AT_LEAST_EVERY_SECONDS", 0.0)
         live.add(50, range(5))  # a lower id (a re-replicated ledger): known at the next whole pass
         assert changed() == ([], 6 + 13)  # the whole pass made at least this often, deletes or not
         assert changed() == ([], 0)  # and only when the index moved
@@ -175,7 +175,7 @@ def test_a_keys_only_pass_only_when_a_key_may_have_gone(bookie: tuple[Path, Live
 def test_a_costly_keys_only_pass_waits_its_share_of_the_cpu(bookie: tuple[Path, LiveBookie], tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     path, live = bookie
-    monkeypatch.setattr(entrysources, "KEYS_PASS_CHEAP_SECONDS", 0.0)  # every pass counts as costly here
+    monkeypatch.setattr(dbwatch, "KEYS_PASS_CHEAP_SECONDS", 0.0)  # every pass counts as costly here
     source = DbLedgerStorageSource([path], tmp_path / "scratch")
     try:
         look(source)
@@ -187,7 +187,7 @@ def test_a_costly_keys_only_pass_waits_its_share_of_the_cpu(bookie: tuple[Path, 
         assert source.changes() == ([], 0)  # too soon after the last pass: the delete is remembered
         live.add(200, range(5))
         assert source.changes() == ([], 1)  # meanwhile, the ledgers created are read (the keys above the last)
-        clock[0] += cost / entrysources.KEYS_PASS_CPU_SHARE + 0.001
+        clock[0] += cost / dbwatch.KEYS_PASS_CPU_SHARE + 0.001
         assert source.changes() == ([Change(Kind.LEDGERS_GONE, (3,), "left the ledgers index")], 6)
     finally:
         source.close()
@@ -262,7 +262,7 @@ def test_watch_holdings_streams_changes_a_reader_resumes(bookie: tuple[Path, Liv
 
 def test_a_source_that_cannot_watch_says_so(tmp_path: Path) -> None:
     from scrutiny.entrysources import SyntheticStore
-    from scrutiny.testing.synthetic import SyntheticStoreWriter
+    from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 
     w = SyntheticStoreWriter()
     w.add_entries("b:3181", 1, range(3))
@@ -304,21 +304,21 @@ def test_a_delete_left_in_the_memtable_after_a_flushed_one_is_fed(bookie: tuple[
                                                                   tmp_path: Path) -> None:
     """One ledger deleted and flushed (then compacted, which drops its delete: the index holds no delete at
     all), a second one deleted and left in the memtable and the WAL, as a bookie's garbage collection
-    leaves it: both are fed. (The agent's looks are made here one by one: `watch_once`.)"""
+    leaves it: both are fed. (The agent's looks are made here one by one: `Watching.look`.)"""
     path, live = bookie
     agent = BookieAgent(DbLedgerStorageSource([path], tmp_path / "scratch"), bind="127.0.0.1:0",
                         watch_interval_seconds=0).start()
     try:
         with leader_reading(agent) as next_change:
             live.delete(5)
-            agent.servicer.watch_once()
+            agent.servicer.watching.look()
             change = next_change()
             assert (change.kind, list(change.ledger_ids)) == (Msg.LEDGERS_GONE, [5])
             live.flush()
             live.ledgers.compact_range(None, None)
-            agent.servicer.watch_once()
+            agent.servicer.watching.look()
             live.delete(6)
-            agent.servicer.watch_once()
+            agent.servicer.watching.look()
             change = next_change()
             assert (change.kind, list(change.ledger_ids)) == (Msg.LEDGERS_GONE, [6])
     finally:
@@ -399,12 +399,12 @@ def test_a_bookie_formatted_and_back_within_one_look_is_another_bookie(bookie: t
                 live.write(lid, {e: stored(lid, e) for e in range(3)}, log)
             live.flush()
             assert answers() == {1: bookie_pb2.ENOLEDGER, 2: bookie_pb2.ENOLEDGER, 100: bookie_pb2.EOK}
-            agent.servicer.watch_once()
+            agent.servicer.watching.look()
             reset = next_change()
             assert reset.kind == Msg.BOOKIE_RESET and reset.every_ledger and "created anew" in reset.detail
             live.delete(100)
             live.flush()
-            agent.servicer.watch_once()
+            agent.servicer.watching.look()
             change = next_change()
             assert (change.kind, list(change.ledger_ids)) == (Msg.LEDGERS_GONE, [100])
     finally:

@@ -16,11 +16,11 @@ from kazoo.client import KazooClient
 
 from scrutiny.categories import REGISTRY, Category
 from scrutiny.config import ConfigError, ScanSettings, build
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.testing import processes, store_on
 from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper, free_port
 from scrutiny.testing.processes import reap
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 
 SCRUTINY = [sys.executable, "-m", "scrutiny.cli"]
 

@@ -213,7 +213,8 @@ def test_a_feed_gap_schedules_a_full_run_and_a_new_leader_goes_on_from_the_curso
         a.stop()
     # a new leader: the cursors it inherits are the last one's (B3's new feed); no gap when it goes on
     cursors, position = parse_cursors(cluster.registry.continuous_cursors() or b"")
-    assert cursors[B3][0] == cluster.agents[B3].servicer.feed.feed_id and position == ""  # ZooKeeper: no resuming
+    feed = cluster.agents[B3].servicer.watching.feed
+    assert cursors[B3][0] == feed.feed_id and position == ""  # ZooKeeper: no resuming
     b = cluster.auditor()
     try:
         wait_for(lambda: "full" in b.last, 60)
@@ -288,7 +289,7 @@ def test_a_leader_killed_mid_stream_hands_its_cursors_on(cluster: Cluster, tmp_p
     finally:
         reap(first)
     kept, _ = parse_cursors(cluster.registry.continuous_cursors() or b"")
-    feed = cluster.agents[B2].servicer.feed
+    feed = cluster.agents[B2].servicer.watching.feed
     assert kept[B2] == (feed.feed_id, feed.last)
     cluster.synthetic[B2].drop(6)  # while nobody leads
     wait_for(lambda: feed.last > kept[B2][1], 10)

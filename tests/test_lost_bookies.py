@@ -16,6 +16,7 @@ from scrutiny.agent import BookieAgent
 from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources import SyntheticStore
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.errors import DataError
 from scrutiny.lostbookies import parse_sightings, sightings_to_bytes
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
@@ -24,7 +25,6 @@ from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import bookie
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 from tests.conftest import Place
 from tests.helpers import HookEngine
 

@@ -18,6 +18,7 @@ from kazoo.client import KazooClient
 
 from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, MetadataError, Segment
 from scrutiny.owners import (
     decode_managed_ledger,
@@ -32,7 +33,6 @@ from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 from tests.helpers import synthetic_agents
 
 ENS = ("127.0.6.1:3181", "127.0.6.2:3181", "127.0.6.3:3181")

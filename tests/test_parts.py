@@ -293,7 +293,7 @@ def test_the_registry_drives_the_report() -> None:
 def test_a_scan_over_another_metadata_store(tmp_path: Path) -> None:
     from scrutiny.agent import BookieAgent
     from scrutiny.entrysources import SyntheticStore
-    from scrutiny.testing.synthetic import SyntheticStoreWriter
+    from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 
     memstore.install()
     cluster = memstore.MemoryCluster()

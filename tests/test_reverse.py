@@ -24,6 +24,7 @@ from scrutiny.bookieclient import BookieClient, EndpointResolver, HoldingsClient
 from scrutiny.codec import SequenceGroup
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources import DbLedgerStorageSource, SyntheticStore
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
 from scrutiny.orphans import LedgerIds, Sightings, not_enumerated
 from scrutiny.report import HOLDINGS_STATS
@@ -33,7 +34,6 @@ from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.localzk import LocalZooKeeper
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 from scrutiny.v1 import bookie_pb2
 
 BOOKIES = [f"127.0.6.{n}:3181" for n in range(1, 4)]

@@ -15,6 +15,7 @@ from scrutiny.categories import Category, Phase, in_phase
 from scrutiny.checks import expected_share
 from scrutiny.config import ClusterSettings, ScanSettings
 from scrutiny.entrysources import SyntheticStore
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.metadata import (
     BookieRegistration,
     LedgerMetadata,
@@ -30,7 +31,6 @@ from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import DECOMMISSIONED, DemoCluster, bookie, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 from tests.conftest import Place
 from tests.helpers import HookEngine
 

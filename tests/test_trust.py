@@ -16,6 +16,7 @@ from scrutiny.agent import BookieAgent
 from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources import SyntheticStore
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
@@ -26,7 +27,6 @@ from scrutiny.store.zookeeper import ZooKeeperStore
 from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 from tests.helpers import HookEngine
 
 BOOKIES = [f"127.0.3.{n}:3181" for n in range(1, 5)]

@@ -19,12 +19,12 @@ from scrutiny.checks import expected_share
 from scrutiny.codec import Availability
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources import SyntheticStore
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 from tests.conftest import Place
 from tests.helpers import synthetic_agents
 

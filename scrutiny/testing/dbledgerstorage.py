@@ -9,7 +9,6 @@ keys only at a later cleanup). `EntryLog` writes entry logs as DefaultEntryLogge
 from __future__ import annotations
 
 import contextlib
-import struct
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,7 @@ from scrutiny.entrylog import (
     log_path,
     split_location,
 )
-from scrutiny.entrysources import _KEY, _LEDGER_KEY
-
-_LOCATION = struct.Struct(">q")
+from scrutiny.entrysources.layout import ENTRY_KEY, LEDGER_KEY, LOCATION
 
 
 class EntryLog:
@@ -81,19 +78,20 @@ class LiveBookie:
 
     def add(self, ledger_id: int, entry_ids: Iterable[int], log_id: int = 1, limbo: bool = False) -> None:
         """The ledger exists (as `limbo` says) and these entries are flushed (their locations written)."""
-        self.ledgers[_LEDGER_KEY.pack(ledger_id)] = ledger_data(limbo)
+        self.ledgers[LEDGER_KEY.pack(ledger_id)] = ledger_data(limbo)
         for eid in entry_ids:
-            self.locations[_KEY.pack(ledger_id, int(eid))] = _LOCATION.pack((log_id << 32) | (int(eid) & 0xFFFFFFFF))
+            location = (log_id << 32) | (int(eid) & 0xFFFFFFFF)
+            self.locations[ENTRY_KEY.pack(ledger_id, int(eid))] = LOCATION.pack(location)
 
     def write(self, ledger_id: int, entries: Mapping[int, bytes], log: EntryLog) -> None:
         """Store these entries (as packaged by the client) in `log` and index them."""
-        self.ledgers[_LEDGER_KEY.pack(ledger_id)] = ledger_data()
+        self.ledgers[LEDGER_KEY.pack(ledger_id)] = ledger_data()
         for eid, stored in sorted(entries.items()):
-            self.locations[_KEY.pack(ledger_id, eid)] = _LOCATION.pack(log.append(ledger_id, stored))
+            self.locations[ENTRY_KEY.pack(ledger_id, eid)] = LOCATION.pack(log.append(ledger_id, stored))
 
     def location(self, ledger_id: int, entry_id: int) -> int:
-        value: Any = self.locations[_KEY.pack(ledger_id, entry_id)]
-        return int(_LOCATION.unpack(value)[0])
+        value: Any = self.locations[ENTRY_KEY.pack(ledger_id, entry_id)]
+        return int(LOCATION.unpack(value)[0])
 
     def compact(self, ledger_dir: str | Path, old_log_id: int, new_log: EntryLog) -> None:
         """Garbage-collector compaction: the live entries of an old log copied to a new one, their
@@ -102,29 +100,29 @@ class LiveBookie:
         moved: list[tuple[bytes, int]] = []
         items: Any = self.locations.items()  # raw mode: bytes keys and values
         for key, value in items:
-            log_id, pos = split_location(_LOCATION.unpack(value)[0])
+            log_id, pos = split_location(LOCATION.unpack(value)[0])
             if log_id == old_log_id:
                 (size,) = ENTRY_SIZE.unpack_from(old, pos - ENTRY_SIZE.size)
-                moved.append((key, new_log.append(_KEY.unpack(key)[0], old[pos:pos + size])))
+                moved.append((key, new_log.append(ENTRY_KEY.unpack(key)[0], old[pos:pos + size])))
         new_log.finish()
         for key, location in moved:
-            self.locations[key] = _LOCATION.pack(location)
+            self.locations[key] = LOCATION.pack(location)
         self.locations.flush()
         log_path(ledger_dir, old_log_id).unlink()
 
     def set_limbo(self, ledger_id: int, limbo: bool) -> None:
-        self.ledgers[_LEDGER_KEY.pack(ledger_id)] = ledger_data(limbo)
+        self.ledgers[LEDGER_KEY.pack(ledger_id)] = ledger_data(limbo)
 
     def delete(self, ledger_id: int) -> None:
         """What the bookie's garbage collector does first: the ledger is gone from `ledgers`."""
-        del self.ledgers[_LEDGER_KEY.pack(ledger_id)]
+        del self.ledgers[LEDGER_KEY.pack(ledger_id)]
 
     def cleanup(self, ledger_id: int) -> None:
         """The later checkpoint: the deleted ledger's `locations` keys go too."""
         keys: list[Any] = []
         it = self.locations.iter()
-        it.seek(_KEY.pack(ledger_id, 0))
-        while it.valid() and _KEY.unpack(it.key())[0] == ledger_id:
+        it.seek(ENTRY_KEY.pack(ledger_id, 0))
+        while it.valid() and ENTRY_KEY.unpack(it.key())[0] == ledger_id:
             keys.append(it.key())
             it.next()
         for k in keys:

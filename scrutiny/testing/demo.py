@@ -29,6 +29,7 @@ from scrutiny.checks import expected_share
 from scrutiny.codec import Availability
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources import DbLedgerStorageSource, SyntheticStore
+from scrutiny.entrysources.synthetic import CORRUPT, SyntheticStoreWriter
 from scrutiny.errors import ConfigError
 from scrutiny.lostbookies import sightings_to_bytes
 from scrutiny.metadata import (
@@ -49,7 +50,6 @@ from scrutiny.store.zookeeper import ZooKeeperStore
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.localzk import LocalZooKeeper
-from scrutiny.testing.synthetic import CORRUPT, SyntheticStoreWriter
 
 RACKS = {"/rack-a": (1, 2, 3), "/rack-b": (4, 5, 6), "/rack-c": (7, 8, 9)}
 UNREACHABLE = 9  # registered, but its agent never answers

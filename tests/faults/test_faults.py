@@ -22,6 +22,7 @@ from scrutiny.auditor import Auditor, AuditorSettings
 from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources import SyntheticStore
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.metadata import (
     BookieRegistration,
     LedgerMetadata,
@@ -39,7 +40,6 @@ from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import DemoCluster, bookie, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper, expire_session
 from scrutiny.testing.processes import reap
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 from tests.helpers import auditor_process, slow_agent
 

@@ -15,11 +15,11 @@ from scrutiny.auditor import Auditor, AuditorSettings
 from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources import SyntheticStore
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc, bookie_pb2, bookie_pb2_grpc
 
 BOOKIE = "127.0.1.1:3181"

@@ -21,13 +21,13 @@ from scrutiny.bookieclient import BookieClient, EndpointResolver
 from scrutiny.checks import Outcome
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources import SyntheticStore
+from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.metadata import parse_metadata_service_uri
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.scan.work import EXECUTOR
 from scrutiny.testing import store_at
 from scrutiny.testing.localzk import LocalZooKeeper
-from scrutiny.testing.synthetic import SyntheticStoreWriter
 from scrutiny.tls import channel_credentials, server_credentials
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 from tests.certs import CertificateAuthority, Pair

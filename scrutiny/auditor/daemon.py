@@ -1,0 +1,409 @@
+"""The auditor: its RPC and pages, its leadership, its runs one at a time, and where their reports go; the
+composition of the parts around it."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
+
+import grpc
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.date import DateTrigger
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from scrutiny.auditor import history
+from scrutiny.auditor.clusterview import ClusterView
+from scrutiny.auditor.continuous import Continuous
+from scrutiny.auditor.currentstate import CurrentState
+from scrutiny.auditor.deeprecord import deep_pass, record_deep_run
+from scrutiny.auditor.lastrun import RunSummary, bequeath, inherit
+from scrutiny.auditor.leadership import Leadership, PeriodicRuns, iso_seconds
+from scrutiny.auditor.runkinds import (
+    DEEP,
+    FULL,
+    KIND_CATEGORIES,
+    PERIODIC,
+    RESCAN,
+    UNDERREPLICATION,
+    WHATIF,
+    WHOLE_CLUSTER_KINDS,
+)
+from scrutiny.auditor.runqueue import Later, RunQueue, Ticket
+from scrutiny.auditor.service import AuditorServicer, Authenticator, Status
+from scrutiny.auditor.sinks import FinishedRun, PrometheusSink, ReportFiles, ReportSink, StatsdSink
+from scrutiny.auditor.web import AuditorWeb
+from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings, StatsdSettings
+from scrutiny.errors import NotLeader, RequestError, one_line
+from scrutiny.findings import Findings
+from scrutiny.metadata import parse_host_port
+from scrutiny.prometheus import HttpsFiles
+from scrutiny.report import Report
+from scrutiny.scan.driver import ScrutinyRun, check_marks
+from scrutiny.scan.engines import Engine, make_engine
+from scrutiny.store import MetadataStore, open_store
+from scrutiny.tls import read_secret, server_credentials
+from scrutiny.v1 import auditor_pb2_grpc
+
+log = logging.getLogger(__name__)
+SERVICE_NAME = "scrutiny.v1.Auditor"
+
+
+class AuditorConfig(NamedTuple):
+    scan: ScanSettings
+    auditor: AuditorSettings
+    statsd: StatsdSettings = StatsdSettings()
+    metrics: MetricsSettings = MetricsSettings()
+
+
+def build_sinks(config: AuditorConfig, running: Sequence[ReportSink] = ()) -> list[ReportSink]:
+    """Every sink the configuration asks for; a running /metrics endpoint on the same address is kept
+    (its counters go on, its port stays bound)."""
+    sinks: list[ReportSink] = [ReportFiles(config.auditor.reports_dir, config.auditor.reports_keep)]
+    if config.statsd.host:
+        sinks.append(StatsdSink(config.statsd.host, config.statsd.port, config.statsd.prefix))
+    if config.metrics.listen:
+        kept = [s for s in running if isinstance(s, PrometheusSink)]
+        a = config.auditor  # the page and its API carry the token: HTTPS with the RPC's own certificate
+        https = HttpsFiles(a.tls_cert, a.tls_key, a.tls_client_ca) if a.tls_cert or a.tls_key else None
+        sinks.append(kept[0] if kept else PrometheusSink(config.metrics.listen, https))
+    return sinks
+
+
+def check_rescan_ids(ledger_ids: list[int], most: int, store: MetadataStore) -> None:
+    """A rescan's chosen ledgers: some, not too many, and every one of them in the metadata."""
+    if not ledger_ids:
+        raise RequestError("ledgers: the list is empty")
+    if len(ledger_ids) > most:
+        raise RequestError(f"ledgers: {len(ledger_ids)} ids; at most {most}")
+    negative = [i for i in ledger_ids if i < 0]
+    if negative:
+        raise RequestError(f"ledgers: negative ledger id {negative[0]}")
+    unknown = [r.ledger_id for r in store.read_ledgers(sorted(set(ledger_ids))) if r.deleted]
+    if unknown:
+        raise RequestError(f"ledgers: no such ledger {', '.join(map(str, unknown[:10]))}"
+                           + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""))
+
+
+def authenticator(token: str, s: AuditorSettings) -> Authenticator:
+    """The RPC's and the HTTP API's one rule for who may call what."""
+    return Authenticator(token, bool(s.tls_client_ca), s.insecure_open_rescan)
+
+
+def _engine_settings(s: ScanSettings) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    return s.engine, s.spark_master, tuple(sorted(s.spark_conf.items()))
+
+
+class Auditor:
+    def __init__(self, scan: ScanSettings, settings: AuditorSettings, statsd: StatsdSettings | None = None,
+                 metrics: MetricsSettings | None = None, engine: Engine | None = None,
+                 reload: Callable[[], AuditorConfig] | None = None) -> None:
+        self.config = AuditorConfig(scan.validate(), settings.validate(), (statsd or StatsdSettings()).validate(),
+                                    (metrics or MetricsSettings()).validate())
+        self._reload = reload
+        self._own_engine = engine is None
+        self.engine = engine or make_engine(scan)
+        self._engine_built_for = _engine_settings(scan)
+        self.sinks: list[ReportSink] = []
+        self.skipped: Counter[str] = Counter()
+        self._token = (read_secret(settings.token_file, "auditor.token_file").decode().strip()
+                       if settings.token_file else "")
+        self.scheduler = BackgroundScheduler(timezone=UTC)
+        self.queue = RunQueue(self._execute, self._publish, self._later, failed_run, settings.max_queued_runs)
+        self.stopping = threading.Event()
+        self.server: grpc.Server | None = None
+        self.port = 0
+        self.address = settings.advertise_address
+        self.leadership: Leadership | None = None
+        self.periodic: PeriodicRuns | None = None
+        self.inherited: dict[str, RunSummary] = {}  # kind -> the last complete run, as an earlier leader left it
+        self.current = CurrentState()
+        self.cluster = ClusterView(self._store, lambda: self.config.scan)  # what the console asks live
+        # its safety net: a full run (unless one is queued or running)
+        self.continuous = (Continuous(self.config.scan, self.config.auditor, self.current, lambda _: self._due(FULL))
+                           if settings.continuous else None)
+
+    # -- what tests and the RPC look at --------------------------------------------------------
+
+    @property
+    def leading(self) -> threading.Event:
+        assert self.leadership is not None, "start() the auditor first"
+        return self.leadership.leading
+
+    @property
+    def last(self) -> dict[str, Ticket]:
+        return self.queue.last
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> Auditor:
+        s = self.config.auditor
+        self.engine.open()  # before any gRPC thread exists
+        self.sinks = build_sinks(self.config)
+        self._serve_pages()
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="auditor-rpc"))
+        servicer = AuditorServicer(self, authenticator(self._token, s), s.rescan_wait_seconds, s.status_requires_auth)
+        auditor_pb2_grpc.add_AuditorServicer_to_server(servicer, self.server)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        creds = server_credentials(s.tls_cert, s.tls_key, s.tls_client_ca)
+        self.port = (self.server.add_secure_port(s.listen, creds) if creds else self.server.add_insecure_port(s.listen))
+        if self.port == 0:
+            raise OSError(f"cannot listen on {s.listen}")
+        host, _ = parse_host_port(s.listen, "auditor.listen")
+        self.address = s.advertise_address or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]') else host}:{self.port}"
+        self.leadership = Leadership(lambda: open_store(self.config.scan), self.address, s.election_path,
+                                     self._elected, self._deposed)
+        self.periodic = PeriodicRuns(self.scheduler, self.leadership.connected_store, self._due)
+        self.server.start()
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.scheduler.start()
+        self.queue.start()
+        self.leadership.start()
+        log.info("auditor RPC on %s, port %d (advertised as %s); %s", s.listen, self.port, self.address,
+                 "; ".join(sink.destination() for sink in self.sinks))
+        return self
+
+    def stop(self) -> None:
+        """Release leadership, finish the current run within the grace period (else abandon it)."""
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        if self.server is not None:
+            self.health.enter_graceful_shutdown()
+        if not self.queue.stop(self.config.auditor.shutdown_grace_seconds):
+            log.warning("abandoning the current run at shutdown")
+        self.scheduler.shutdown(wait=False)
+        self.queue.abandon_rechecks()
+        if self.continuous is not None:
+            self.continuous.stop()
+        if self.leadership is not None:
+            self.leadership.stop()
+        for sink in self.sinks:
+            sink.close()
+        if self.server is not None:
+            self.server.stop(2).wait()
+        if self._own_engine:
+            self.engine.close()
+
+    def reload(self) -> None:
+        """SIGHUP: the whole configuration again; new intervals at once, new sinks at once, a new
+        engine from the next run on (`listen` only at the next restart)."""
+        if self._reload is None:
+            return
+        try:
+            new = self._reload()
+        except Exception as exc:
+            log.error("reload refused, keeping the running settings: %s", one_line(exc))
+            return
+        if new.auditor.listen != self.config.auditor.listen:
+            log.warning("auditor.listen changed: takes effect at the next restart")
+        old_sinks = self.sinks
+        kept = [s for s in old_sinks if isinstance(s, PrometheusSink) and s.listen == new.metrics.listen]
+        for sink in old_sinks:
+            if sink not in kept:
+                sink.close()  # a moved /metrics frees its port before the new one binds
+        self.sinks = build_sinks(new, kept)
+        self.config = new
+        self._serve_pages()
+        leading = self.leadership is not None and self.leading.is_set()
+        for sink in self.sinks:
+            if sink not in old_sinks:
+                sink.leadership(leading)
+        if self.leading.is_set() and self.periodic is not None:
+            self.periodic.schedule(self._intervals())
+        log.info("configuration reloaded")
+
+    def _serve_pages(self) -> None:
+        """The auditor's page and HTTP API beside /metrics (`scrutiny.auditor.web`)."""
+        s = self.config.auditor
+        for sink in self.sinks:
+            if isinstance(sink, PrometheusSink):
+                sink.current, sink.continuous = self.current, self.continuous
+                sink.endpoint.app = AuditorWeb(self, authenticator(self._token, s), s.status_requires_auth,
+                                               s.rescan_wait_seconds)
+
+    # -- leadership ---------------------------------------------------------------------------
+
+    def _intervals(self) -> dict[str, float]:
+        s = self.config.auditor
+        return {FULL: s.full_interval_seconds, UNDERREPLICATION: s.underreplication_interval_seconds,
+                DEEP: s.deep_interval_seconds}
+
+    def _elected(self) -> None:
+        assert self.periodic is not None
+        for sink in self.sinks:
+            sink.leadership(True)
+        self._inherit()
+        self.periodic.schedule(self._intervals())
+        if self.continuous is not None:
+            self.continuous.start(self._store())
+
+    def _inherit(self) -> None:
+        """The last complete run of each kind, whichever auditor ran it, exported at once with its true age:
+        a failover never clears an alert on data still at risk."""
+        own = {kind: t.finished_ms for kind, t in self.queue.last.items()}
+        for summary in inherit(self._store(), WHOLE_CLUSTER_KINDS, own):
+            self.inherited[summary.kind] = summary
+            for sink in self.sinks:
+                sink.restored(summary)
+
+    def _deposed(self) -> None:
+        assert self.periodic is not None
+        if self.continuous is not None:
+            self.continuous.stop()
+        self.periodic.clear()
+        self.inherited.clear()
+        for sink in self.sinks:
+            sink.leadership(False)
+
+    def _due(self, kind: str) -> None:
+        if not self.leading.is_set():
+            return
+        try:
+            disabled = self._store().replication_disabled()
+        except Exception as exc:
+            log.warning("cannot tell whether replication is disabled (%s): skipping the %s run", exc, kind)
+            self._skip(kind, "zookeeper_unavailable")
+            return
+        if disabled and not self.config.auditor.run_when_replication_disabled:
+            log.info("ledger replication is disabled: skipping the %s run", kind)
+            self._skip(kind, "replication_disabled")
+            return
+        if self.queue.busy_with(kind):
+            log.warning("the previous %s run is still going: skipping this one", kind)
+            self._skip(kind, "still_running")
+            return
+        self.queue.submit(Ticket(kind))
+
+    def _skip(self, kind: str, reason: str) -> None:
+        self.skipped[f"{kind}.{reason}"] += 1
+        for sink in self.sinks:
+            sink.skipped(kind, reason)
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def _current_engine(self) -> Engine:
+        """The engine for the next run: rebuilt when a reload changed its settings and no run still
+        needs the old one for its re-check."""
+        wanted = _engine_settings(self.config.scan)
+        if self._own_engine and wanted != self._engine_built_for and not self.queue.awaiting_recheck:
+            self.engine.close()
+            self.engine = make_engine(self.config.scan)
+            self._engine_built_for = wanted
+        return self.engine
+
+    def _execute(self, ticket: Ticket) -> Report | Later:
+        ticket.started_ms = int(time.time() * 1000)
+        if ticket.kind == UNDERREPLICATION:
+            return check_marks(self.config.scan, ticket.run_id)
+
+        def progress(done: int, total: int, ledgers: int) -> None:
+            ticket.ranges_done, ticket.ranges_total = done, total
+
+        settings = self.config.scan
+        if ticket.kind == DEEP:  # the next slice of the deep pass, wherever the last leader left it
+            cursor = deep_pass(self._store(), self.config.auditor)
+            ticket.deep_slice = cursor.next_slice
+            settings = dataclasses.replace(settings, deep=True, deep_slices=cursor.slices,
+                                           deep_slice=cursor.next_slice)
+        run = ScrutinyRun(settings, self._current_engine(), progress=progress, run_id=ticket.run_id,
+                          sleep=self._pause, kind=ticket.kind, record_sightings=True)
+        pending = run.start(ticket.ledger_ids, ticket.bookie_id, ticket.without, ticket.without_racks)
+        if not pending.faulty:
+            return run.finish(pending)
+        return Later(self.config.scan.recheck_delay, lambda: run.finish(pending), pending.store.close)
+
+    def _pause(self, seconds: float) -> None:
+        self.stopping.wait(seconds)  # ends early at shutdown
+
+    def _later(self, delay: float, fn: Callable[[], None]) -> None:
+        self.scheduler.add_job(fn, DateTrigger(run_date=datetime.now(UTC) + timedelta(seconds=delay)),
+                               misfire_grace_time=None)
+
+    def _publish(self, ticket: Ticket, report: Report) -> None:
+        ticket.finished_ms = int(time.time() * 1000)
+        if ticket.kind == DEEP and report.complete and self.leading.is_set():
+            record_deep_run(self._store(), self.config.auditor, ticket, report)
+        run = FinishedRun(ticket.kind, report, ticket.finished_ms - ticket.started_ms, KIND_CATEGORIES[ticket.kind],
+                          whole_cluster=ticket.kind in WHOLE_CLUSTER_KINDS and ticket.ledger_ids is None
+                          and not ticket.bookie_id, finished_ms=ticket.finished_ms, ran_by=self.address)
+        for sink in self.sinks:
+            try:
+                sink.published(run)
+            except Exception:
+                log.exception("report sink %s failed", type(sink).__name__)
+        if report.complete and run.whole_cluster and ticket.kind in (FULL, RESCAN, DEEP):
+            missed = self.current.full_run(report.violations, ticket.started_ms, ticket.finished_ms, ticket.kind)
+            if missed:
+                log.warning("run %s: %d findings continuous scrutiny should have made", ticket.run_id, missed)
+        elif report.complete and run.whole_cluster:  # the marks' age: every mark was looked at
+            self.current.replaced(report.violations, ticket.finished_ms, ticket.kind, KIND_CATEGORIES[ticket.kind])
+        if report.complete and run.whole_cluster and self.leading.is_set():
+            self.inherited.pop(ticket.kind, None)
+            store = self._store()
+            bequeath(store, run.summary)
+            history.record(store, history.point_of(ticket.kind, report, ticket.finished_ms, run.duration_ms))
+        if ticket.kind in PERIODIC and report.complete and self.leading.is_set() and self.periodic is not None:
+            self.periodic.record(ticket.kind, ticket.started_ms)
+
+    # -- what the RPC asks ----------------------------------------------------------------------
+
+    def rescan(self, ledger_ids: list[int] | None, bookie_id: str) -> tuple[Ticket, bool]:
+        assert self.leadership is not None
+        if not self.leading.is_set():
+            raise NotLeader(self.leadership.leader_address())
+        if ledger_ids is not None:
+            check_rescan_ids(ledger_ids, self.config.auditor.max_rescan_ledgers, self._store())
+        return self.queue.submit(Ticket(RESCAN, tuple(ledger_ids) if ledger_ids is not None else None, bookie_id))
+
+    def whatif(self, bookie_ids: list[str], racks: list[str]) -> tuple[Ticket, bool]:
+        assert self.leadership is not None
+        if not self.leading.is_set():
+            raise NotLeader(self.leadership.leader_address())
+        return self.queue.submit(Ticket(WHATIF, without=tuple(bookie_ids), without_racks=tuple(racks)))
+
+    def status(self) -> Status:
+        q = self.queue
+        leader = self.leadership.leader_address() if self.leadership is not None else ""
+        return Status(leading=self.leading.is_set(), leader_address=leader, current=q.current,
+                      last=tuple(q.last.values()), next_runs=self.periodic.next_runs() if self.periodic else {},
+                      skipped=dict(self.skipped), queued_runs=len(q.queued),
+                      runs_awaiting_recheck=len(q.awaiting_recheck), inherited=tuple(self.inherited.values()))
+
+    def last_run(self, kind: str) -> Report | RunSummary | None:
+        """The last run of this kind here, or the summary of a newer one an earlier leader ran."""
+        ticket = self.queue.last.get(kind)
+        inherited = self.inherited.get(kind)
+        if inherited is not None and (ticket is None or ticket.finished_ms < inherited.finished_ms):
+            return inherited
+        return ticket.report if ticket is not None else None
+
+    def last_report(self, kind: str) -> dict[str, Any] | None:
+        run = self.last_run(kind)
+        return run.report_json() if isinstance(run, RunSummary) else run.to_json() if run is not None else None
+
+    def current_state(self, most: int = 1000, newest_first: bool = False) -> dict[str, Any]:
+        feeds = dict(self.continuous.feeds) if self.continuous is not None else None
+        return {"leading": self.leading.is_set(), **self.current.to_json(feeds, most, newest_first)}
+
+    def leader_address(self) -> str:
+        return self.leadership.leader_address() if self.leadership is not None else ""
+
+    def _store(self) -> MetadataStore:
+        assert self.leadership is not None
+        return self.leadership.connected_store()
+
+
+def failed_run(ticket: Ticket, exc: Exception) -> Report:
+    """What a run that raised reports: incomplete, with the error."""
+    return Report(ticket.run_id, iso_seconds(ticket.started_ms / 1000), iso_seconds(time.time()), False, {},
+                  Findings(), errors=[f"{type(exc).__name__}: {one_line(exc)}"])
+

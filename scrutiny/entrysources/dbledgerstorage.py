@@ -1,0 +1,309 @@
+"""The DbLedgerStorage source: every ledger (or index) directory's `ledgers` and `locations` indexes, read as
+RocksDB secondaries through scratch views and caught up with the live bookie at every request; not one
+byte of the bookie's directories is written. Entries still in the bookie's write cache (the last
+flushInterval: 10 s in BookKeeper, 60 s in Pulsar) are not in the index yet: that is the only lag. It also
+reads the entries themselves from the entry logs (the deep scrub, the bytes a ledger holds)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from scrutiny import codec, entrylog
+from scrutiny.bookkeeper import dbledgerstorage_pb2
+from scrutiny.changefeed import Change
+from scrutiny.entrysources.dbwatch import DbLedgerStorageWatch
+from scrutiny.entrysources.layout import COOKIE, ENTRY_KEY, LEDGER_KEY, LOCATION, entry_ids_listed, index_entries
+from scrutiny.entrysources.rocksdb import SecondaryIndex
+from scrutiny.entrysources.source import Holding, SourceError, Verification
+
+MAX_ENTRY_BYTES = 64 * 1024 * 1024  # larger than any entry a bookie accepts (nettyMaxFrameSizeBytes)
+INDEX_CACHE_BYTES = 32 << 20  # the agent's RocksDB block cache, all of a bookie's indexes together
+STORED_BYTES_MOST_ENTRIES = 1_000_000  # a ledger's stored bytes are summed entry by entry up to this many
+PAGE_BYTES = 4096
+
+
+class DbLedgerStorageSource:
+    """Every ledger (or index) directory's `ledgers` and `locations` indexes. A ledger's entries count
+    in a directory only while that directory's `ledgers` index has the ledger: a ledger the bookie
+    deleted is refused (ENOLEDGER) even while its `locations` keys await the next cleanup."""
+
+    def __init__(self, ledger_dirs: Sequence[str | Path], scratch_dir: str | Path | None = None,
+                 cache_bytes: int = INDEX_CACHE_BYTES) -> None:
+        from rocksdict import Cache
+
+        self.ledger_dirs = [Path(d) for d in ledger_dirs]
+        dirs = [Path(d) / "current" for d in ledger_dirs]
+        missing = [str(d / name) for d in dirs for name in ("ledgers", "locations")
+                   if not (d / name / "CURRENT").exists()]
+        if missing:
+            raise SourceError(f"no RocksDB index at {', '.join(missing)} (a DbLedgerStorage bookie keeps both "
+                              "`ledgers` and `locations` under <dir>/current)")
+        self._own_scratch = scratch_dir is None
+        self.scratch = Path(scratch_dir or tempfile.mkdtemp(prefix="scrutiny-dbls-"))
+        self._lock = threading.Lock()
+        cache = Cache(cache_bytes)  # one bound for every index: the agent's memory does not grow with the bookie's
+        self.indexes = [(SecondaryIndex(d / "ledgers", self.scratch / f"{i}-ledgers", cache),
+                         SecondaryIndex(d / "locations", self.scratch / f"{i}-locations", cache))
+                        for i, d in enumerate(dirs)]
+        # Entry logs gone while `locations` still point into them, per directory, and the ledgers that do:
+        # the bookie cannot serve those entries, so they are not copies (`changes` finds them).
+        self.gone_logs: list[set[int]] = [set() for _ in dirs]
+        self.suspects: list[set[int]] = [set() for _ in dirs]
+        self._instances: list[tuple[bytes | None, tuple[int, int, bytes]] | None] = [None for _ in dirs]
+        self._watch: DbLedgerStorageWatch | None = None
+
+    def cookie(self, d: int) -> bytes | None:
+        """The bookie's cookie in the directory (None: none there now)."""
+        try:
+            return (self.ledger_dirs[d] / "current" / COOKIE).read_bytes()
+        except OSError:
+            return None
+
+    def _catch_up(self, d: int, locations_too: bool = True) -> None:
+        """The directory's indexes caught up with the bookie (under the lock). When the bookie there is another
+        instance (its cookie changed, its `ledgers` index created anew: formatted and back), both indexes are
+        opened anew and what was known of its entry logs is forgotten, whatever the timing."""
+        ledgers, locations = self.indexes[d]
+        cookie = self.cookie(d)
+        known = self._instances[d]
+        if known is not None and cookie != known[0]:
+            ledgers.close()
+        ledgers.catch_up()
+        if known is not None and (cookie, ledgers.identity) != known:
+            locations.close()
+            self.gone_logs[d].clear()
+            self.suspects[d].clear()
+        self._instances[d] = (cookie, ledgers.identity)
+        if locations_too or not locations.is_open:
+            locations.catch_up()
+
+    def changes(self, ledgers_too: bool = True) -> tuple[list[Change], int]:
+        """What changed in what the bookie holds since the last call (the first only takes stock), and
+        how many index keys that read (for the CPU budget). Catches up with the `ledgers` index only: the
+        `locations` index (the bookie's busiest) is caught up by the answers, and here only when an entry
+        log went. Without `ledgers_too` (nobody follows the feed) the entry logs and the cookie only: the
+        answers need the logs gone (#4607); the index is taken stock of anew at the next look with it."""
+        with self._lock:
+            for d in range(len(self.indexes)):
+                if ledgers_too:
+                    self._catch_up(d, locations_too=False)
+            self.opened()
+            if self._watch is None:
+                self._watch = DbLedgerStorageWatch(self)
+            return self._watch.look(ledgers_too)
+
+    def refresh(self) -> None:
+        with self._lock:
+            for d in range(len(self.indexes)):
+                self._catch_up(d)
+
+    def opened(self) -> list[tuple[SecondaryIndex, SecondaryIndex]]:
+        """Every directory's two indexes, opened if no request has opened them yet (under the lock)."""
+        for d, (ledgers, locations) in enumerate(self.indexes):
+            if not (ledgers.is_open and locations.is_open):
+                self._catch_up(d)
+        return self.indexes
+
+    def entry_ids(self, ledger_id: int) -> tuple[np.ndarray, bool] | None:
+        """The entry ids the bookie would serve, and whether the ledger is in limbo; None: no ledger."""
+        found: list[np.ndarray] = []
+        limbo = False
+        with self._lock:
+            for d, (ledgers, locations) in enumerate(self.opened()):
+                value = ledgers.get(LEDGER_KEY.pack(ledger_id))
+                if value is None:
+                    continue
+                data = dbledgerstorage_pb2.LedgerData()
+                try:
+                    data.ParseFromString(value)
+                except DecodeError as exc:
+                    raise SourceError(f"ledger {ledger_id}: unreadable LedgerData in {ledgers.db}: {exc}") from None
+                limbo = limbo or data.limbo
+                found.append(entry_ids_listed(locations, ledger_id) if ledger_id not in self.suspects[d]
+                             else self._served(d, locations, ledger_id))
+        if not found:
+            return None
+        return (found[0] if len(found) == 1 else np.unique(np.concatenate(found))), limbo
+
+    def _served(self, d: int, locations: SecondaryIndex, ledger_id: int) -> np.ndarray:
+        """The entries of a ledger some of whose locations point into a gone entry log: those the bookie
+        can still read (values read: this is for the few ledgers `changes` found)."""
+        gone = self.gone_logs[d]
+        return np.array([eid for eid, value in index_entries(locations, ledger_id)
+                         if entrylog.split_location(LOCATION.unpack(value)[0])[0] not in gone], dtype=np.int64)
+
+    def availability(self, ledger_id: int) -> Holding | None:
+        got = self.entry_ids(ledger_id)
+        return None if got is None else Holding(codec.encode(got[0]), got[1], int(got[0].size))
+
+    def list_ledgers(self, from_id: int, limit: int) -> tuple[np.ndarray, bool]:
+        """The ledgers the `ledgers` indexes hold from `from_id` on, ascending, at most `limit`; and
+        whether that is all of them. Keys only: a ledger's value is never read."""
+        found: list[np.ndarray] = []
+        complete = True
+        with self._lock:
+            for ledgers, _ in self.opened():
+                keys: list[bytes] = []
+                for key in ledgers.keys_from(LEDGER_KEY.pack(from_id)):
+                    if len(keys) == limit:
+                        complete = False
+                        break
+                    keys.append(key)
+                found.append(np.frombuffer(b"".join(keys), dtype=">i8").astype(np.int64))
+        ids = np.unique(np.concatenate(found)) if found else np.empty(0, np.int64)
+        ids = ids[ids >= 0]  # bytewise order puts negative ids after the others: none is a ledger
+        return ids[:limit], complete and ids.size <= limit
+
+    def stored_bytes(self, ledger_id: int, most_entries: int = STORED_BYTES_MOST_ENTRIES,
+                     throttle: Callable[[int], object] = lambda n: None) -> int | None:
+        """The bytes the bookie stores for the ledger's entries (each entry's size field in its entry
+        log); None when unknown: no such ledger, too many entries to look up, or a log not readable."""
+        where = self._locations(ledger_id)
+        if where is None or len(where) > most_entries:
+            return None
+        total = 0
+        logs: dict[tuple[int, int], int | None] = {}
+        try:
+            for d, _, location in where:
+                size, reason, _ = self._size(d, location, logs)
+                throttle(PAGE_BYTES)  # a random read of a size field costs the disk a page
+                if reason:
+                    return None
+                total += size
+        except OSError:
+            return None
+        finally:
+            for fd in logs.values():
+                if fd is not None:
+                    os.close(fd)
+        return total
+
+    # -- deep scrub --------------------------------------------------------------------------------
+
+    def _locations(self, ledger_id: int) -> list[tuple[int, int, int]] | None:
+        """(directory index, entry id, location) of every entry the indexes list; None: no ledger."""
+        out: list[tuple[int, int, int]] = []
+        known = False
+        with self._lock:
+            for d, (ledgers, locations) in enumerate(self.opened()):
+                if ledgers.get(LEDGER_KEY.pack(ledger_id)) is None:
+                    continue
+                known = True
+                out += ((d, eid, struct.unpack(">q", value)[0]) for eid, value in index_entries(locations, ledger_id))
+        return sorted(out, key=lambda t: t[1]) if known else None
+
+    def _location_now(self, d: int, ledger_id: int, entry_id: int) -> int | None:
+        """The entry's location after catching up with the bookie (compaction may have moved it)."""
+        with self._lock:
+            self._catch_up(d)
+            ledgers, locations = self.indexes[d]
+            if ledgers.get(LEDGER_KEY.pack(ledger_id)) is None:
+                return None
+            value = locations.get(ENTRY_KEY.pack(ledger_id, entry_id))
+        return None if value is None else int(struct.unpack(">q", value)[0])
+
+    def _log(self, d: int, log_id: int, logs: dict[tuple[int, int], int | None]) -> int | None:
+        """An entry log opened read-only (once per call: `logs`), None when it does not exist."""
+        key = (d, log_id)
+        if key not in logs:
+            path = entrylog.log_path(self.ledger_dirs[d], log_id)
+            try:
+                logs[key] = os.open(path, os.O_RDONLY | getattr(os, "O_NOATIME", 0))
+            except PermissionError:  # O_NOATIME needs the file's owner
+                logs[key] = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                logs[key] = None
+        return logs[key]
+
+    def _size(self, d: int, location: int, logs: dict[tuple[int, int], int | None]) -> tuple[int, str, str]:
+        """The size field of the entry at a location (its log open, the size sane), or why not."""
+        log_id, pos = entrylog.split_location(location)
+        fd = self._log(d, log_id, logs)
+        if fd is None:
+            return -1, entrylog.MISSING_LOG, f"no entry log {log_id:x}.log"
+        if pos < entrylog.LOG_HEADER_BYTES + entrylog.ENTRY_SIZE.size:
+            return -1, entrylog.BAD_SIZE, f"location {pos} inside the log header"
+        head = os.pread(fd, entrylog.ENTRY_SIZE.size, pos - entrylog.ENTRY_SIZE.size)
+        if len(head) < entrylog.ENTRY_SIZE.size:
+            return -1, entrylog.TRUNCATED, f"log {log_id:x}.log ends before offset {pos}"
+        (size,) = entrylog.ENTRY_SIZE.unpack(head)
+        if not 0 <= size <= MAX_ENTRY_BYTES:
+            return -1, entrylog.BAD_SIZE, f"size field {size} at offset {pos} of log {log_id:x}.log"
+        return size, "", ""
+
+    def _read(self, d: int, location: int, logs: dict[tuple[int, int], int | None]) -> tuple[bytes, str, str]:
+        """The stored bytes at a location, or why they cannot be read (read-only; nothing changes)."""
+        size, reason, detail = self._size(d, location, logs)
+        if reason:
+            return b"", reason, detail
+        log_id, pos = entrylog.split_location(location)
+        fd = logs[(d, log_id)]
+        assert fd is not None  # _size found the log
+        stored = os.pread(fd, size, pos)
+        if len(stored) < size:
+            return stored, entrylog.TRUNCATED, f"log {log_id:x}.log has {len(stored)} of {size} bytes at {pos}"
+        return stored, "", ""
+
+    def verify(self, ledger_id: int, digest_type: str, password: bytes | None,
+               throttle: Callable[[int], object] = lambda n: None) -> Verification | None:
+        """Read and verify every entry the index lists (None: no such ledger). A copy that fails is
+        read again at its current location before it is believed: compaction moves entries (and
+        removes the old log), and an entry gone from the index meanwhile is not held any more."""
+        where = self._locations(ledger_id)
+        if where is None:
+            return None
+        verified: list[int] = []
+        hashes: list[bytes] = []
+        corrupt: list[tuple[int, str, str]] = []
+        read = 0
+        logs: dict[tuple[int, int], int | None] = {}
+        try:
+            for d, eid, location in where:
+                for attempt in (1, 2):
+                    stored, reason, detail = self._read(d, location, logs)
+                    read += len(stored)
+                    throttle(len(stored) + entrylog.ENTRY_SIZE.size)
+                    if not reason:
+                        verdict = entrylog.verify_entry(stored, ledger_id, eid, digest_type, password)
+                        reason, detail = verdict.reason, verdict.detail
+                    if not reason:
+                        verified.append(eid)
+                        hashes.append(verdict.payload_hash)
+                        break
+                    if attempt == 2:
+                        corrupt.append((eid, reason, detail))
+                        break
+                    now = self._location_now(d, ledger_id, eid)
+                    if now is None:
+                        break  # deleted meanwhile: not held, not corrupt
+                    for fd in logs.values():  # the log may have been replaced: open it again
+                        if fd is not None:
+                            os.close(fd)
+                    logs.clear()
+                    location = now
+        except OSError as exc:  # the disk failing under the read: the agent cannot tell (EIO)
+            raise SourceError(f"ledger {ledger_id}: reading the entry logs: {exc}") from None
+        finally:
+            for fd in logs.values():
+                if fd is not None:
+                    os.close(fd)
+        return Verification(np.array(verified, dtype=np.int64), b"".join(hashes), corrupt, read,
+                            digest_type != "DUMMY" and (digest_type != "HMAC" or password is not None))
+
+    def close(self) -> None:
+        with self._lock:
+            for ledgers, locations in self.indexes:
+                ledgers.close()
+                locations.close()
+        if self._own_scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
