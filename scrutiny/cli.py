@@ -18,7 +18,6 @@ from tqdm import tqdm
 
 from scrutiny.agent import main as agent_main
 from scrutiny.auditor import main as auditor_main
-from scrutiny.checks import iso
 from scrutiny.config import (
     ScanSettings,
     build,
@@ -32,6 +31,7 @@ from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import make_engine
 from scrutiny.store import open_store
+from scrutiny.times import iso
 from scrutiny.tls import channel_credentials
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 

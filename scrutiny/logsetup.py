@@ -6,7 +6,8 @@ import contextvars
 import json
 import logging
 import sys
-import time
+
+from scrutiny.times import iso
 
 RUN_ID: contextvars.ContextVar[str] = contextvars.ContextVar("scrutiny_run_id", default="")
 
@@ -19,7 +20,7 @@ class _RunIdFilter(logging.Filter):
 
 class JsonLines(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        doc = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+        doc = {"ts": iso(int(record.created * 1000)),
                "level": record.levelname, "logger": record.name, "run_id": getattr(record, "run_id", ""),
                "message": record.getMessage()}
         if record.exc_info:

@@ -16,9 +16,11 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from scrutiny.categories import Category
-from scrutiny.checks import BookieAnswer, Violation, coverage_without, iso, most_in_a_write_set
+from scrutiny.checks import BookieAnswer, Violation, coverage_without
+from scrutiny.checks.whatif import most_in_a_write_set
 from scrutiny.errors import DataError
 from scrutiny.metadata import LedgerMetadata
+from scrutiny.times import iso
 
 FORMAT = 1
 

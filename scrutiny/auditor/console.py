@@ -13,9 +13,10 @@ import numpy as np
 
 from scrutiny.auditor.history import RunPoint
 from scrutiny.categories import SEVERITIES, Category, in_words, plural, severity_of, worst_first
-from scrutiny.checks import BookieAnswer, Outcome, Violation, expected_share, iso
+from scrutiny.checks import BookieAnswer, Outcome, Violation, expected_share
 from scrutiny.codec import Availability, CodecError
 from scrutiny.metadata import LedgerMetadata
+from scrutiny.times import iso
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrutiny.categories import REGISTRY, Category, Fact, severity_of
-from scrutiny.checks import Violation, iso
+from scrutiny.checks import Violation
+from scrutiny.times import iso
 
 # What continuous mode looks at: what the bookies hold and who is registered (placement, the durability
 # policy and the marks' age change only with the metadata, which it also follows, but a run finds them).

@@ -24,7 +24,7 @@ from scrutiny.auditor.continuous import Continuous
 from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.auditor.deeprecord import deep_pass, record_deep_run
 from scrutiny.auditor.lastrun import RunSummary, bequeath, inherit
-from scrutiny.auditor.leadership import Leadership, PeriodicRuns, iso_seconds
+from scrutiny.auditor.leadership import Leadership, PeriodicRuns
 from scrutiny.auditor.runkinds import (
     DEEP,
     FULL,
@@ -48,6 +48,7 @@ from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun, check_marks
 from scrutiny.scan.engines import Engine, make_engine
 from scrutiny.store import MetadataStore, open_store
+from scrutiny.times import iso_seconds
 from scrutiny.tls import read_secret, server_credentials
 from scrutiny.v1 import auditor_pb2_grpc
 

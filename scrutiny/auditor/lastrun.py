@@ -17,11 +17,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scrutiny.auditor.leadership import iso_seconds
 from scrutiny.categories import Category
 from scrutiny.errors import DataError, one_line
 from scrutiny.report import Report
 from scrutiny.store import MetadataStore
+from scrutiny.times import iso_seconds
 
 log = logging.getLogger(__name__)
 FORMAT = 1

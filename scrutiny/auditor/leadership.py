@@ -16,12 +16,9 @@ from apscheduler.triggers.interval import IntervalTrigger
 from scrutiny import retry
 from scrutiny.errors import StoreError
 from scrutiny.store import Election, MetadataStore
+from scrutiny.times import iso_seconds
 
 log = logging.getLogger(__name__)
-
-
-def iso_seconds(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 class Leadership:

@@ -15,9 +15,9 @@ from google.rpc import status_pb2
 from grpc_status import rpc_status
 
 from scrutiny.auditor.lastrun import RunSummary
-from scrutiny.auditor.leadership import iso_seconds
 from scrutiny.auditor.runqueue import Ticket
 from scrutiny.errors import NotFound, NotLeader, RequestError, ScrutinyError, Unauthenticated, one_line
+from scrutiny.times import iso_seconds
 from scrutiny.tls import verified_peer
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 

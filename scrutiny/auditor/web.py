@@ -19,7 +19,6 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
@@ -40,6 +39,7 @@ from scrutiny.owners import owner_from_custom_metadata
 from scrutiny.prometheus import Request, Response, json_error
 from scrutiny.report import Report
 from scrutiny.store import LedgerRead
+from scrutiny.times import in_words, iso, ms_of
 
 HTTP_STATUS = {grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.UNAUTHENTICATED: 401,
                grpc.StatusCode.NOT_FOUND: 404, grpc.StatusCode.FAILED_PRECONDITION: 409,
@@ -292,7 +292,7 @@ class AuditorWeb:
         return _html(200, "home", "scrutiny", status=s, leader_link=_leader_link(s, req), verdict=verdict, runs=runs,
                      now=now, feeds=feeds, baseline_kind=state.baseline_kind or "full",
                      new=[_row(c.violation, c) for c in found if c.detected_ms > since][:50] if since else [],
-                     resolved=state.resolved(since)[:50] if since else [], since=_iso(since) if since else "",
+                     resolved=state.resolved(since)[:50] if since else [], since=iso(since) if since else "",
                      chart=console.chart(history), deep=_deep(self.api.last_run("deep")),
                      recent=[p for p in history if p.kind in console.WHOLE_RUNS][-5:][::-1], refresh=REFRESH_SECONDS)
 
@@ -456,7 +456,7 @@ def _row(v: Violation, current: Any = None) -> dict[str, Any]:
     return {"ledger_id": v.ledger_id, "category": str(v.category), "severity": severity_of(v.category, v.details),
             "owner": owner, "topic": v.owner.name if v.owner and v.owner.kind == "topic" else "",
             "bookies": v.bookies, "lines": spec(v.category).describe(v.details),
-            "detected_at": _iso(current.detected_ms) if current is not None else "",
+            "detected_at": iso(current.detected_ms) if current is not None else "",
             "found_by": current.found_by if current is not None else ""}
 
 
@@ -476,9 +476,9 @@ def _checked(md: LedgerMetadata | None, read: LedgerRead, full: Report | RunSumm
         return "healthy", "closed empty: nothing to hold (any entry a bookie holds past the close would be a finding)"
     if full is None:
         return "not checked yet", "no complete full run yet"
-    started = _ms(full.started_at)
+    started = ms_of(full.started_at)
     if md.modified_ms >= 0 and md.modified_ms >= started:
-        return "not checked yet", (f"its metadata changed at {_iso(md.modified_ms)}, after the last full run "
+        return "not checked yet", (f"its metadata changed at {iso(md.modified_ms)}, after the last full run "
                                    f"started ({full.started_at}); continuous scrutiny looks once the write cache "
                                    "has flushed, the next full run in any case")
     if md.modified_ms < 0:
@@ -490,7 +490,7 @@ def _checked(md: LedgerMetadata | None, read: LedgerRead, full: Report | RunSumm
 def _metadata_json(md: LedgerMetadata) -> dict[str, Any]:
     return {"state": md.state.name, "ensemble_size": md.ensemble_size, "write_quorum": md.write_quorum,
             "ack_quorum": md.ack_quorum, "last_entry_id": md.last_entry_id, "length": md.length,
-            "ctime": _iso(md.ctime) if md.ctime > 0 else None, "format_version": md.format_version,
+            "ctime": iso(md.ctime) if md.ctime > 0 else None, "format_version": md.format_version,
             "segments": [{"first_entry_id": s.first_entry_id, "ensemble": list(s.ensemble)} for s in md.segments]}
 
 
@@ -515,41 +515,22 @@ def _deep(run: Report | RunSummary | None) -> dict[str, Any] | None:
     st = run.stats
     return {"permille": st["deep_pass_progress_permille"] / 10, "next": st["deep_pass_next_slice"],
             "slices": st["deep_pass_slices"], "completed": st.get("deep_passes_completed", 0),
-            "oldest": _duration(time.time() - st["deep_oldest_verified_ms"] / 1000)}
-
-
-def _ms(iso_time: str) -> int:
-    try:
-        return int(datetime.fromisoformat(iso_time.replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return 0
-
-
-def _iso(ms: int) -> str:
-    from scrutiny.checks import iso
-
-    return iso(ms)
+            "oldest": in_words(time.time() - st["deep_oldest_verified_ms"] / 1000)}
 
 
 def _age(run: Report | RunSummary) -> str:
-    finished = _ms(run.finished_at)
-    return _duration(time.time() - finished / 1000) if finished else "?"
+    finished = ms_of(run.finished_at)
+    return in_words(time.time() - finished / 1000) if finished else "?"
 
 
 def _run_duration(run: Report | RunSummary) -> str:
-    took = _ms(run.finished_at) - _ms(run.started_at)
-    return _duration(took / 1000) if took >= 0 else "?"
-
-
-def _duration(seconds: float) -> str:
-    s = int(max(0, seconds))
-    return f"{s // 86400}d {s % 86400 // 3600}h" if s >= 86400 else f"{s // 3600}h {s % 3600 // 60}m" \
-        if s >= 3600 else f"{s // 60}m {s % 60}s"
+    took = ms_of(run.finished_at) - ms_of(run.started_at)
+    return in_words(took / 1000) if took >= 0 else "?"
 
 
 TEMPLATES.filters["plural"] = console.plural
-TEMPLATES.filters["duration_ms"] = lambda ms: _duration(ms / 1000)
-TEMPLATES.filters["iso"] = _iso
+TEMPLATES.filters["duration_ms"] = lambda ms: in_words(ms / 1000)
+TEMPLATES.filters["iso"] = iso
 TEMPLATES.globals.update(severities=SEVERITIES, link=_link, spec=spec)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from scrutiny.bookieclient import BookieClient, HoldingsClient
 from scrutiny.categories import Category, Fact, resting_on
-from scrutiny.checks import Violation, check_underreplication_age, iso
+from scrutiny.checks import Violation, check_underreplication_age
 from scrutiny.config import ScanSettings
 from scrutiny.errors import DataError
 from scrutiny.findings import Findings
@@ -37,6 +37,7 @@ from scrutiny.scan.engines import Engine, Progress, make_engine
 from scrutiny.scan.work import LEDGER_COUNTERS, NO_SILENCES, Blast, Pass, RangeResult, RunContext, Silences
 from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, open_store
 from scrutiny.store.facts import ClusterFacts
+from scrutiny.times import iso
 
 log = logging.getLogger(__name__)
 

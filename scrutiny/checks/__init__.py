@@ -1,0 +1,35 @@
+"""The checks of a scrutiny run, as pure functions over plain data (no I/O), one family a module:
+
+- `violation`: a finding; `answers`: what a bookie said about a ledger;
+- `placement`: the placement policy and the durability policy of each ensemble;
+- `shares` and `coverage`: which entries each bookie should hold (round robin, as residues), and whether
+  every entry of a closed ledger has its copies;
+- `pastclose`: entries past a ledger's close;
+- `whatif`: coverage without some bookies (what-if, the blast radius);
+- `deep`: corrupt and divergent copies (the deep scrub);
+- `marks`: the age of the under-replication marks.
+"""
+
+from __future__ import annotations
+
+from scrutiny.checks.answers import NO_LEDGER, BookieAnswer, BookieAnswers, Outcome, listed
+from scrutiny.checks.coverage import CoverageResult, check_coverage, healthy_coverage, held_exactly_their_shares
+from scrutiny.checks.deep import DeepAnswer, check_deep, in_deep_slice, without_corrupt
+from scrutiny.checks.marks import check_underreplication_age
+from scrutiny.checks.pastclose import check_past_the_close
+from scrutiny.checks.placement import (
+           PlacementPolicy,
+           PlacementResult,
+           check_durability_policy,
+           check_ensemble,
+           check_placement,
+)
+from scrutiny.checks.shares import expected_share
+from scrutiny.checks.violation import Violation
+from scrutiny.checks.whatif import WOULD_HAVE, blast_radius, blast_radius_marked, coverage_without
+
+__all__ = ["NO_LEDGER", "WOULD_HAVE", "BookieAnswer", "BookieAnswers", "CoverageResult", "DeepAnswer", "Outcome",
+           "PlacementPolicy", "PlacementResult", "Violation", "blast_radius", "blast_radius_marked", "check_coverage",
+           "check_deep", "check_durability_policy", "check_ensemble", "check_past_the_close", "check_placement",
+           "check_underreplication_age", "coverage_without", "expected_share", "healthy_coverage",
+           "held_exactly_their_shares", "in_deep_slice", "listed", "without_corrupt"]

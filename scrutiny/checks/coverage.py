@@ -1,0 +1,168 @@
+"""Coverage: does every entry of a closed ledger have its copies on its write set? The least copies of any
+entry classifies the ledger (no copy, below AQ, below WQ)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from scrutiny.categories import Category
+from scrutiny.checks.answers import BookieAnswer, Outcome
+from scrutiny.checks.shares import expected_k, expected_share, share_columns, share_rows, sweep
+from scrutiny.checks.violation import MAX_DETAIL_RANGES, Violation
+from scrutiny.codec import (
+    Intervals,
+    Row,
+    groups_from_residues,
+    is_exact_encoding,
+    subtract,
+)
+from scrutiny.metadata import (
+    LedgerMetadata,
+)
+
+
+@dataclass(frozen=True)
+class CoverageResult:
+    least_copies: int  # over every entry of the ledger, counting unknown bookies as holding theirs
+    violation: Violation | None
+    unavailable: frozenset[str]  # bookies whose copies are unknown (no answer)
+    invalid: Mapping[str, str]  # bookie -> why its answer could not be used
+    limbo: frozenset[str] = frozenset()  # bookies that do not know this ledger's state (copies unknown)
+
+
+def each_holds_its_share(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> bool:
+    """Did every bookie answer with exactly its expected share, as the same groups (an agent encodes a
+    healthy share so)? Then every entry has its WQ copies."""
+    ranges = md.segment_ranges()
+    if len(md.segments) == 1 and ranges:  # most ledgers: each position's share straight from its index
+        seg, lo, hi = ranges[0]
+        e, wq = md.ensemble_size, md.write_quorum
+        shares: Iterable[tuple[str, Sequence[Row]]] = (
+            (b, share_rows(e, wq, pos, lo, hi)) for pos, b in enumerate(seg.ensemble))
+    else:
+        shares = ((b, expected_share(md, b)) for b in md.bookies)
+    for b, share in shares:
+        ans = answers.get(b)
+        if ans is None or ans.outcome is not Outcome.ENTRIES or ans.availability is None \
+                or not ans.availability.same_groups(share):
+            return False
+    return True
+
+
+def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata],
+                              encoded: Mapping[str, Mapping[int, bytes]]) -> list[bool]:
+    """Per ledger: did every bookie of this one-segment ledger answer with exactly the encoding of its
+    expected share (as an agent encodes a healthy share)? Then every entry has its WQ copies. All the
+    ledgers at once and as bytes, so that a healthy answer is never decoded. False is no verdict: the
+    ledger is then checked alone (`check_coverage`)."""
+    index: list[int] = []
+    shapes: list[tuple[int, int, int, int]] = []  # (E, WQ, first entry, last entry)
+    answers: list[bytes] = []  # per ensemble position of each of them
+    for i, md in enumerate(ledgers):
+        # (numpy's int64 would wrap on entry ids near 2**63: such a ledger is checked alone)
+        if len(md.segments) == 1 and len(md.segments[0].ensemble) == md.ensemble_size and md.last_entry_id < 1 << 60:
+            ranges = md.segment_ranges()
+            if ranges:
+                seg, lo, hi = ranges[0]
+                lid = md.ledger_id
+                for b in seg.ensemble:
+                    answers.append(encoded.get(b, NO_BYTES).get(lid, b""))
+                index.append(i)
+                shapes.append((md.ensemble_size, md.write_quorum, lo, hi))
+    healthy = np.zeros(len(ledgers), dtype=bool)
+    if index:
+        e, wq, lo, hi = np.array(shapes, dtype=np.int64).T
+        ledger = np.repeat(np.arange(len(index)), e)  # of each (ledger, position)
+        pos = np.arange(ledger.size) - (np.cumsum(e) - e)[ledger]
+        rows, counts = share_columns(e[ledger], wq[ledger], pos, lo[ledger], hi[ledger])
+        where = np.asarray(index)
+        healthy[where] = True
+        healthy[where[ledger[~is_exact_encoding(answers, rows, counts)]]] = False
+    return healthy.tolist()
+
+
+NO_BYTES: Mapping[int, bytes] = MappingProxyType({})
+
+
+@functools.cache
+def healthy_coverage(wq: int) -> CoverageResult:
+    """A healthy ledger's result: one immutable value shared by all of them."""
+    return CoverageResult(wq, None, frozenset(), MappingProxyType({}))
+
+
+def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> CoverageResult:
+    """The replicas check of a closed ledger. A bookie without an entry in `answers`, or whose answer
+    is unavailable, invalid or in limbo, is unknown: its copies are neither counted missing nor present."""
+    e, wq, aq = md.ensemble_size, md.write_quorum, md.ack_quorum
+    if each_holds_its_share(md, answers):  # the common case, without the residue arithmetic
+        return healthy_coverage(wq)
+    least = wq
+    unavailable: set[str] = set()
+    limbo: set[str] = set()
+    invalid: dict[str, str] = {}
+    # (missing bookies, copies) -> per-residue k-intervals, per segment (for the details)
+    findings: list[tuple[frozenset[str], int, list[Intervals]]] = []
+    for seg, lo, hi in md.segment_ranges():
+        missing: list[list[Intervals]] = []  # [position][residue]
+        for pos, b in enumerate(seg.ensemble):
+            ans = answers.get(b, BookieAnswer(Outcome.UNAVAILABLE, reason="not asked"))
+            if ans.outcome is Outcome.UNAVAILABLE:
+                unavailable.add(b)
+            elif ans.outcome is Outcome.INVALID:
+                invalid[b] = ans.reason
+            elif ans.outcome is Outcome.LIMBO:
+                limbo.add(b)
+            if ans.outcome in (Outcome.UNAVAILABLE, Outcome.INVALID, Outcome.LIMBO):
+                missing.append([[] for _ in range(e)])
+                continue
+            held = (ans.availability.residue_intervals(e, lo, hi) if ans.availability is not None
+                    else [[] for _ in range(e)])
+            missing.append([
+                subtract([expected_k(r, e, lo, hi)], held[r]) if (pos - r) % e < wq else []
+                for r in range(e)
+            ])
+        by_kind: dict[tuple[frozenset[str], int], list[Intervals]] = {}
+        for r in range(e):
+            positions = [(r + w) % e for w in range(wq)]
+            for k0, k1, gone in sweep([missing[p][r] for p in positions]):
+                copies = wq - len(gone)
+                least = min(least, copies)
+                who = frozenset(seg.ensemble[positions[i]] for i in gone)
+                by_kind.setdefault((who, copies), [[] for _ in range(e)])[r].append((k0, k1))
+        findings += [(who, copies, per_r) for (who, copies), per_r in by_kind.items()]
+    violation = None
+    category = coverage_category(least, aq, wq)
+    if category is not None:
+        ranges = []
+        for who, copies, per_r in findings:
+            for g in groups_from_residues([sorted(ivs) for ivs in per_r], e):
+                ranges.append({"first_entry": g.first, "last_entry": g.end, "sequence_size": g.size,
+                               "sequence_period": g.period, "entries": g.count, "copies": copies,
+                               "missing_bookies": sorted(who)})
+        ranges.sort(key=lambda d: (d["copies"], d["first_entry"]))
+        bookies = sorted({b for who, _, _ in findings for b in who})
+        details: dict[str, Any] = {"least_copies": least, "write_quorum": wq, "ack_quorum": aq,
+                                   "ensemble_size": e, "under_covered": ranges[:MAX_DETAIL_RANGES]}
+        if len(ranges) > MAX_DETAIL_RANGES:
+            details["under_covered_truncated"] = len(ranges) - MAX_DETAIL_RANGES
+        if unavailable or invalid or limbo:
+            details["unknown_bookies"] = sorted(unavailable | set(invalid) | limbo)
+        violation = Violation(category, md.ledger_id, tuple(bookies), details, md.znode_version)
+    return CoverageResult(least, violation, frozenset(unavailable), invalid, frozenset(limbo))
+
+
+def coverage_category(least: int, aq: int, wq: int) -> Category | None:
+    if least <= 0:
+        return Category.NO_REPLICA_OF_AN_ENTRY
+    if least < aq:
+        return Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY
+    if least < wq:
+        return Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY
+    return None
+

@@ -1,0 +1,99 @@
+"""Which entries each bookie of a segment should hold (round robin), as residues: in a segment with ensemble
+size E, entry e = k*E + r sits on ensemble positions (r + w) % E, w < WQ, whatever k is. A bookie's share
+and what it holds become, per residue r, intervals of k, so a ledger of ten million entries costs what
+one of ten does."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+from scrutiny.codec import (
+    Intervals,
+    Row,
+    SequenceGroup,
+)
+from scrutiny.metadata import (
+    LedgerMetadata,
+)
+
+
+def expected_k(r: int, e: int, lo: int, hi: int) -> tuple[int, int]:
+    return -((r - lo) // e), (hi - r) // e
+
+
+def sweep(per_position: Sequence[Intervals]) -> list[tuple[int, int, frozenset[int]]]:
+    """Elementary k-intervals, ascending, where a non-empty, constant set of the positions' intervals covers
+    them (of entries each position misses, for coverage; holds, past the close)."""
+    points = sorted({p for ivs in per_position for k0, k1 in ivs for p in (k0, k1 + 1)})
+    cursor = [0] * len(per_position)
+    out = []
+    for a, b in itertools.pairwise(points):
+        missing = set()
+        for pos, ivs in enumerate(per_position):
+            while cursor[pos] < len(ivs) and ivs[cursor[pos]][1] < a:
+                cursor[pos] += 1
+            if cursor[pos] < len(ivs) and ivs[cursor[pos]][0] <= a:
+                missing.add(pos)
+        if missing:
+            out.append((a, b - 1, frozenset(missing)))
+    return out
+
+
+def expected_share(md: LedgerMetadata, bookie_id: str) -> list[SequenceGroup]:
+    """The groups a bookie must hold of a closed ledger, as a valid (merged) encoding: per segment a
+    partial head run, the periodic body (period E, size WQ) and a partial tail run."""
+    return [SequenceGroup._make(row) for seg, lo, hi in md.segment_ranges() if bookie_id in seg.ensemble
+            for row in share_rows(md.ensemble_size, md.write_quorum, seg.ensemble.index(bookie_id), lo, hi)]
+
+
+def share_rows(e: int, wq: int, pos: int, lo: int, hi: int) -> list[Row]:
+    """The groups ensemble position `pos` must hold of entries [lo, hi], as (first, last, size, period)."""
+    if wq >= e:
+        return [(lo, lo, hi - lo + 1, 0)]
+    out: list[Row] = []
+    # Runs of this position start at entries congruent to pos - WQ + 1 (mod E).
+    phase = (pos - wq + 1) % e
+    first_start = lo + (phase - lo) % e  # the first full-or-tail run starting at or after lo
+    head_end = first_start - e + wq - 1  # the run that began before lo may reach into the segment
+    if head_end >= lo:
+        out.append((lo, lo, min(head_end, hi) - lo + 1, 0))
+    if first_start > hi:
+        return out
+    last_start = first_start + (hi - first_start) // e * e
+    full_last = last_start if last_start + wq - 1 <= hi else last_start - e
+    if full_last >= first_start:
+        out.append((first_start, full_last, wq, e if full_last > first_start else 0))
+    if full_last != last_start:
+        out.append((last_start, last_start, hi - last_start + 1, 0))
+    return out
+
+
+def share_columns(e: np.ndarray, wq: np.ndarray, pos: np.ndarray, lo: np.ndarray,
+                   hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`share_rows` over arrays: (n, 3, 4) rows (the head, body and tail runs that exist, in that
+    order, then zeros) and how many rows each has."""
+    whole = wq >= e
+    phase = (pos - wq + 1) % e
+    first_start = lo + (phase - lo) % e
+    head_end = first_start - e + wq - 1
+    last_start = first_start + (hi - first_start) // e * e
+    full_last = np.where(last_start + wq - 1 <= hi, last_start, last_start - e)
+    reaches = ~whole & (first_start <= hi)
+    parts = (  # (present, row) of the whole run, the head, the body and the tail
+        (whole, (lo, lo, hi - lo + 1, 0)),
+        (~whole & (head_end >= lo), (lo, lo, np.minimum(head_end, hi) - lo + 1, 0)),
+        (reaches & (full_last >= first_start),
+         (first_start, full_last, wq, np.where(full_last > first_start, e, 0))),
+        (reaches & (full_last != last_start), (last_start, last_start, hi - last_start + 1, 0)),
+    )
+    rows = np.zeros((e.size, 3, 4), dtype=np.int64)
+    counts = np.zeros(e.size, dtype=np.int64)
+    for present, row in parts:
+        at = np.flatnonzero(present)
+        rows[at, counts[at]] = np.stack(np.broadcast_arrays(*row), axis=1)[at]
+        counts[at] += 1
+    return rows, counts
+
