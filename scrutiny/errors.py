@@ -27,6 +27,10 @@ class DataError(ScrutinyError):
     grpc_code = grpc.StatusCode.INTERNAL
 
 
+class MetadataError(DataError):
+    """Metadata (a znode, a key, a record) that cannot be decoded or is inconsistent."""
+
+
 class ConfigError(ScrutinyError):
     grpc_code = grpc.StatusCode.FAILED_PRECONDITION
 
