@@ -75,7 +75,7 @@ SOAK_SECONDS ?= 600
 SOAK_OUTPUT ?= bench/results/soak.json
 soak: setup
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) -m soak $(PYTEST_ARGS)
-	$(PY) -m scrutiny.testing.churn --seconds $(SOAK_SECONDS) --output $(SOAK_OUTPUT)
+	$(PY) -m scrutiny.testing.soak --seconds $(SOAK_SECONDS) --output $(SOAK_OUTPUT)
 
 # The sdist and the wheel, built as any PEP 517 frontend builds them (isolated, the wheel from the sdist).
 dist: setup

@@ -26,7 +26,8 @@ from kazoo.client import KazooClient
 
 from bench.common import table
 from scrutiny.testing import processes
-from scrutiny.testing.churn import ChurnCluster, churning, populated, spark_children_mb
+from scrutiny.testing.auditorsoak import churning, populated, spark_children_mb
+from scrutiny.testing.churn import ChurnCluster
 from scrutiny.testing.localzk import LocalZooKeeper, free_port
 
 BOOKIES = [f"127.0.6.{n}:3181" for n in range(1, 6)]

@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 
 from bench.common import table
 from scrutiny.scan.engines import Engine, LocalEngine, SparkEngine
-from scrutiny.testing.churn import auditor_soak
+from scrutiny.testing.auditorsoak import auditor_soak
 from scrutiny.testing.localzk import LocalZooKeeper
 
 

@@ -17,7 +17,8 @@ from bench.scale import BOOKIES, bookie, rack_of, synthetic_ledgers
 from scrutiny.checks import BookieAnswer, Outcome, expected_share
 from scrutiny.codec import Availability
 from scrutiny.config import ScanSettings
-from scrutiny.scan.work import Pass, RunContext, classify
+from scrutiny.scan.classify import classify
+from scrutiny.scan.context import Pass, RunContext
 
 
 def run(ledgers: int, repeats: int = 3) -> list[dict[str, Any]]:

@@ -51,9 +51,9 @@ from scrutiny import entrylog
 from scrutiny.agent import BookieAgent
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
 from scrutiny.testing import processes, store_on
-from scrutiny.testing.churn import MutableHoldings, share
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
+from scrutiny.testing.holdings import MutableHoldings, share
 from scrutiny.testing.localzk import LocalZooKeeper, free_port, packets_received
 from scrutiny.testing.processes import stop
 

@@ -23,7 +23,9 @@ from scrutiny.checks import BookieAnswer, BookieAnswers, expected_share
 from scrutiny.codec import encode_groups
 from scrutiny.config import ScanSettings
 from scrutiny.metadata import decode_ledger_metadata, encode_ledger_metadata
-from scrutiny.scan.work import YOUNG_COLLECTION_THRESHOLD, Pass, RunContext, classify, select, wanted
+from scrutiny.scan.classify import classify, select, wanted
+from scrutiny.scan.context import Pass, RunContext
+from scrutiny.scan.work import YOUNG_COLLECTION_THRESHOLD
 from scrutiny.store import LedgerRead
 from scrutiny.v1 import bookie_pb2
 

@@ -60,9 +60,9 @@ from scrutiny.metadata import (
     ledger_path,
 )
 from scrutiny.scan import work as range_work
+from scrutiny.scan.context import RunContext
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import SparkEngine, spark_session
-from scrutiny.scan.work import RunContext
 from scrutiny.store import LedgerRange
 from scrutiny.store.zookeeper import ZooKeeperStore
 from scrutiny.testing import processes, store_at

@@ -13,8 +13,9 @@ from pathlib import Path
 from scrutiny.agent import BookieAgent
 from scrutiny.entrysources import SyntheticStore
 from scrutiny.entrysources.synthetic import SyntheticStoreWriter
+from scrutiny.scan.context import Pass, RunContext
 from scrutiny.scan.engines import LocalEngine, Progress
-from scrutiny.scan.work import Pass, RangeResult, RunContext
+from scrutiny.scan.result import RangeResult
 from scrutiny.store import LedgerRange, MetadataStore
 from scrutiny.testing import processes
 

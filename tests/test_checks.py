@@ -30,7 +30,8 @@ from scrutiny.checks import (
 from scrutiny.codec import Availability, decode, encode, encode_groups, encode_unmerged
 from scrutiny.config import ScanSettings
 from scrutiny.metadata import DEFAULT_RACK, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
-from scrutiny.scan.work import Pass, RunContext, Silences, classify
+from scrutiny.scan.classify import classify
+from scrutiny.scan.context import Pass, RunContext, Silences
 
 B = [f"b{i}:3181" for i in range(12)]
 

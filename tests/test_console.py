@@ -35,8 +35,8 @@ from scrutiny.metadata import (
 )
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
-from scrutiny.testing.churn import MutableHoldings, share
 from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.holdings import MutableHoldings, share
 from scrutiny.testing.localzk import LocalZooKeeper
 from tests.certs import CertificateAuthority
 from tests.helpers import wait_for

@@ -35,9 +35,9 @@ from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, S
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.store import MetadataStore
 from scrutiny.testing import store_on
-from scrutiny.testing.churn import MutableHoldings, share
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
+from scrutiny.testing.holdings import MutableHoldings, share
 from scrutiny.testing.localzk import LocalZooKeeper, free_port
 from scrutiny.testing.processes import reap
 from tests.helpers import wait_for

@@ -116,7 +116,7 @@ def test_an_agent_that_cannot_watch_is_unavailable_and_a_stopped_one_down(serve:
 AGENT = """
 import signal, sys
 import scrutiny.agent as agent
-from scrutiny.testing.churn import MutableHoldings
+from scrutiny.testing.holdings import MutableHoldings
 agent.KEEPALIVE_PINGS_AT_MOST_EVERY_MS = 200
 a = agent.BookieAgent(MutableHoldings(), bind="127.0.0.1:0", workers=2).start()
 print(a.port, flush=True)

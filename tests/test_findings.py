@@ -18,8 +18,8 @@ from scrutiny.checks import Violation
 from scrutiny.findings import Findings
 from scrutiny.owners import UNKNOWN, Owner
 from scrutiny.report import Report
+from scrutiny.scan.context import Silences
 from scrutiny.scan.engines import fetches
-from scrutiny.scan.work import Silences
 
 LESS = Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY
 DOWN = Category.BOOKIE_UNAVAILABLE

@@ -12,9 +12,10 @@ import pytest
 from kazoo.client import KazooClient
 
 from scrutiny.scan.engines import LocalEngine
-from scrutiny.testing.churn import auditor_soak, soak
+from scrutiny.testing.auditorsoak import auditor_soak
 from scrutiny.testing.localetcd import EtcdTree, LocalEtcd
 from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.soak import soak
 
 pytestmark = pytest.mark.soak
 FAULTS = {"LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", "ORPHAN_LEDGER", "ENTRIES_PAST_THE_CLOSE",

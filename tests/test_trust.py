@@ -19,9 +19,10 @@ from scrutiny.entrysources import SyntheticStore
 from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
 from scrutiny.report import Report
+from scrutiny.scan.context import Pass, RunContext
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine, Progress
-from scrutiny.scan.work import Pass, RangeResult, RunContext
+from scrutiny.scan.result import RangeResult
 from scrutiny.store import LedgerRange
 from scrutiny.store.zookeeper import ZooKeeperStore
 from scrutiny.testing import store_on

@@ -33,8 +33,9 @@ from scrutiny.metadata import UnderreplicationMark
 from scrutiny.orphans import LedgerIds, Sightings, not_enumerated, orphan
 from scrutiny.owners import UNKNOWN, owner_from_custom_metadata
 from scrutiny.report import DEEP_STATS, HOLDINGS_STATS, MARKS_STATS, RUN_STATS, Report, with_every_stat
+from scrutiny.scan.context import LEDGER_COUNTERS, NO_SILENCES, Pass, RunContext, Silences
 from scrutiny.scan.engines import Engine, Progress, make_engine
-from scrutiny.scan.work import LEDGER_COUNTERS, NO_SILENCES, Blast, Pass, RangeResult, RunContext, Silences
+from scrutiny.scan.result import Blast, RangeResult
 from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, open_store
 from scrutiny.store.facts import ClusterFacts
 from scrutiny.times import iso

@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from scrutiny.config import ScanSettings
-from scrutiny.scan.work import EXECUTOR, Pass, RangeResult, RunContext, check_range
+from scrutiny.scan.context import Pass, RunContext
+from scrutiny.scan.result import RangeResult
+from scrutiny.scan.work import EXECUTOR, check_range
 from scrutiny.store import LedgerRange
 
 Progress = Callable[[int, int, int], None]  # (ranges done, ranges in all, ledgers seen so far)

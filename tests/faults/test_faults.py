@@ -31,9 +31,11 @@ from scrutiny.metadata import (
     encode_ledger_metadata,
     parse_metadata_service_uri,
 )
+from scrutiny.scan.context import Pass, RunContext
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine, Progress
-from scrutiny.scan.work import EXECUTOR, Pass, RangeResult, RunContext
+from scrutiny.scan.result import RangeResult
+from scrutiny.scan.work import EXECUTOR
 from scrutiny.store import LedgerRange
 from scrutiny.testing import processes, store_on
 from scrutiny.testing.clusterwriter import ClusterWriter

@@ -1,0 +1,201 @@
+"""The churn soak: back-to-back runs on both engines, and continuous scrutiny beside them, while the cluster
+does only legal BookKeeper operations aimed at the re-check and re-read moments; then faults injected.
+Nothing may be reported before the faults; every fault must be found. `python -m scrutiny.testing.soak`
+runs it for as long as asked (make soak)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import random
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from scrutiny.auditor.continuous import Continuous
+from scrutiny.auditor.currentstate import CurrentState
+from scrutiny.config import AuditorSettings, ScanSettings
+from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.engines import Engine, LocalEngine
+from scrutiny.store import open_store
+from scrutiny.testing.churn import LOST_BOOKIE_GRACE, MOMENTS, ORPHAN_GRACE, AimedEngine, ChurnCluster, aimed_sleep
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SoakResult:
+    runs: int = 0
+    runs_by_engine: Counter = field(default_factory=lambda: Counter())
+    seconds: float = 0.0
+    operations: Counter = field(default_factory=lambda: Counter())
+    false_alarms: list[dict[str, Any]] = field(default_factory=list)
+    incomplete_runs: int = 0
+    moments: Counter = field(default_factory=lambda: Counter())  # how often the churn hit each guarded moment
+    faults: list[str] = field(default_factory=list)
+    fault_found: bool = False
+    fault_report_extra: list[str] = field(default_factory=list)
+    # continuous scrutiny beside the runs (its own current state): what it reported during the churn (false
+    # alarms), whether it found the injected faults it can see by itself, and what the last full run found
+    # that it had not (missed)
+    continuous_false_alarms: list[dict[str, Any]] = field(default_factory=list)
+    continuous_expected: list[str] = field(default_factory=list)
+    continuous_found: bool = False
+    continuous_missed: int = 0
+    continuous_stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ops_per_minute(self) -> float:
+        return sum(self.operations.values()) / max(self.seconds, 1e-9) * 60
+
+    def summary(self) -> dict[str, Any]:
+        return {"runs": self.runs, "runs_by_engine": dict(self.runs_by_engine), "seconds": round(self.seconds, 1),
+                "operations": dict(self.operations), "operations_per_minute": round(self.ops_per_minute),
+                "false_alarms": len(self.false_alarms), "incomplete_runs": self.incomplete_runs,
+                "moments": dict(self.moments), "faults": self.faults,
+                "fault_found": self.fault_found, "fault_report_extra": self.fault_report_extra,
+                "continuous_false_alarms": len(self.continuous_false_alarms),
+                "continuous_expected": self.continuous_expected, "continuous_found": self.continuous_found,
+                "continuous_missed": self.continuous_missed, "continuous_stats": self.continuous_stats}
+
+
+def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, Engine], seed: int = 1,
+         recheck_delay: float = 0.5, bookies: int = 6) -> SoakResult:
+    """Back-to-back scans on each engine in turn while the cluster churns; then the injected fault. `client`
+    writes the cluster (a KazooClient, or an EtcdTree for Pulsar's layout on etcd) that `uri` names."""
+    cluster = ChurnCluster(client, root, uri, [f"127.0.4.{n}:3181" for n in range(1, bookies + 1)], recheck_delay,
+                           random.Random(seed))
+    settings = ScanSettings(metadata_service_uri=uri, placement_policy="none", recheck_delay=recheck_delay,
+                            underreplicated_grace_period=1, bookie_deadline_seconds=2.0, zk_session_timeout=10,
+                            etcd_lease_ttl=10, orphan_grace_period=ORPHAN_GRACE,
+                            # a bookie restarting, or renewing its session, is unregistered for less than this
+                            lost_bookie_grace_period=LOST_BOOKIE_GRACE, lost_bookie_recovery_delay=0)
+    result = SoakResult()
+    for _ in range(40):
+        cluster.create()
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.wait(0.02):
+            try:
+                cluster.step()
+            except Exception:  # the soak's own churn must not die silently
+                log.exception("churn step failed")
+
+    churner = threading.Thread(target=churn, name="churn", daemon=True)
+    state = CurrentState()
+    watcher = Continuous(settings, AuditorSettings(continuous_batch_seconds=0.3), state, lambda why: None)
+    watched = open_store(settings)  # as the auditor opens it (multiRead probed: the watch needs 3.6+)
+    watcher.start(watched)
+    t0 = time.monotonic()
+    churner.start()
+    try:
+        names = list(engines)
+        renewal_due = cluster.renewal_wanted = True  # the first run starts during a renewal
+        while time.monotonic() - t0 < seconds:
+            name = names[result.runs % len(names)]
+            if result.runs % 3 == 1 or renewal_due:  # a run that starts while a bookie renews its session (its
+                # agent answers), until its first pass is over; when every bookie was restarted just now, the
+                # next run's start tries again, as it does until a run has seen one
+                renewal_due = cluster.restart(session_only=True, held=True) is None
+            report = ScrutinyRun(settings, AimedEngine(engines[name], cluster), sleep=aimed_sleep(cluster),
+                                 record_sightings=True).execute()
+            result.runs += 1
+            result.runs_by_engine[name] += 1
+            result.incomplete_runs += not report.complete
+            result.moments.update({k: v for k, v in report.stats.items() if k in MOMENTS})
+            cluster.renewal_wanted = not result.moments["lost_bookies"]
+            renewal_due = renewal_due or cluster.renewal_wanted
+            result.false_alarms += [{"run": report.run_id, "engine": name, **v.to_json()} for v in report.violations]
+            result.continuous_false_alarms += [c.to_json() for c in state.findings()]
+            state.full_run(report.violations, int(time.time() * 1000), int(time.time() * 1000))
+        stop.set()
+        churner.join()
+        result.seconds = time.monotonic() - t0
+        result.operations = Counter(cluster.ops)
+        time.sleep(recheck_delay * 4)  # every pending garbage collection and restart is done
+        result.continuous_false_alarms += [c.to_json() for c in state.findings()]
+        faults = cluster.inject_faults()
+        result.faults = sorted(f"{c} {lid}" for c, lid in faults)
+        # What continuous mode sees by itself: a copy gone (the agent's feed); with the store's watch also a
+        # close with adds past it, and a registration gone (its ledgers after the lost-bookie delay)
+        seen = {f for f in faults if f[0] == "LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"
+                or (watcher.feeds.get("metadata") == "up" and f[0] != "ORPHAN_LEDGER")}
+        result.continuous_expected = sorted(f"{c} {lid}" for c, lid in seen)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not seen <= _keys(state):
+            time.sleep(0.2)
+        result.continuous_found = seen <= _keys(state) and not (_keys(state) - faults)
+        ScrutinyRun(settings, engines[names[0]], record_sightings=True).execute()  # the orphan is sighted
+        time.sleep(max(ORPHAN_GRACE, LOST_BOOKIE_GRACE))  # ... and the lost bookie
+        report = ScrutinyRun(settings, engines[names[0]], record_sightings=True).execute()
+        got = {(str(v.category), v.ledger_id) for v in report.violations}
+        result.fault_found = faults <= got and report.complete
+        result.fault_report_extra = sorted(f"{c} {lid}" for c, lid in got - faults)
+        result.continuous_missed = state.full_run(report.violations, int(time.time() * 1000), int(time.time() * 1000))
+        result.continuous_stats = dict(watcher.stats)
+    finally:
+        stop.set()
+        watcher.stop()
+        watched.close()
+        cluster.close()
+    return result
+
+
+def _keys(state: CurrentState) -> set[tuple[str, int]]:
+    return {(str(c.violation.category), c.violation.ledger_id) for c in state.findings()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from scrutiny.scan.engines import SparkEngine
+    from scrutiny.testing.localetcd import EtcdTree, LocalEtcd
+    from scrutiny.testing.localzk import LocalZooKeeper
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=float, default=600)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--engines", default="local,spark")
+    p.add_argument("--output", help="write the figures as JSON here too")
+    p.add_argument("--store", choices=("zk", "etcd"), default="zk",
+                   help="the metadata store: ZooKeeper, or Pulsar's metadata store on etcd")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    engines: dict[str, Engine] = {}
+    for name in args.engines.split(","):
+        engines[name] = LocalEngine() if name == "local" else SparkEngine("local[2]")
+        engines[name].open()  # before the agents' gRPC threads exist
+    with contextlib.ExitStack() as stack:
+        if args.store == "etcd":
+            etcd = stack.enter_context(LocalEtcd())
+            client: Any = EtcdTree(etcd.endpoint)
+            stack.callback(client.close)
+            uri = etcd.uri
+        else:
+            zk = stack.enter_context(LocalZooKeeper())
+            client = KazooClient(hosts=zk.hosts, timeout=15)
+            client.start(timeout=15)
+            stack.callback(client.close)
+            stack.callback(client.stop)
+            uri = f"zk+hierarchical://{zk.hosts}/ledgers"
+        for e in engines.values():
+            stack.callback(e.close)
+        result = soak(client, "/ledgers", uri, args.seconds, engines, seed=args.seed)
+    figures = json.dumps(result.summary(), indent=2)
+    print(figures)
+    for alarm in result.false_alarms[:20]:
+        print("FALSE ALARM", json.dumps(alarm))
+    if args.output:
+        Path(args.output).write_text(figures)
+    return 0 if not result.false_alarms and result.fault_found and not result.fault_report_extra else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
