@@ -271,3 +271,8 @@ def severity_of(category: Category, details: Mapping[str, Any]) -> str:
                                and details.get("below_ack_quorum")):
         return "critical"
     return str(REGISTRY[category].severity)
+
+
+def bookkeeper_gauge(category: str) -> str:
+    """BookKeeper's auditor gauge with the category's meaning ("" where there is none, or no such category)."""
+    return spec(Category(category)).bookkeeper_gauge if category in CATEGORY_NAMES else ""

@@ -23,7 +23,6 @@ from kazoo.client import KazooClient
 
 from scrutiny.agent import BookieAgent
 from scrutiny.auditor import Auditor
-from scrutiny.auditor.sinks import PrometheusSink
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
 from scrutiny.metadata import (
     BookieRegistration,
@@ -116,7 +115,7 @@ def start_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespac
                                **(auditor_extra or {}))
     a = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), engine=LocalEngine()).start()
     wait_for(lambda: "full" in a.last and a.last["full"].report is not None, 60)
-    port = next(s for s in a.sinks if isinstance(s, PrometheusSink)).endpoint.port
+    port = a.http.port
     return Console(w, holdings, agents, a, f"{'https' if https else 'http'}://127.0.0.1:{port}")
 
 

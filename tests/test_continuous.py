@@ -28,7 +28,6 @@ from scrutiny import entrylog
 from scrutiny.agent import BookieAgent
 from scrutiny.auditor import Auditor
 from scrutiny.auditor.continuous import parse_cursors
-from scrutiny.auditor.sinks import PrometheusSink
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
@@ -155,7 +154,7 @@ def test_each_loss_is_found_by_continuous_mode_and_normal_gc_is_not(cluster: Clu
         assert "metadata changed" in str(found["LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 5]["found_by"])
         assert all(v["detected_at"] for v in found.values())
         assert a.last["full"] is baseline and "rescan" not in a.last  # continuous mode alone
-        port = next(s for s in a.sinks if isinstance(s, PrometheusSink)).endpoint.port
+        port = a.http.port
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         assert 'scrutiny_violations{category="LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"} 5.0' in metrics
         assert "scrutiny_continuous_watching 1.0" in metrics
@@ -377,7 +376,7 @@ def test_a_look_at_every_ledger_of_a_bookie_never_holds_up_the_looks_at_a_few_le
 
 def scraped(a: Auditor) -> dict[str, float]:
     """The auditor's /metrics as Prometheus reads them: `name{labels}` (labels sorted, JSON) -> value."""
-    port = next(s for s in a.sinks if isinstance(s, PrometheusSink)).endpoint.port
+    port = a.http.port
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     return {s.name + (json.dumps(s.labels, sort_keys=True) if s.labels else ""): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}

@@ -25,7 +25,6 @@ from scrutiny import entrylog
 from scrutiny.agent import BookieAgent, Rate
 from scrutiny.auditor import DEEP, Auditor
 from scrutiny.auditor.runqueue import Ticket
-from scrutiny.auditor.sinks import PrometheusSink
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
 from scrutiny.deeppass import DeepPass, slices_for
 from scrutiny.entrysources import DbLedgerStorageSource
@@ -381,8 +380,7 @@ def test_the_auditors_deep_job_resumes_its_pass_after_a_leader_change(
         wait_for(lambda: first.leading.is_set())
         wait_for(lambda: DEEP in first.last)  # the first deep run is due at once
         runs = [first.last[DEEP], _deep_ticket(first)]
-        sink = next(s for s in first.sinks if isinstance(s, PrometheusSink))
-        text = urllib.request.urlopen(f"http://127.0.0.1:{sink.endpoint.port}/metrics", timeout=5).read().decode()
+        text = urllib.request.urlopen(f"http://127.0.0.1:{first.http.port}/metrics", timeout=5).read().decode()
         assert "scrutiny_deep_pass_progress_ratio 0.666" in text
         assert "scrutiny_deep_unverified_age_seconds" in text
         stub = auditor_pb2_grpc.AuditorStub(grpc.insecure_channel(first.address))

@@ -21,13 +21,15 @@ from prometheus_client import CollectorRegistry, Counter
 
 from scrutiny.agent import AgentMetrics, BookieServicer
 from scrutiny.auditor import Auditor, AuditorSettings
-from scrutiny.auditor.sinks import FinishedRun, PrometheusSink
+from scrutiny.auditor.collector import AuditorCollector
+from scrutiny.auditor.sinks import FinishedRun, RunTallies
 from scrutiny.categories import REGISTRY, Category
 from scrutiny.checks import Violation
 from scrutiny.config import ConfigError, MetricsSettings, ScanSettings
 from scrutiny.deeppass import DeepPass
 from scrutiny.findings import Findings
-from scrutiny.prometheus import PREFIX, MetricsEndpoint, family_names
+from scrutiny.httpserver import HttpServer
+from scrutiny.metricnames import PREFIX, family_names
 from scrutiny.report import Report
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import processes, store_on
@@ -68,12 +70,28 @@ def a_run(kind: str = "full", whole: bool = True) -> FinishedRun:
     return FinishedRun(kind, report, 2500, tuple(REGISTRY), whole)
 
 
+class Exported:
+    """What an auditor exports, served as it serves it: the tallies its runs feed, its collector, an HTTP
+    server; `sink` is what the auditor tells of its runs."""
+
+    def __init__(self, current: Any = None, continuous: Any = None) -> None:
+        self.sink = RunTallies()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(AuditorCollector(self.sink, current, continuous))
+        self.server = HttpServer("127.0.0.1:0", self.registry)
+        self.port = self.server.port
+
+    def close(self) -> None:
+        self.server.close()
+
+
 def test_the_auditor_sink_exports_bookkeepers_names_and_its_own() -> None:
-    sink = PrometheusSink("127.0.0.1:0")
+    exported = Exported()
+    sink = exported.sink
     try:
         sink.leadership(True)
         sink.published(a_run())
-        text = scrape(sink.endpoint.port)
+        text = scrape(exported.port)
         assert sample(text, "auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY") == 1
         assert sample(text, "scrutiny_violations", '{category="NO_REPLICA_OF_AN_ENTRY"}') == 1
         assert sample(text, "scrutiny_violations", '{category="LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"}') == 0
@@ -89,26 +107,27 @@ def test_the_auditor_sink_exports_bookkeepers_names_and_its_own() -> None:
         # a rescan of some ledgers counts, but does not replace the whole cluster's gauges
         rescan = Report("r2", "s", "f", True, {"checked": 1}, Findings())
         sink.published(FinishedRun("rescan", rescan, 5, tuple(REGISTRY), whole_cluster=False))
-        text = scrape(sink.endpoint.port)
+        text = scrape(exported.port)
         assert sample(text, "scrutiny_violations", '{category="NO_REPLICA_OF_AN_ENTRY"}') == 1
         assert sample(text, "scrutiny_ledgers_checked_total") == 41
         sink.leadership(False)  # a standby: its leadership and nothing stale
-        text = scrape(sink.endpoint.port)
+        text = scrape(exported.port)
         assert sample(text, "scrutiny_leader") == 0
         assert "scrutiny_violations{" not in text and "auditor_NUM" not in text
         assert "scrutiny_last_complete_run_age_seconds{" not in text
     finally:
-        sink.close()
+        exported.close()
 
 
 def test_a_new_leader_exports_the_inherited_run_with_its_true_age_until_it_has_its_own() -> None:
-    sink = PrometheusSink("127.0.0.1:0")
+    exported = Exported()
+    sink = exported.sink
     try:
         sink.leadership(True)
         ten_minutes_ago = int(time.time() * 1000) - 600_000
         sink.restored(FinishedRun("full", a_run().report, 2500, tuple(REGISTRY), finished_ms=ten_minutes_ago,
                                   ran_by="a1:3192").summary)
-        text = scrape(sink.endpoint.port)
+        text = scrape(exported.port)
         assert sample(text, "auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY") == 1
         assert sample(text, "scrutiny_bookie_unavailable_ledgers", '{bookie="b2:3181",silence="down"}') == 2
         assert sample(text, "scrutiny_blast_radius_ledgers", '{impact="below_aq",name="b1:3181",scope="bookie"}') == 5
@@ -122,11 +141,11 @@ def test_a_new_leader_exports_the_inherited_run_with_its_true_age_until_it_has_i
         sink.published(FinishedRun("full", empty, 5, tuple(REGISTRY)))
         sink.restored(FinishedRun("full", a_run().report, 2500, tuple(REGISTRY), finished_ms=ten_minutes_ago,
                                   ran_by="a1:3192").summary)  # older than its own run: ignored
-        text = scrape(sink.endpoint.port)
+        text = scrape(exported.port)
         assert sample(text, "auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY") == 0
         assert (sample(text, "scrutiny_last_complete_run_age_seconds", '{kind="full"}') or 999) < 60
     finally:
-        sink.close()
+        exported.close()
 
 
 def test_metrics_never_take_the_bookies_port() -> None:
@@ -147,10 +166,10 @@ def exported() -> set[str]:
     from scrutiny.auditor.continuous import Continuous
     from scrutiny.auditor.currentstate import CurrentState
 
-    sink = PrometheusSink("127.0.0.1:0")
-    sink.current = CurrentState()
-    sink.continuous = Continuous(ScanSettings(metadata_service_uri="zk://127.0.0.1:1/ledgers"), AuditorSettings(),
-                                 sink.current, lambda why: None)
+    current = CurrentState()
+    exported = Exported(current, Continuous(ScanSettings(metadata_service_uri="zk://127.0.0.1:1/ledgers"),
+                                            AuditorSettings(), current, lambda why: None))
+    sink = exported.sink
     try:
         sink.leadership(True)
         sink.published(a_run())
@@ -158,9 +177,9 @@ def exported() -> set[str]:
         deep.report.stats.update(DeepPass.fresh(4, 0).after_run(0, 1000).stats(), deep_bytes_read=10)
         sink.published(deep)
         sink.skipped("full", "still_running")
-        names = family_names(sink.registry)
+        names = family_names(exported.registry)
     finally:
-        sink.close()
+        exported.close()
     agent = BookieServicer(source=None, metrics=AgentMetrics())  # type: ignore[arg-type]
     agent.metrics.requests.labels("x").inc()
     agent.metrics.answers.labels("EOK").inc()
@@ -246,8 +265,8 @@ def test_a_real_prometheus_scrapes_the_auditor_and_an_agent(cluster: tuple[DemoC
     auditor = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), engine=LocalEngine()).start()
     prom = None
     try:
-        sink = next(s for s in auditor.sinks if isinstance(s, PrometheusSink))
-        prom = Prometheus(tmp_path, {"auditor": sink.endpoint.port, "agent": agent_port})
+        assert auditor.http is not None
+        prom = Prometheus(tmp_path, {"auditor": auditor.http.port, "agent": agent_port})
         wait_for(lambda: "full" in auditor.last, 60)
         wait_for(lambda: prom.value('scrutiny_runs_total{kind="full"}') == 1, 30)
         assert prom.value('scrutiny_violations{category="NO_REPLICA_OF_AN_ENTRY"}') == 1
@@ -279,7 +298,7 @@ def test_data_at_risk_keeps_firing_across_a_rolling_restart(cluster: tuple[DemoC
                                     engine=LocalEngine()).start())
             wait_for(lambda: auditors[0].leading.is_set())
         first, second = auditors
-        ports = {f"a{i}": next(s for s in a.sinks if isinstance(s, PrometheusSink)).endpoint.port
+        ports = {f"a{i}": a.http.port
                  for i, a in enumerate(auditors)}
         prom = Prometheus(tmp_path, ports)
         wait_for(lambda: "full" in first.last, 60)
@@ -309,7 +328,7 @@ def test_metrics_are_served_in_the_format_the_scraper_asks_for() -> None:
 
     registry = CollectorRegistry()
     Counter(f"{PREFIX}asked", "asked", registry=registry).inc()
-    endpoint = MetricsEndpoint("127.0.0.1:0", registry)
+    endpoint = HttpServer("127.0.0.1:0", registry)
     try:
         def get(**headers: str) -> tuple[str, str, bytes]:
             req = urllib.request.Request(f"http://127.0.0.1:{endpoint.port}/metrics", headers=headers)
@@ -327,7 +346,7 @@ def test_metrics_are_served_in_the_format_the_scraper_asks_for() -> None:
 
 
 def test_an_application_that_fails_is_a_500_that_shows_no_internals() -> None:
-    endpoint = MetricsEndpoint("127.0.0.1:0", CollectorRegistry())
+    endpoint = HttpServer("127.0.0.1:0", CollectorRegistry())
 
     def failing(req: Any) -> Any:
         raise KeyError("secret-internal-state")

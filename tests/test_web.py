@@ -16,7 +16,6 @@ import pytest
 from kazoo.client import KazooClient
 
 from scrutiny.auditor import Auditor
-from scrutiny.auditor.sinks import PrometheusSink
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
@@ -42,7 +41,7 @@ def auditor(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str
         a = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), engine=LocalEngine()).start()
         try:
             wait_for(lambda: "full" in a.last, 60)
-            port = next(s for s in a.sinks if isinstance(s, PrometheusSink)).endpoint.port
+            port = a.http.port
             yield demo, a, f"http://127.0.0.1:{port}"
         finally:
             a.stop()
@@ -204,7 +203,7 @@ def test_a_standbys_page_names_the_leader_and_its_api_redirects(
                       metrics=MetricsSettings(listen="127.0.0.1:0"), engine=LocalEngine()).start()
     try:
         wait_for(lambda: standby.leader_address() == leader.address)
-        base = f"http://127.0.0.1:{next(s for s in standby.sinks if isinstance(s, PrometheusSink)).endpoint.port}"
+        base = f"http://127.0.0.1:{standby.http.port}"
         status, page = call(f"{base}/")
         leader_host = leader.address.rsplit(":", 1)[0]
         assert status == 200 and "standby" in page and leader.address in page and f"http://{leader_host}:" in page
@@ -218,7 +217,7 @@ def test_with_status_requires_auth_the_pages_need_the_token_too() -> None:
     from scrutiny.auditor.currentstate import CurrentState
     from scrutiny.auditor.service import Authenticator, Status
     from scrutiny.auditor.web import AuditorWeb
-    from scrutiny.prometheus import Request
+    from scrutiny.httpserver import Request
 
     class Cluster:
         def run_history(self) -> list[Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from scrutiny.prometheus import PREFIX
+from scrutiny.metricnames import PREFIX
 
 
 class AgentMetrics:

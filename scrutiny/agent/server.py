@@ -19,7 +19,7 @@ from scrutiny.agent.watching import WATCH_LINGER_SECONDS, Watching
 from scrutiny.config import DEFAULT_AGENT_PORT
 from scrutiny.daemon import Signals, serve
 from scrutiny.entrysources import EntrySource
-from scrutiny.prometheus import MetricsEndpoint
+from scrutiny.httpserver import HttpServer
 from scrutiny.store import MetadataStore, Registration
 from scrutiny.v1 import bookie_pb2_grpc
 
@@ -66,7 +66,7 @@ class BookieAgent:
         if self.port == 0:
             raise OSError(f"cannot listen on {bind}")
         self.registration: Registration | None = None
-        self.metrics_endpoint: MetricsEndpoint | None = None
+        self.metrics_endpoint: HttpServer | None = None
         self._stopped = threading.Event()
 
     def start(self) -> BookieAgent:
@@ -91,7 +91,7 @@ class BookieAgent:
 
     def serve_metrics(self, listen: str) -> int:
         """Prometheus' /metrics on `listen`; the port bound."""
-        self.metrics_endpoint = MetricsEndpoint(listen, self.servicer.metrics.registry)
+        self.metrics_endpoint = HttpServer(listen, self.servicer.metrics.registry)
         return self.metrics_endpoint.port
 
     def register(self, store: MetadataStore, bookie_id: str, address: str) -> None:

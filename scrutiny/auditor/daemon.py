@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent import futures
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -17,33 +17,32 @@ import grpc
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.date import DateTrigger
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry
 
-from scrutiny.auditor import history
 from scrutiny.auditor.clusterview import ClusterView
+from scrutiny.auditor.collector import AuditorCollector
 from scrutiny.auditor.continuous import Continuous
 from scrutiny.auditor.currentstate import CurrentState
-from scrutiny.auditor.deeprecord import deep_pass, record_deep_run
-from scrutiny.auditor.lastrun import RunSummary, bequeath, inherit
+from scrutiny.auditor.deeprecord import deep_pass
+from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.auditor.leadership import Leadership, PeriodicRuns
+from scrutiny.auditor.publishing import Leading, Publisher
 from scrutiny.auditor.runkinds import (
     DEEP,
     FULL,
-    KIND_CATEGORIES,
-    PERIODIC,
     RESCAN,
     UNDERREPLICATION,
     WHATIF,
-    WHOLE_CLUSTER_KINDS,
 )
 from scrutiny.auditor.runqueue import Later, RunQueue, Ticket
 from scrutiny.auditor.service import AuditorServicer, Authenticator, Status
-from scrutiny.auditor.sinks import FinishedRun, PrometheusSink, ReportFiles, ReportSink, StatsdSink
+from scrutiny.auditor.sinks import ReportFiles, ReportSink, RunTallies, StatsdSink
 from scrutiny.auditor.web import AuditorWeb
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings, StatsdSettings
 from scrutiny.errors import NotLeader, RequestError, one_line
 from scrutiny.findings import Findings
+from scrutiny.httpserver import HttpServer, HttpsFiles
 from scrutiny.metadata import parse_host_port
-from scrutiny.prometheus import HttpsFiles
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun, check_marks
 from scrutiny.scan.engines import Engine, make_engine
@@ -63,17 +62,11 @@ class AuditorConfig(NamedTuple):
     metrics: MetricsSettings = MetricsSettings()
 
 
-def build_sinks(config: AuditorConfig, running: Sequence[ReportSink] = ()) -> list[ReportSink]:
-    """Every sink the configuration asks for; a running /metrics endpoint on the same address is kept
-    (its counters go on, its port stays bound)."""
+def build_sinks(config: AuditorConfig) -> list[ReportSink]:
+    """The report files, and every other sink the configuration asks for."""
     sinks: list[ReportSink] = [ReportFiles(config.auditor.reports_dir, config.auditor.reports_keep)]
     if config.statsd.host:
         sinks.append(StatsdSink(config.statsd.host, config.statsd.port, config.statsd.prefix))
-    if config.metrics.listen:
-        kept = [s for s in running if isinstance(s, PrometheusSink)]
-        a = config.auditor  # the page and its API carry the token: HTTPS with the RPC's own certificate
-        https = HttpsFiles(a.tls_cert, a.tls_key, a.tls_client_ca) if a.tls_cert or a.tls_key else None
-        sinks.append(kept[0] if kept else PrometheusSink(config.metrics.listen, https))
     return sinks
 
 
@@ -111,7 +104,9 @@ class Auditor:
         self._own_engine = engine is None
         self.engine = engine or make_engine(scan)
         self._engine_built_for = _engine_settings(scan)
-        self.sinks: list[ReportSink] = []
+        self.tallies = RunTallies()  # what /metrics exports of the runs, across reloads
+        self.http: HttpServer | None = None
+        self._http_listen = ""
         self.skipped: Counter[str] = Counter()
         self._token = (read_secret(settings.token_file, "auditor.token_file").decode().strip()
                        if settings.token_file else "")
@@ -123,8 +118,8 @@ class Auditor:
         self.address = settings.advertise_address
         self.leadership: Leadership | None = None
         self.periodic: PeriodicRuns | None = None
-        self.inherited: dict[str, RunSummary] = {}  # kind -> the last complete run, as an earlier leader left it
         self.current = CurrentState()
+        self.publisher = Publisher(self.current)  # where finished runs go
         self.cluster = ClusterView(self._store, lambda: self.config.scan)  # what the console asks live
         # its safety net: a full run (unless one is queued or running)
         self.continuous = (Continuous(self.config.scan, self.config.auditor, self.current, lambda _: self._due(FULL))
@@ -146,8 +141,8 @@ class Auditor:
     def start(self) -> Auditor:
         s = self.config.auditor
         self.engine.open()  # before any gRPC thread exists
-        self.sinks = build_sinks(self.config)
-        self._serve_pages()
+        self.publisher.sinks = [*build_sinks(self.config), self.tallies]
+        self._serve_http()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="auditor-rpc"))
         servicer = AuditorServicer(self, authenticator(self._token, s), s.rescan_wait_seconds, s.status_requires_auth)
         auditor_pb2_grpc.add_AuditorServicer_to_server(servicer, self.server)
@@ -169,7 +164,9 @@ class Auditor:
         self.queue.start()
         self.leadership.start()
         log.info("auditor RPC on %s, port %d (advertised as %s); %s", s.listen, self.port, self.address,
-                 "; ".join(sink.destination() for sink in self.sinks))
+                 "; ".join([sink.destination() for sink in self.publisher.sinks if sink is not self.tallies]
+                           + ([f"/metrics on {self.config.metrics.listen}, port {self.http.port} "
+                               f"({self.http.scheme}; the console at /)"] if self.http is not None else [])))
         return self
 
     def stop(self) -> None:
@@ -187,8 +184,10 @@ class Auditor:
             self.continuous.stop()
         if self.leadership is not None:
             self.leadership.stop()
-        for sink in self.sinks:
+        for sink in self.publisher.sinks:
             sink.close()
+        if self.http is not None:
+            self.http.close()
         if self.server is not None:
             self.server.stop(2).wait()
         if self._own_engine:
@@ -206,30 +205,36 @@ class Auditor:
             return
         if new.auditor.listen != self.config.auditor.listen:
             log.warning("auditor.listen changed: takes effect at the next restart")
-        old_sinks = self.sinks
-        kept = [s for s in old_sinks if isinstance(s, PrometheusSink) and s.listen == new.metrics.listen]
-        for sink in old_sinks:
-            if sink not in kept:
-                sink.close()  # a moved /metrics frees its port before the new one binds
-        self.sinks = build_sinks(new, kept)
+        for sink in self.publisher.sinks:
+            if sink is not self.tallies:  # what /metrics counts goes on
+                sink.close()
+        self.publisher.sinks = [*build_sinks(new), self.tallies]
         self.config = new
-        self._serve_pages()
+        self._serve_http()
         leading = self.leadership is not None and self.leading.is_set()
-        for sink in self.sinks:
-            if sink not in old_sinks:
+        for sink in self.publisher.sinks:
+            if sink is not self.tallies:
                 sink.leadership(leading)
         if self.leading.is_set() and self.periodic is not None:
             self.periodic.schedule(self._intervals())
         log.info("configuration reloaded")
 
-    def _serve_pages(self) -> None:
-        """The auditor's page and HTTP API beside /metrics (`scrutiny.auditor.web`)."""
-        s = self.config.auditor
-        for sink in self.sinks:
-            if isinstance(sink, PrometheusSink):
-                sink.current, sink.continuous = self.current, self.continuous
-                sink.endpoint.app = AuditorWeb(self, authenticator(self._token, s), s.status_requires_auth,
-                                               s.rescan_wait_seconds)
+    def _serve_http(self) -> None:
+        """/metrics (`scrutiny.auditor.collector`) and the console with its API (`scrutiny.auditor.web`) on
+        metrics.listen; a reload that moves it moves the server (a moved port is freed before the new binds)."""
+        listen, s = self.config.metrics.listen, self.config.auditor
+        if self.http is not None and listen != self._http_listen:
+            self.http.close()
+            self.http = None
+        if listen and self.http is None:
+            # the page and its API carry the token: HTTPS with the RPC's own certificate
+            https = HttpsFiles(s.tls_cert, s.tls_key, s.tls_client_ca) if s.tls_cert or s.tls_key else None
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(AuditorCollector(self.tallies, self.current, self.continuous))
+            self.http, self._http_listen = HttpServer(listen, registry, https=https), listen
+        if self.http is not None:
+            self.http.app = AuditorWeb(self, authenticator(self._token, s), s.status_requires_auth,
+                                       s.rescan_wait_seconds)
 
     # -- leadership ---------------------------------------------------------------------------
 
@@ -240,30 +245,17 @@ class Auditor:
 
     def _elected(self) -> None:
         assert self.periodic is not None
-        for sink in self.sinks:
-            sink.leadership(True)
-        self._inherit()
+        self.publisher.elected(self._store(), {kind: t.finished_ms for kind, t in self.queue.last.items()})
         self.periodic.schedule(self._intervals())
         if self.continuous is not None:
             self.continuous.start(self._store())
-
-    def _inherit(self) -> None:
-        """The last complete run of each kind, whichever auditor ran it, exported at once with its true age:
-        a failover never clears an alert on data still at risk."""
-        own = {kind: t.finished_ms for kind, t in self.queue.last.items()}
-        for summary in inherit(self._store(), WHOLE_CLUSTER_KINDS, own):
-            self.inherited[summary.kind] = summary
-            for sink in self.sinks:
-                sink.restored(summary)
 
     def _deposed(self) -> None:
         assert self.periodic is not None
         if self.continuous is not None:
             self.continuous.stop()
         self.periodic.clear()
-        self.inherited.clear()
-        for sink in self.sinks:
-            sink.leadership(False)
+        self.publisher.deposed()
 
     def _due(self, kind: str) -> None:
         if not self.leading.is_set():
@@ -286,8 +278,7 @@ class Auditor:
 
     def _skip(self, kind: str, reason: str) -> None:
         self.skipped[f"{kind}.{reason}"] += 1
-        for sink in self.sinks:
-            sink.skipped(kind, reason)
+        self.publisher.skipped(kind, reason)
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -330,30 +321,9 @@ class Auditor:
                                misfire_grace_time=None)
 
     def _publish(self, ticket: Ticket, report: Report) -> None:
-        ticket.finished_ms = int(time.time() * 1000)
-        if ticket.kind == DEEP and report.complete and self.leading.is_set():
-            record_deep_run(self._store(), self.config.auditor, ticket, report)
-        run = FinishedRun(ticket.kind, report, ticket.finished_ms - ticket.started_ms, KIND_CATEGORIES[ticket.kind],
-                          whole_cluster=ticket.kind in WHOLE_CLUSTER_KINDS and ticket.ledger_ids is None
-                          and not ticket.bookie_id, finished_ms=ticket.finished_ms, ran_by=self.address)
-        for sink in self.sinks:
-            try:
-                sink.published(run)
-            except Exception:
-                log.exception("report sink %s failed", type(sink).__name__)
-        if report.complete and run.whole_cluster and ticket.kind in (FULL, RESCAN, DEEP):
-            missed = self.current.full_run(report.violations, ticket.started_ms, ticket.finished_ms, ticket.kind)
-            if missed:
-                log.warning("run %s: %d findings continuous scrutiny should have made", ticket.run_id, missed)
-        elif report.complete and run.whole_cluster:  # the marks' age: every mark was looked at
-            self.current.replaced(report.violations, ticket.finished_ms, ticket.kind, KIND_CATEGORIES[ticket.kind])
-        if report.complete and run.whole_cluster and self.leading.is_set():
-            self.inherited.pop(ticket.kind, None)
-            store = self._store()
-            bequeath(store, run.summary)
-            history.record(store, history.point_of(ticket.kind, report, ticket.finished_ms, run.duration_ms))
-        if ticket.kind in PERIODIC and report.complete and self.leading.is_set() and self.periodic is not None:
-            self.periodic.record(ticket.kind, ticket.started_ms)
+        leading = (Leading(self._store(), self.config.auditor, self.periodic)
+                   if self.leading.is_set() and self.periodic is not None else None)
+        self.publisher.published(ticket, report, self.address, leading)
 
     # -- what the RPC asks ----------------------------------------------------------------------
 
@@ -377,12 +347,13 @@ class Auditor:
         return Status(leading=self.leading.is_set(), leader_address=leader, current=q.current,
                       last=tuple(q.last.values()), next_runs=self.periodic.next_runs() if self.periodic else {},
                       skipped=dict(self.skipped), queued_runs=len(q.queued),
-                      runs_awaiting_recheck=len(q.awaiting_recheck), inherited=tuple(self.inherited.values()))
+                      runs_awaiting_recheck=len(q.awaiting_recheck),
+                      inherited=tuple(self.publisher.inherited.values()))
 
     def last_run(self, kind: str) -> Report | RunSummary | None:
         """The last run of this kind here, or the summary of a newer one an earlier leader ran."""
         ticket = self.queue.last.get(kind)
-        inherited = self.inherited.get(kind)
+        inherited = self.publisher.inherited.get(kind)
         if inherited is not None and (ticket is None or ticket.finished_ms < inherited.finished_ms):
             return inherited
         return ticket.report if ticket is not None else None

@@ -34,9 +34,9 @@ from scrutiny.auditor.service import KINDS, Authenticator, Status
 from scrutiny.categories import CATEGORY_NAMES, REGISTRY, SEVERITIES, Category, severity_of, spec, worst_first
 from scrutiny.checks import Violation
 from scrutiny.errors import NotLeader, RequestError, ScrutinyError, one_line
+from scrutiny.httpserver import Request, Response, json_error
 from scrutiny.metadata import LedgerMetadata, LedgerState
 from scrutiny.owners import owner_from_custom_metadata
-from scrutiny.prometheus import Request, Response, json_error
 from scrutiny.report import Report
 from scrutiny.store import LedgerRead
 from scrutiny.times import in_words, iso, ms_of
@@ -79,7 +79,7 @@ class HttpError(Exception):
 
 
 class AuditorWeb:
-    """The application `MetricsEndpoint` serves beside /metrics."""
+    """The application `HttpServer` serves beside /metrics."""
 
     def __init__(self, api: WebApi, auth: Authenticator, reads_need_token: bool, max_wait_seconds: float) -> None:
         self.api, self.auth = api, auth

@@ -23,7 +23,6 @@ from kazoo.client import KazooClient
 
 from scrutiny import entrylog
 from scrutiny.agent import BookieAgent
-from scrutiny.auditor.sinks import PrometheusSink
 from scrutiny.categories import Category, spec
 from scrutiny.checks import expected_share
 from scrutiny.codec import Availability
@@ -357,7 +356,7 @@ def serve_console(settings: ScanSettings, workdir: Path, port: int, candidate: s
                                       underreplication_interval_seconds=0),
                       metrics=MetricsSettings(listen=f"127.0.0.1:{port}"), engine=LocalEngine()).start()
     try:
-        sink = next(s for s in auditor.sinks if isinstance(s, PrometheusSink))
+        assert auditor.http is not None
         deadline = time.monotonic() + 120
         while "full" not in auditor.last and time.monotonic() < deadline and not stop.is_set():
             time.sleep(0.2)  # its first full run: the console's findings
@@ -366,7 +365,7 @@ def serve_console(settings: ScanSettings, workdir: Path, port: int, candidate: s
         for ticket in (deep, whatif):
             while not ticket.done.wait(0.2) and time.monotonic() < deadline + 120 and not stop.is_set():
                 pass
-        print(f"\nthe console: http://127.0.0.1:{sink.endpoint.port}/ (the API's token for rescans: "
+        print(f"\nthe console: http://127.0.0.1:{auditor.http.port}/ (the API's token for rescans: "
               f"{token.read_text()}); Ctrl-C to stop", flush=True)
         stop.wait()
     finally:

@@ -1,7 +1,6 @@
-"""`/metrics` for Prometheus (the prometheus_client library): one private registry per process, served
-on the `metrics.listen` address (never port 8000: bookies use it for their own /metrics). Names follow
-Prometheus' conventions under one prefix, `scrutiny_`, plus BookKeeper's own auditor gauge names
-(`auditor_<NAME>`) so that existing dashboards and alerts keep working."""
+"""The HTTP server of an agent's and an auditor's `metrics.listen` address (never port 8000: bookies use it for
+their own /metrics): `/metrics` from a prometheus_client registry (its own WSGI application), and an
+application's pages beside it (the auditor's console), on cheroot with HTTPS; every refusal in JSON."""
 
 from __future__ import annotations
 
@@ -27,7 +26,6 @@ from scrutiny.errors import ConfigError
 from scrutiny.metadata import parse_host_port
 from scrutiny.tls import read_secret
 
-PREFIX = "scrutiny_"
 log = logging.getLogger(__name__)
 
 
@@ -170,7 +168,7 @@ class _Connection(server.HTTPConnection):
     RequestHandlerClass = _JsonRefusals
 
 
-class MetricsEndpoint:
+class HttpServer:
     """/metrics for one registry (prometheus_client's own WSGI application: it negotiates the format
     with the scraper's Accept, OpenMetrics or text 0.0.4, and gzip), and an application's pages beside it
     (the auditor's), on a threaded production WSGI server (cheroot, CherryPy's) that speaks HTTPS. It
@@ -229,12 +227,3 @@ class MetricsEndpoint:
     def close(self) -> None:
         self._server.stop()
         self._thread.join(timeout=5)
-
-
-def family_names(registry: Any) -> set[str]:
-    """Every metric name a registry exports now, as Prometheus sees them (counters with `_total`)."""
-    names = set()
-    for family in registry.collect():
-        for sample in family.samples:
-            names.add(sample.name)
-    return names
