@@ -25,7 +25,8 @@ from scrutiny.config import (
 )
 from scrutiny.errors import EXIT_CLEAN, ConfigError, ScrutinyError, one_line
 from scrutiny.logsetup import configure
-from scrutiny.lostbookies import parse_sightings
+from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
+from scrutiny.orphans import SIGHTINGS as ORPHAN_SIGHTINGS
 from scrutiny.orphans import Sightings
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
@@ -195,10 +196,10 @@ def run_sightings(args: argparse.Namespace) -> int:
                      where=args.config or "config")
     if not settings.metadata_service_uri:
         raise ConfigError("sightings needs --metadata-service-uri (or metadata_service_uri in --config)")
-    with open_store(settings) as store:
-        orphan_data, lost_data = store.orphan_sightings(), store.lost_bookie_sightings()
-    orphans = Sightings.parse(orphan_data, "the stored orphan sightings") if orphan_data else Sightings()
-    lost = parse_sightings(lost_data, "the stored lost-bookie sightings") if lost_data else {}
+    with open_store(settings) as store:  # read strictly: an operator is told what is unreadable
+        orphan_data, lost_data = (store.auditor_record(r.name) for r in (ORPHAN_SIGHTINGS, LOST_BOOKIE_SIGHTINGS))
+    orphans = ORPHAN_SIGHTINGS.parse(orphan_data) if orphan_data else Sightings()
+    lost = LOST_BOOKIE_SIGHTINGS.parse(lost_data) if lost_data else {}
     json.dump({"orphans": {b: {str(lid): iso(t) for lid, t in sorted(per.items())}
                            for b, per in sorted(orphans.first_seen.items())},
                "orphans_untracked": orphans.untracked,

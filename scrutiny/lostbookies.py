@@ -20,6 +20,7 @@ from scrutiny.checks import BookieAnswer, Violation, coverage_without
 from scrutiny.checks.whatif import most_in_a_write_set
 from scrutiny.errors import DataError
 from scrutiny.metadata import LedgerMetadata
+from scrutiny.records import LeaderRecord
 from scrutiny.times import iso
 
 FORMAT = 1
@@ -94,3 +95,8 @@ def parse_sightings(data: bytes, where: str) -> dict[str, int]:
                                              for t in seen.values()):
         raise DataError(f"{where}: first_seen_gone_ms is not {{bookie: milliseconds}}")
     return {str(b): t for b, t in seen.items()}
+
+
+SIGHTINGS: LeaderRecord[dict[str, int]] = LeaderRecord(
+    "lost-bookie-sightings", lambda data: parse_sightings(data, "the stored lost-bookie sightings"),
+    sightings_to_bytes, dict, "every lost bookie is seen gone from now")

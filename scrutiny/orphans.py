@@ -22,6 +22,7 @@ import numpy as np
 from scrutiny.categories import Category
 from scrutiny.checks import Violation
 from scrutiny.errors import DataError
+from scrutiny.records import LeaderRecord
 
 FORMAT = 1
 # At most this many (bookie, ledger) sightings are kept (a stuck garbage collector can leave millions):
@@ -91,6 +92,10 @@ class Sightings:
         except (TypeError, ValueError) as exc:
             raise DataError(f"{where}: {exc}") from None
         return cls(out, untracked)
+
+
+SIGHTINGS = LeaderRecord("orphan-sightings", lambda data: Sightings.parse(data, "the stored orphan sightings"),
+                         Sightings.to_bytes, Sightings, "every orphan candidate is sighted anew")
 
 
 @dataclass(frozen=True, slots=True)

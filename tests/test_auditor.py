@@ -21,6 +21,7 @@ from grpc_status import rpc_status
 from kazoo.client import KazooClient
 
 from scrutiny.auditor import Auditor, AuditorSettings
+from scrutiny.auditor.lastrun import last_run
 from scrutiny.config import MetricsSettings, ScanSettings, StatsdSettings
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_at
@@ -338,7 +339,7 @@ def test_the_periodic_mark_check_sets_its_gauges(cluster: tuple[DemoCluster, str
         assert sample(text, "scrutiny_underreplicated_ledgers") == 1
         assert sample(text, "scrutiny_violations", '{category="NO_REPLICA_OF_AN_ENTRY"}') is None  # not looked at
         with store_at(uri) as store:
-            stored = store.last_run("underreplication")
-        assert stored is not None and json.loads(stored)["counts"] == {"UNDERREPLICATED_ELAPSED_GRACE_PERIOD": 1}
+            stored = last_run("underreplication").read(store)
+        assert stored is not None and stored.counts == {"UNDERREPLICATED_ELAPSED_GRACE_PERIOD": 1}
     finally:
         auditor.stop()

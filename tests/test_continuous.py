@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scrutiny import entrylog
 from scrutiny.agent import BookieAgent
 from scrutiny.auditor import Auditor
-from scrutiny.auditor.continuous import parse_cursors
+from scrutiny.auditor.cursors import CURSORS
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
@@ -45,7 +45,6 @@ pytestmark = pytest.mark.slow
 LIVE = "127.0.9.1:3181"  # the DbLedgerStorage bookie
 B2, B3, B4 = (f"127.0.9.{n}:3181" for n in (2, 3, 4))
 ENSEMBLE = (LIVE, B2, B3)
-CURSORS_NONE = b'{"format": 1, "agents": {}}'
 FOUND_WITHIN = 30  # seconds: generous for a loaded CI machine (the latency goal is bench.continuous's)
 
 
@@ -199,7 +198,7 @@ def test_a_feed_gap_schedules_a_full_run_and_a_new_leader_goes_on_from_the_curso
         time.sleep(1)
         cluster.synthetic[B3].drop(8)
         wait_for(lambda: ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 8) in current(a), FOUND_WITHIN)
-        wait_for(lambda: B3 in parse_cursors(cluster.registry.continuous_cursors() or CURSORS_NONE)[0], 10)
+        wait_for(lambda: B3 in CURSORS.read(cluster.registry).agents, 10)
         # the agent of B3 restarts (at the same address): its feed is new, what changed meanwhile unknown
         port = cluster.agents[B3].port
         cluster.agents[B3].stop(grace=0)
@@ -211,7 +210,8 @@ def test_a_feed_gap_schedules_a_full_run_and_a_new_leader_goes_on_from_the_curso
     finally:
         a.stop()
     # a new leader: the cursors it inherits are the last one's (B3's new feed); no gap when it goes on
-    cursors, position = parse_cursors(cluster.registry.continuous_cursors() or b"")
+    stored = CURSORS.read(cluster.registry)
+    cursors, position = stored.agents, stored.metadata
     feed = cluster.agents[B3].servicer.watching.feed
     assert cursors[B3][0] == feed.feed_id and position == ""  # ZooKeeper: no resuming
     b = cluster.auditor()
@@ -282,12 +282,12 @@ def test_a_leader_killed_mid_stream_hands_its_cursors_on(cluster: Cluster, tmp_p
         time.sleep(1)
         cluster.synthetic[B2].drop(4)
         wait_for(lambda: ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 4) in current_of_first(), FOUND_WITHIN)
-        wait_for(lambda: B2 in parse_cursors(cluster.registry.continuous_cursors() or CURSORS_NONE)[0], 10)
+        wait_for(lambda: B2 in CURSORS.read(cluster.registry).agents, 10)
         first.kill()  # mid-stream: every feed open
         first.wait(timeout=10)
     finally:
         reap(first)
-    kept, _ = parse_cursors(cluster.registry.continuous_cursors() or b"")
+    kept = CURSORS.read(cluster.registry).agents
     feed = cluster.agents[B2].servicer.watching.feed
     assert kept[B2] == (feed.feed_id, feed.last)
     cluster.synthetic[B2].drop(6)  # while nobody leads

@@ -24,6 +24,7 @@ from kazoo.client import KazooClient
 from scrutiny import entrylog
 from scrutiny.agent import BookieAgent, Rate
 from scrutiny.auditor import DEEP, Auditor
+from scrutiny.auditor.deeprecord import DEEP_PASS
 from scrutiny.auditor.runqueue import Ticket
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
 from scrutiny.deeppass import DeepPass, slices_for
@@ -389,7 +390,7 @@ def test_the_auditors_deep_job_resumes_its_pass_after_a_leader_change(
     finally:
         first.stop()
     with store_at(settings.metadata_service_uri) as store:
-        cursor = DeepPass.parse(store.deep_pass() or b"")
+        cursor = DEEP_PASS.read(store)
     assert cursor.next_slice == 2 and cursor.verified_ms[:2] == tuple(r.started_ms for r in runs)
     second = Auditor(settings, auditor_settings, engine=LocalEngine()).start()
     try:
@@ -407,7 +408,7 @@ def test_the_auditors_deep_job_resumes_its_pass_after_a_leader_change(
     found = {(str(v.category), v.ledger_id) for rep in reports if rep for v in rep.violations}
     assert {("CORRUPT_ENTRY", 1), ("DIVERGENT_COPIES", 2)} <= found
     with store_at(settings.metadata_service_uri) as store:
-        final = DeepPass.parse(store.deep_pass() or b"")
+        final = DEEP_PASS.read(store)
     assert (final.next_slice, final.passes_completed) == (0, 1)
 
 

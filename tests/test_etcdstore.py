@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from scrutiny.auditor.leadership import cadence
 from scrutiny.config import ClusterSettings
 from scrutiny.errors import ConfigError, StoreError
 from scrutiny.metadata import (
@@ -252,8 +253,8 @@ def test_tls_and_mutual_tls_as_etcd_serves_them(tmp_path: Path) -> None:
         settings = {"metadata_service_uri": uri, "etcd_tls_ca": str(ca.pem), "etcd_tls_cert": str(client.cert),
                     "etcd_tls_key": str(client.key)}
         with open_store(ClusterSettings(**settings)) as store:  # type: ignore[arg-type]
-            store.set_cadence("full", 42)
-            assert store.cadence("full") == 42
+            cadence("full").write(store, 42)
+            assert cadence("full").read(store) == 42
         # no client certificate: etcd refuses the handshake; the store says it cannot reach etcd
         with pytest.raises(MetadataStoreUnavailable, match="etcd unreachable"):
             open_store(ClusterSettings(metadata_service_uri=uri, etcd_tls_ca=str(ca.pem), etcd_timeout=0.5,
@@ -268,9 +269,9 @@ def test_etcd_authentication_and_an_expired_token(tmp_path: Path) -> None:
         secret = tmp_path / "etcd-auth"
         secret.write_text("root:s3cret\n")
         with open_store(ClusterSettings(metadata_service_uri=etcd.uri, etcd_auth_file=str(secret))) as store:
-            store.set_cadence("full", 7)
+            cadence("full").write(store, 7)
             time.sleep(2.5)  # the simple token expires after 1 s idle: authenticated again, transparently
-            assert store.cadence("full") == 7
+            assert cadence("full").read(store) == 7
         with pytest.raises(StoreError, match="etcd refused"):
             open_store(ClusterSettings(metadata_service_uri=etcd.uri))
         secret.write_text("root:wrong\n")

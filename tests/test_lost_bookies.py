@@ -18,8 +18,9 @@ from scrutiny.config import ScanSettings
 from scrutiny.entrysources import SyntheticStore
 from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.errors import DataError
-from scrutiny.lostbookies import parse_sightings, sightings_to_bytes
+from scrutiny.lostbookies import SIGHTINGS, parse_sightings, sightings_to_bytes
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
+from scrutiny.orphans import SIGHTINGS as ORPHAN_SIGHTINGS
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
@@ -129,10 +130,10 @@ def test_a_ledger_marked_during_the_run_is_not_a_finding(cluster: Cluster) -> No
 def test_sightings_are_forgotten_when_the_bookie_is_back(cluster: Cluster) -> None:
     store = cluster.place.registry
     cluster.run(record=True)
-    assert set(parse_sightings(store.lost_bookie_sightings() or b"", "stored")) == {LOST}
+    assert set(SIGHTINGS.read(store)) == {LOST}
     cluster.writer.register_bookie(BookieRegistration(LOST, False))
     cluster.run(record=True)
-    assert parse_sightings(store.lost_bookie_sightings() or b"", "stored") == {}
+    assert SIGHTINGS.read(store) == {}
 
 
 def test_stored_sightings_are_checked() -> None:
@@ -148,7 +149,7 @@ def test_scrutiny_sightings_prints_what_the_auditor_keeps(cluster: Cluster, caps
     from scrutiny.orphans import Sightings
 
     cluster.run(record=True)
-    cluster.place.registry.set_orphan_sightings(Sightings({bookie(2): {77: 1_700_000_000_000}}).to_bytes())
+    ORPHAN_SIGHTINGS.write(cluster.place.registry, Sightings({bookie(2): {77: 1_700_000_000_000}}))
     assert main(["sightings", "--metadata-service-uri", cluster.place.uri]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["orphans"] == {bookie(2): {"77": "2023-11-14T22:13:20.000Z"}} and doc["orphans_untracked"] == 0

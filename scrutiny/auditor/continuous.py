@@ -13,7 +13,6 @@ safety net. The agents' cursors are kept in the store: a new leader goes on wher
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -24,12 +23,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from scrutiny.auditor.currentstate import CurrentState
+from scrutiny.auditor.cursors import CURSORS, Cursors
 from scrutiny.auditor.feeds import AgentFeeds
 from scrutiny.bookieclient import EndpointResolver
 from scrutiny.categories import Category, Phase, in_phase
 from scrutiny.config import AuditorSettings, ScanSettings
-from scrutiny.errors import DataError
-from scrutiny.lostbookies import parse_sightings, sightings_to_bytes
+from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
 from scrutiny.metadata import TreeChange
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
@@ -44,7 +43,6 @@ Msg = bookie_pb2.HoldingsChange
 LOOKED_AT: tuple[Category, ...] = in_phase(Phase.LEDGERS) + in_phase(Phase.MARKS)  # what a scoped run finds
 AGENTS_EVERY_SECONDS = 60.0  # how often the leader lists the agents (sooner when a registration or feed moved)
 AGENTS_AT_MOST_EVERY_SECONDS = 5.0  # ... but never more often: an agent down for long is not a storm of listings
-CURSORS_FORMAT = 1
 LEDGERS, BOOKIES = LANES = ("ledgers", "bookies")
 FACTS_OF = {"registration": (REGISTRATIONS, AGENTS), "cookie": (REGISTRATIONS,),  # what each change spoils
             "replication": (REPLICATION,)}
@@ -152,7 +150,8 @@ class Continuous:
         self._stop.clear()
         self._agents_moved.clear()
         self._store, self.facts = store, FactsCache(store, reads=self.fact_reads)
-        self._cursors, position = stored_cursors(store)
+        stored = CURSORS.read(store)
+        self._cursors, position = dict(stored.agents), stored.metadata
         self._seen = dict(self._cursors)
         self.state.watching(self._ms())
         self._watch = store.watch_tree(self._on_tree, lambda why: self._gap("metadata", why), position)
@@ -377,7 +376,7 @@ class Continuous:
             if len(self.backlog) or (cursors, position) == (self._cursors, self._position) or self._store is None:
                 return
             try:
-                self._store.set_continuous_cursors(_cursors_bytes(cursors, position))
+                CURSORS.write(self._store, Cursors(cursors, position))
                 self._cursors, self._position = cursors, position
             except Exception as exc:  # kept next time; a new leader meanwhile re-reads a little more
                 log.info("continuous scrutiny: cannot record the cursors now: %s", exc)
@@ -410,42 +409,13 @@ class Continuous:
         self._stop.wait(seconds)
 
 
-def stored_cursors(store: MetadataStore) -> tuple[dict[str, tuple[str, int]], str]:
-    """Where the last leader's feeds were read to; from now on every feed when what it kept is unreadable."""
-    data = store.continuous_cursors()
-    try:
-        return parse_cursors(data) if data else ({}, "")
-    except DataError as exc:
-        log.error("%s: following every feed from now", exc)
-        return {}, ""
-
-
-def _cursors_bytes(cursors: dict[str, tuple[str, int]], position: str) -> bytes:
-    return json.dumps({"format": CURSORS_FORMAT, "metadata": position,
-                       "agents": {b: {"feed_id": f, "sequence": n} for b, (f, n) in sorted(cursors.items())}}).encode()
-
-
-def parse_cursors(data: bytes) -> tuple[dict[str, tuple[str, int]], str]:
-    """The stored cursors: each agent's (feed, sequence), and where the store's watch can resume; DataError
-    saying what is wrong otherwise."""
-    try:
-        doc = json.loads(data)
-        if doc.get("format") != CURSORS_FORMAT:
-            raise ValueError(f"not format {CURSORS_FORMAT}")
-        agents = {str(b): (str(c["feed_id"]), int(c["sequence"])) for b, c in doc["agents"].items()}
-        return agents, str(doc.get("metadata", ""))
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise DataError(f"the stored continuous-scrutiny cursors: {exc}") from None
-
-
 def sight_lost_bookies(store: MetadataStore, gone: dict[str, int]) -> None:
     """The watch saw when each registration went (`gone`, ms): the lost-bookie sightings a run reads (the
     earlier of that and what runs recorded), so that the lost-bookie check counts its delay from then."""
     try:
-        data = store.lost_bookie_sightings()
-        seen = parse_sightings(data, "the stored lost-bookie sightings") if data else {}
+        seen = LOST_BOOKIE_SIGHTINGS.read(store)
         merged = {**seen, **{b: min(t, seen.get(b, t)) for b, t in gone.items()}}
         if merged != seen:
-            store.set_lost_bookie_sightings(sightings_to_bytes(merged))
+            LOST_BOOKIE_SIGHTINGS.write(store, merged)
     except Exception as exc:  # the runs' own sightings then: later, never early
         log.info("continuous scrutiny: cannot record when registrations went: %s", exc)

@@ -10,10 +10,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from scrutiny.errors import DataError, one_line
+from scrutiny.records import LeaderRecord
 from scrutiny.store import MetadataStore
 
 log = logging.getLogger(__name__)
-RECORD = "run-history"
 FORMAT = 1
 KEPT = 120  # per kind: four months of daily full runs, two hours of minutely marks' runs
 
@@ -53,19 +53,16 @@ def parse(data: bytes) -> list[RunPoint]:
         raise DataError(f"the stored run history: {exc}") from None
 
 
+HISTORY = LeaderRecord("run-history", parse, to_bytes, list, "the chart starts again with the next run")
+
+
 def read(store: MetadataStore) -> list[RunPoint]:
-    """The stored history ([] when none, or unreadable: logged, and started again by the next run)."""
-    try:
-        data = store.auditor_record(RECORD)
-        return parse(data) if data else []
-    except Exception as exc:
-        log.error("cannot read the run history: %s", one_line(exc))
-        return []
+    return HISTORY.read(store)
 
 
 def record(store: MetadataStore, point: RunPoint) -> None:
     try:
-        store.set_auditor_record(RECORD, to_bytes(appended(read(store), point)))
+        HISTORY.write(store, appended(HISTORY.read(store), point))
     except Exception as exc:  # the chart misses one point; the runs and their gauges are right
         log.warning("could not record run %s in the history: %s", point.run_id, one_line(exc))
 

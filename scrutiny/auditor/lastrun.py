@@ -19,6 +19,7 @@ from typing import Any
 
 from scrutiny.categories import Category
 from scrutiny.errors import DataError, one_line
+from scrutiny.records import LeaderRecord
 from scrutiny.report import Report
 from scrutiny.store import MetadataStore
 from scrutiny.times import iso_seconds
@@ -116,10 +117,17 @@ class RunSummary:
                 **({"blast_radius": self.blast_radius} if self.blast_radius is not None else {})}
 
 
+def last_run(kind: str) -> LeaderRecord[RunSummary | None]:
+    """The last complete run of a kind, as its leader left it for the next."""
+    return LeaderRecord(f"last-run/{kind}", lambda data: RunSummary.parse(data, f"the last {kind} run"),
+                        lambda summary: summary.to_bytes() if summary is not None else b"", lambda: None,
+                        "the next run of its kind sets its gauges again")
+
+
 def bequeath(store: MetadataStore, summary: RunSummary) -> None:
     """Beside the cadence: whoever leads next exports this run until it has one of its own."""
     try:
-        store.set_last_run(summary.kind, summary.to_bytes())
+        last_run(summary.kind).write(store, summary)
     except Exception as exc:  # the gauges here are right; only a next leader would miss this run
         log.warning("could not record the %s run's summary for the next leader: %s", summary.kind, one_line(exc))
 
@@ -129,12 +137,11 @@ def inherit(store: MetadataStore, kinds: Iterable[str], own_finished_ms: Mapping
     skipped: the next run of its kind sets the gauges again)."""
     for kind in kinds:
         try:
-            data = store.last_run(kind)
-            if data is None:
-                continue
-            summary = RunSummary.parse(data, f"the stored summary of the last {kind} run")
-        except Exception as exc:
+            summary = last_run(kind).read(store)
+        except Exception as exc:  # the store away: the next run of its kind sets the gauges again
             log.error("cannot inherit the last %s run: %s", kind, one_line(exc))
+            continue
+        if summary is None:
             continue
         if own_finished_ms.get(kind, -1) >= summary.finished_ms:
             continue

@@ -15,6 +15,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from scrutiny import retry
 from scrutiny.errors import StoreError
+from scrutiny.records import LeaderRecord
 from scrutiny.store import Election, MetadataStore
 from scrutiny.times import iso_seconds
 
@@ -116,6 +117,12 @@ class Leadership:
         return str(contenders[0]) if contenders else ""
 
 
+def cadence(kind: str) -> LeaderRecord[int | None]:
+    """When the last complete run of a periodic kind started (ms), as the leaders record it."""
+    return LeaderRecord(f"cadence/{kind}", lambda data: int(data.decode()), lambda ms: str(ms).encode(),
+                        lambda: None, "its next run is due now")
+
+
 class PeriodicRuns:
     """The periodic kinds on the scheduler while leading, each first due one interval after the last
     complete run of its kind (the cadence in the store), or now when there is none."""
@@ -136,7 +143,7 @@ class PeriodicRuns:
         for kind, interval in intervals.items():
             if interval <= 0:
                 continue
-            last = self._store().cadence(kind)
+            last = cadence(kind).read(self._store())
             first = now if last is None else max(now, last / 1000 + interval)
             self.scheduler.add_job(self._due, IntervalTrigger(seconds=interval), args=[kind], id=kind,
                                    next_run_time=datetime.fromtimestamp(first, UTC), coalesce=True,
@@ -162,6 +169,6 @@ class PeriodicRuns:
     def record(self, kind: str, started_ms: int) -> None:
         """A complete run of `kind` started at `started_ms`: the next leader keeps the cadence."""
         try:
-            self._store().set_cadence(kind, started_ms)
+            cadence(kind).write(self._store(), started_ms)
         except Exception as exc:
             log.warning("could not record the %s cadence: %s", kind, exc)

@@ -26,11 +26,12 @@ from scrutiny.bookieclient import BookieClient, HoldingsClient
 from scrutiny.categories import Category, Fact, resting_on
 from scrutiny.checks import Violation, check_underreplication_age
 from scrutiny.config import ScanSettings
-from scrutiny.errors import DataError
 from scrutiny.findings import Findings
-from scrutiny.lostbookies import LostBookies, parse_sightings, sightings_to_bytes
+from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
+from scrutiny.lostbookies import LostBookies
 from scrutiny.metadata import UnderreplicationMark
-from scrutiny.orphans import LedgerIds, Sightings, not_enumerated, orphan
+from scrutiny.orphans import SIGHTINGS as ORPHAN_SIGHTINGS
+from scrutiny.orphans import LedgerIds, not_enumerated, orphan
 from scrutiny.owners import UNKNOWN, owner_from_custom_metadata
 from scrutiny.report import DEEP_STATS, HOLDINGS_STATS, MARKS_STATS, RUN_STATS, Report, with_every_stat
 from scrutiny.scan.context import LEDGER_COUNTERS, NO_SILENCES, Pass, RunContext, Silences
@@ -328,7 +329,7 @@ class ScrutinyRun:
             absent = {r.ledger_id for r in store.read_ledgers(suspects) if r.deleted}
             candidates = {b: [lid for lid in ids.tolist() if lid in absent] for b, ids in held.items()}
             now = now_ms()
-            sightings = orphan_sightings(store).seen(candidates, now)
+            sightings = ORPHAN_SIGHTINGS.read(store).seen(candidates, now)
             stats.update(orphan_bookies_listed=len(held), orphan_bookies_not_listed=len(listed) - len(held),
                          orphan_candidates=sum(map(len, candidates.values())),
                          orphan_sightings_untracked=sightings.untracked)
@@ -348,7 +349,7 @@ class ScrutinyRun:
             for r in store.read_ledgers(sorted(held_by)) if r.deleted)
         if self.record_sightings:
             try:
-                store.set_orphan_sightings(sightings.to_bytes())
+                ORPHAN_SIGHTINGS.write(store, sightings)
             except Exception as exc:  # the next run sights them again: later, never early
                 log.warning("run %s: could not record the orphan sightings: %s", self.run_id, exc)
 
@@ -403,25 +404,11 @@ def registrations_changed(pending: PendingRun) -> dict[int, tuple[str, ...]]:
     return out
 
 
-def orphan_sightings(store: MetadataStore) -> Sightings:
-    data = store.orphan_sightings()
-    try:
-        return Sightings.parse(data, "the stored orphan sightings") if data else Sightings()
-    except DataError as exc:
-        log.error("%s: sighting every orphan anew", exc)
-        return Sightings()
-
-
 def lost_bookies(store: MetadataStore, facts: ClusterFacts, settings: ScanSettings) -> LostBookies:
     """What the lost-bookie check needs, as the run starts (`scrutiny.lostbookies`)."""
-    data = store.lost_bookie_sightings()
-    try:
-        first_seen = parse_sightings(data, "the stored lost-bookie sightings") if data else {}
-    except DataError as exc:
-        log.error("%s: seeing every lost bookie anew", exc)
-        first_seen = {}
     delay = facts.recovery_delay
-    return LostBookies(facts.registered, first_seen, settings.lost_bookie_recovery_delay if delay is None else delay,
+    return LostBookies(facts.registered, LOST_BOOKIE_SIGHTINGS.read(store),
+                       settings.lost_bookie_recovery_delay if delay is None else delay,
                        settings.lost_bookie_grace_period, facts.replication_disabled)
 
 
@@ -435,7 +422,7 @@ def record_lost_bookies(pending: PendingRun, run_id: str) -> None:
     if seen == dict(lost.first_seen):
         return
     try:
-        pending.store.set_lost_bookie_sightings(sightings_to_bytes(seen))
+        LOST_BOOKIE_SIGHTINGS.write(pending.store, seen)
     except Exception as exc:  # the next run sees them gone from then: later, never early
         log.warning("run %s: could not record the lost-bookie sightings: %s", run_id, exc)
 

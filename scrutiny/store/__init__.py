@@ -184,58 +184,14 @@ class MetadataStore(ABC):
     def election(self, identifier: str, name: str = "") -> Election:
         """scrutiny's own election (never BookKeeper's auditor election)."""
 
-    def cadence(self, kind: str) -> int | None:
-        """When the last complete run of this kind started (ms), as the leaders record it."""
-        got = self.auditor_record(f"cadence/{kind}")
-        try:
-            return None if got is None else int(got.decode())
-        except ValueError:
-            return None
-
-    def set_cadence(self, kind: str, started_ms: int) -> None:
-        self.set_auditor_record(f"cadence/{kind}", str(started_ms).encode())
-
-    def last_run(self, kind: str) -> bytes | None:
-        """The summary of the last complete run of this kind (`scrutiny.auditor.lastrun.RunSummary`)."""
-        return self.auditor_record(f"last-run/{kind}")
-
-    def set_last_run(self, kind: str, data: bytes) -> None:
-        self.set_auditor_record(f"last-run/{kind}", data)
-
     @abstractmethod
     def auditor_record(self, name: str) -> bytes | None:
-        """One of the records the leaders keep beside their election (`<scrutiny path>/auditor/<name>`)."""
+        """One of the records the leaders keep beside their election (`<scrutiny path>/auditor/<name>`): the
+        cadence, the last runs, the deep pass, the sightings, continuous scrutiny's cursors, the history
+        (each a `scrutiny.records.LeaderRecord`, read tolerantly)."""
 
     @abstractmethod
     def set_auditor_record(self, name: str, data: bytes) -> None: ...
-
-    def deep_pass(self) -> bytes | None:
-        """The auditor's deep-scrub cursor (`scrutiny.deeppass.DeepPass`), as the leaders record it."""
-        return self.auditor_record("deep-pass")
-
-    def set_deep_pass(self, data: bytes) -> None:
-        self.set_auditor_record("deep-pass", data)
-
-    def orphan_sightings(self) -> bytes | None:
-        """When each orphan candidate was first seen (`scrutiny.orphans.Sightings`), as the leaders record it."""
-        return self.auditor_record("orphan-sightings")
-
-    def set_orphan_sightings(self, data: bytes) -> None:
-        self.set_auditor_record("orphan-sightings", data)
-
-    def lost_bookie_sightings(self) -> bytes | None:
-        """When each bookie gone from the registrations was first seen gone (`scrutiny.lostbookies`)."""
-        return self.auditor_record("lost-bookie-sightings")
-
-    def set_lost_bookie_sightings(self, data: bytes) -> None:
-        self.set_auditor_record("lost-bookie-sightings", data)
-
-    def continuous_cursors(self) -> bytes | None:
-        """Where continuous scrutiny is in each agent's change feed and in the store's watch."""
-        return self.auditor_record("continuous-cursors")
-
-    def set_continuous_cursors(self, data: bytes) -> None:
-        self.set_auditor_record("continuous-cursors", data)
 
     def watch_tree(self, on_change: Callable[[TreeChange], None], on_gap: Callable[[str], None],
                    resume: str = "") -> TreeWatchHandle | None:
