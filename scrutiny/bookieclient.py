@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent import futures
 from typing import Any, NamedTuple
@@ -20,6 +19,7 @@ import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from scrutiny import retry
+from scrutiny.channels import channel
 from scrutiny.checks import NO_LEDGER, BookieAnswer, BookieAnswers, DeepAnswer, Outcome, listed
 from scrutiny.codec import EMPTY_ANSWER, CodecError, decode
 from scrutiny.config import DEFAULT_AGENT_PORT, ScanSettings
@@ -150,16 +150,9 @@ class BookieClient:
                 address = self.resolver.address(bookie_id)
                 options = [("grpc.max_receive_message_length", self.max_message_bytes),
                            ("grpc.enable_retries", 0)]
-                ch = (grpc.secure_channel(address, self.credentials, options) if self.credentials
-                      else grpc.insecure_channel(address, options))
+                ch = channel(address, self.credentials, options)
                 self._channels[bookie_id] = ch
             return bookie_pb2_grpc.BookieStub(ch)
-
-    def watch_holdings(self, bookie_id: str, feed_id: str, after: int) -> Any:
-        """The bookie's change feed (WatchHoldings) from after `after` of `feed_id` on: an iterator of
-        changes that lasts until cancelled, or until the agent or the channel goes."""
-        return self._stub(bookie_id).WatchHoldings(
-            bookie_pb2.WatchHoldingsRequest(feed_id=feed_id, after_sequence=after))
 
     def forget(self, bookie_id: str) -> None:
         """Close the channel to this bookie's agent: the next call resolves its address again."""
@@ -208,35 +201,30 @@ class BookieClient:
     def _fetch_chunk(self, bookie_id: str, ids: list[int], deadline: float) -> BookieAnswers:
         with self._slot(bookie_id):
             got = BookieAnswers(bookie_id)
-            reason = ""
-            delays = self.backoff.delays()
-            for attempt in range(self.retries + 1):
+
+            def ask() -> None:
                 remaining = [i for i in ids if i not in got]
                 if not remaining:
-                    break
-                if attempt:
-                    time.sleep(next(delays))
+                    return
                 try:
                     if self.streaming and bookie_id not in self._no_streaming:
                         self._stream(bookie_id, remaining, got, deadline)
                     else:
                         self._unary(bookie_id, remaining, got, deadline)
-                    ended = BookieAnswer(Outcome.UNAVAILABLE, reason="the agent's stream ended without it")
-                    got.other.update((i, ended) for i in remaining if i not in got)
-                    break
                 except grpc.RpcError as exc:
-                    code = exc.code()
-                    reason = f"{code.name}: {exc.details()}"
-                    self.failed_calls += 1
-                    if code == grpc.StatusCode.UNIMPLEMENTED and bookie_id not in self._no_streaming:
+                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED and bookie_id not in self._no_streaming:
                         log.info("bookie %s has no streaming call: unary from now on", bookie_id)
                         self._no_streaming.add(bookie_id)
-                        continue
-                    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (exc.details() or ""):
-                        self._one_by_one(bookie_id, [i for i in remaining if i not in got], got, deadline)
-                        break
-                    if code not in _TRANSIENT:
-                        break
+                        self.failed_calls += 1
+                        return ask()
+                    if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (exc.details() or ""):
+                        self.failed_calls += 1
+                        return self._one_by_one(bookie_id, [i for i in remaining if i not in got], got, deadline)
+                    raise
+                ended = BookieAnswer(Outcome.UNAVAILABLE, reason="the agent's stream ended without it")
+                got.other.update((i, ended) for i in remaining if i not in got)
+
+            reason = self._retried(ask)
             unanswered = [i for i in ids if i not in got]
             if unanswered:
                 silent = BookieAnswer(Outcome.UNAVAILABLE, reason=f"bookie {bookie_id}: {reason}")
@@ -258,12 +246,11 @@ class BookieClient:
 
     def _serving(self, bookie_id: str) -> bool:
         with self._lock:
-            channel = self._channels.get(bookie_id)
-        if channel is None:
+            ch = self._channels.get(bookie_id)
+        if ch is None:
             return False
         try:
-            got = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(),
-                                                            timeout=HEALTH_CHECK_SECONDS)
+            got = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=HEALTH_CHECK_SECONDS)
         except grpc.RpcError:
             return False
         return bool(got.status == health_pb2.HealthCheckResponse.SERVING)
@@ -320,21 +307,21 @@ class BookieClient:
                     got.other[lid] = BookieAnswer(Outcome.UNAVAILABLE, reason=f"{exc.code().name}: {exc.details()}")
 
     def _retried(self, call: Callable[[], None]) -> str:
-        """`call` again after a transient failure, at most `retries` times: "" once it succeeds, else why not."""
-        delays = self.backoff.delays()
-        reason = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(next(delays))
+        """`call` again after a transient failure, at most `retries` times: "" once it succeeds, else why not.
+        Each failure counts in `failed_calls`."""
+        def counted() -> None:
             try:
                 call()
-                return ""
-            except grpc.RpcError as exc:
+            except grpc.RpcError:
                 self.failed_calls += 1
-                reason = f"{exc.code().name}: {exc.details()}"
-                if exc.code() not in _TRANSIENT:
-                    break
-        return reason
+                raise
+
+        try:
+            retry.Retry(self.backoff, tries=self.retries + 1).call(
+                counted, lambda exc: isinstance(exc, grpc.RpcError) and exc.code() in _TRANSIENT)
+            return ""
+        except grpc.RpcError as exc:
+            return f"{exc.code().name}: {exc.details()}"
 
     # -- deep scrub -------------------------------------------------------------------------------
 

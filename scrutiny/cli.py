@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from scrutiny.agent import main as agent_main
 from scrutiny.auditor import main as auditor_main
+from scrutiny.channels import channel
 from scrutiny.config import (
     ScanSettings,
     build,
@@ -249,9 +250,9 @@ def run_rescan(args: argparse.Namespace) -> int:
     address = args.auditor
     creds = channel_credentials(args.tls_ca or "", args.tls_cert or "", args.tls_key or "")
     for _ in range(2):  # a standby names the leader: ask it once
-        with (grpc.secure_channel(address, creds) if creds else grpc.insecure_channel(address)) as channel:
+        with channel(address, creds) as ch:
             try:
-                resp = auditor_pb2_grpc.AuditorStub(channel).Rescan(request, metadata=metadata)
+                resp = auditor_pb2_grpc.AuditorStub(ch).Rescan(request, metadata=metadata)
                 break
             except grpc.RpcError as exc:
                 leader = dict(exc.trailing_metadata() or ()).get("leader-address")

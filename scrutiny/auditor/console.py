@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -252,7 +251,3 @@ def chart(points: Sequence[RunPoint]) -> Chart | None:
         series.append((", ".join(categories), " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)))
     return Chart(CHART_W, CHART_H, series, most, iso(runs[0].finished_ms),
                  iso(runs[-1].finished_ms) if len(runs) > 1 else "", len(runs))
-
-
-def details_json(v: Violation) -> dict[str, Any]:
-    return {**v.to_json(), "severity": severity_of(v.category, v.details)}

@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
+from scrutiny.channels import aio_channel
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -75,8 +76,7 @@ class AgentFeeds:
         feed = f"agent {bookie}"
         while True:
             address = self.address(bookie)
-            channel = (aio.secure_channel(address, self.credentials, self.options) if self.credentials
-                       else aio.insecure_channel(address, self.options))
+            channel = aio_channel(address, self.credentials, self.options)
             try:
                 if await self._read(bookie, channel):
                     self.states[feed] = "unavailable"  # a bridge to a stock bookie: full runs only

@@ -36,6 +36,7 @@ class Leadership:
         self._step_down = threading.Event()
         self._election: Election | None = None
         self._thread = threading.Thread(target=self._contend, name="election", daemon=True)
+        self._retry = retry.Retry(retry.RECONNECT, sleep=self.stopping.wait)  # a stop cuts a wait short
 
     def start(self) -> None:
         self._thread.start()
@@ -57,17 +58,16 @@ class Leadership:
         return self.store
 
     def _connect_with_backoff(self) -> bool:
-        delays = retry.RECONNECT.delays()
-        while not self.stopping.is_set():
-            try:
-                self.store = self._connect()
-                self.store.on_session_lost(self._session_lost)
-                return True
-            except StoreError as exc:
-                delay = next(delays)
-                log.warning("%s; retrying in %.0f s", exc, delay)
-                self.stopping.wait(delay)
-        return False
+        def connect() -> None:
+            self.store = self._connect()
+            self.store.on_session_lost(self._session_lost)
+
+        try:
+            self._retry.call(connect, lambda exc: isinstance(exc, StoreError) and not self.stopping.is_set(),
+                             lambda exc, delay: log.warning("%s; retrying in %.0f s", exc, delay))
+            return True
+        except StoreError:
+            return False  # stopping
 
     def _session_lost(self) -> None:
         log.warning("metadata store session lost: stepping down")
@@ -77,21 +77,20 @@ class Leadership:
         if not self._connect_with_backoff():
             return
         store = self.connected_store()
-        delays = retry.RECONNECT.delays()
-        while not self.stopping.is_set():
+
+        def contend() -> None:
+            self._election = store.election(self.identifier, self.election_name)
+            leader = next(iter(self._election.contenders()), "")
+            if leader and leader != self.identifier:
+                log.info("standing by: %s leads", leader)
+            self._election.run(self._lead)
+
+        while not self.stopping.is_set():  # each leadership ended, contend again
             try:
-                self._election = store.election(self.identifier, self.election_name)
-                leader = next(iter(self._election.contenders()), "")
-                if leader and leader != self.identifier:
-                    log.info("standing by: %s leads", leader)
-                self._election.run(self._lead)
-                delays = retry.RECONNECT.delays()
-            except Exception as exc:
-                if self.stopping.is_set():
-                    return
-                delay = next(delays)
-                log.warning("leader election interrupted (%s); again in %.0f s", exc, delay)
-                self.stopping.wait(delay)
+                self._retry.call(contend, lambda exc: not self.stopping.is_set(), lambda exc, delay: log.warning(
+                    "leader election interrupted (%s); again in %.0f s", exc, delay))
+            except Exception:
+                return  # stopping
 
     def _lead(self) -> None:
         self._step_down.clear()

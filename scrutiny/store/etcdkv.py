@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 import grpc
 
 from scrutiny import retry
+from scrutiny.channels import channel
 from scrutiny.errors import ConfigError, StoreError
 from scrutiny.etcd import rpc_pb2 as pb
 from scrutiny.etcd import rpc_pb2_grpc as pb_grpc
@@ -89,8 +90,7 @@ class EtcdKV:
             self._current = (self._current + 1) % len(self.endpoints)
             target = self._target(self.endpoints[self._current])
             options = [("grpc.max_receive_message_length", 256 * 1024 * 1024)]
-            self._channel = (grpc.secure_channel(target, self._credentials, options)
-                             if self._credentials is not None else grpc.insecure_channel(target, options))
+            self._channel = channel(target, self._credentials, options)
             self.kv = pb_grpc.KVStub(self._channel)
             self.lease = pb_grpc.LeaseStub(self._channel)
             self.watcher = pb_grpc.WatchStub(self._channel)
@@ -113,24 +113,26 @@ class EtcdKV:
         """`method(stubs)(request)`, retried across unavailability (on the next endpoint) until the retry
         deadline (the connection's, or `retry_deadline`); any other refusal is a StoreError naming `what`."""
         retry_deadline = self.retry_deadline if retry_deadline is None else retry_deadline
-        deadline = time.monotonic() + retry_deadline
-        delays = retry.ZOOKEEPER_REQUEST.delays()
-        while True:
+
+        def once() -> T:
             try:
                 return method(self)(request, timeout=self.timeout, metadata=self._metadata())
             except grpc.RpcError as exc:
-                code = exc.code()
-                if code is grpc.StatusCode.UNAUTHENTICATED and self._user is not None and self._token is not None:
-                    self._token = None  # expired token: authenticate again
-                    continue
-                if code not in _RETRYABLE:
-                    raise StoreError(f"etcd refused {what}: {code.name} {exc.details()}") from None
-                if time.monotonic() >= deadline:
-                    raise MetadataStoreUnavailable(
-                        f"etcd unreachable at {', '.join(self.endpoints)} for {retry_deadline:.0f} s "
-                        f"({what}: {exc.details()})") from None
-                time.sleep(next(delays))
-                self._connect(after_failure=True)
+                if exc.code() is not grpc.StatusCode.UNAUTHENTICATED or self._user is None or self._token is None:
+                    raise
+                self._token = None  # expired token: authenticate again, at once
+                return method(self)(request, timeout=self.timeout, metadata=self._metadata())
+
+        try:
+            return retry.Retry(retry.ZOOKEEPER_REQUEST, deadline=retry_deadline).call(
+                once, lambda exc: isinstance(exc, grpc.RpcError) and exc.code() in _RETRYABLE,
+                lambda exc, delay: self._connect(after_failure=True))
+        except grpc.RpcError as exc:
+            if exc.code() not in _RETRYABLE:
+                raise StoreError(f"etcd refused {what}: {exc.code().name} {exc.details()}") from None
+            raise MetadataStoreUnavailable(
+                f"etcd unreachable at {', '.join(self.endpoints)} for {retry_deadline:.0f} s "
+                f"({what}: {exc.details()})") from None
 
     def close(self) -> None:
         with self._lock:

@@ -136,17 +136,16 @@ class ZooKeeperRequests:
         expiry until the retry deadline. Each wait is bounded: while disconnected, kazoo queues a
         request without limit, since it cannot learn that its session expired before it reconnects."""
         deadline = time.monotonic() + self.retry_deadline
-        delays = retry.ZOOKEEPER_REQUEST.delays()
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                return start(*args).get(timeout=max(0.05, min(remaining, OPERATION_TIMEOUT)))
-            except _RETRYABLE as exc:
-                delay = next(delays)
-                if time.monotonic() + delay >= deadline:
-                    raise MetadataStoreUnavailable(
-                        f"ZooKeeper unavailable for {self.retry_deadline:.0f} s: {type(exc).__name__}") from None
-                time.sleep(delay)
+
+        def once() -> Any:
+            return start(*args).get(timeout=max(0.05, min(deadline - time.monotonic(), OPERATION_TIMEOUT)))
+
+        try:
+            return retry.Retry(retry.ZOOKEEPER_REQUEST, deadline=self.retry_deadline).call(
+                once, lambda exc: isinstance(exc, _RETRYABLE))
+        except _RETRYABLE as exc:
+            raise MetadataStoreUnavailable(
+                f"ZooKeeper unavailable for {self.retry_deadline:.0f} s: {type(exc).__name__}") from None
 
     def get(self, path: str) -> tuple[bytes, Any] | None:
         try:
