@@ -338,7 +338,8 @@ def test_a_look_at_every_ledger_of_a_bookie_never_holds_up_the_looks_at_a_few_le
     feeds name meanwhile are looked at in their own lane, and the bookies due together share one pass."""
     import threading
 
-    from scrutiny.auditor.continuous import BOOKIES, LEDGERS, Continuous
+    from scrutiny.auditor.backlog import BOOKIES, LEDGERS
+    from scrutiny.auditor.continuous import Continuous
     from scrutiny.auditor.currentstate import CurrentState
 
     c = Continuous(ScanSettings(metadata_service_uri="zk://127.0.0.1:1/ledgers"),

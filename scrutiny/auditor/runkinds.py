@@ -8,6 +8,7 @@ from scrutiny.categories import REGISTRY, Category, Phase, in_phase
 FULL, UNDERREPLICATION, RESCAN, WHATIF, DEEP = "full", "underreplication", "rescan", "whatif", "deep"
 
 
+KINDS = (FULL, UNDERREPLICATION, RESCAN, WHATIF, DEEP)
 PERIODIC = (FULL, UNDERREPLICATION, DEEP)
 WHOLE_CLUSTER_KINDS = (FULL, UNDERREPLICATION, RESCAN, DEEP)  # the kinds whose runs set the gauges
 

@@ -15,13 +15,12 @@ from google.rpc import status_pb2
 from grpc_status import rpc_status
 
 from scrutiny.auditor.lastrun import RunSummary
+from scrutiny.auditor.runkinds import KINDS
 from scrutiny.auditor.runqueue import Ticket
 from scrutiny.errors import NotFound, NotLeader, RequestError, ScrutinyError, Unauthenticated, one_line
 from scrutiny.times import iso_seconds
 from scrutiny.tls import verified_peer
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
-
-KINDS = ("full", "underreplication", "rescan", "whatif", "deep")
 
 
 @dataclass(frozen=True)
@@ -74,22 +73,35 @@ class Authenticator:
         return bool(self.token) and hmac.compare_digest(authorization.encode(), f"Bearer {self.token}".encode())
 
 
-def run_info(ticket: Ticket) -> Any:
-    msg = auditor_pb2.RunInfo(run_id=ticket.run_id, kind=ticket.kind, ranges_done=ticket.ranges_done,
-                              ranges_total=ticket.ranges_total,
-                              complete=bool(ticket.report and ticket.report.complete))
+def run_fields(ticket: Ticket) -> dict[str, Any]:
+    """One run of this auditor's as GetStatus tells it (RunInfo's fields), and the HTTP API too."""
+    fields: dict[str, Any] = {"run_id": ticket.run_id, "kind": ticket.kind, "ranges_done": ticket.ranges_done,
+                              "ranges_total": ticket.ranges_total,
+                              "complete": bool(ticket.report and ticket.report.complete)}
     if ticket.report is not None:
-        msg.started_at, msg.finished_at = ticket.report.started_at, ticket.report.finished_at
-        msg.counts.update(ticket.report.counts)
+        fields |= {"started_at": ticket.report.started_at, "finished_at": ticket.report.finished_at,
+                   "counts": dict(ticket.report.counts)}
     elif ticket.started_ms:
-        msg.started_at = iso_seconds(ticket.started_ms / 1000)
-    return msg
+        fields["started_at"] = iso_seconds(ticket.started_ms / 1000)
+    return fields
 
 
-def inherited_run_info(summary: RunSummary) -> Any:
-    return auditor_pb2.RunInfo(run_id=summary.run_id, kind=summary.kind, started_at=summary.started_at,
-                               finished_at=summary.finished_at, complete=True,
-                               counts=summary.counts, ran_by=summary.ran_by)
+def inherited_fields(summary: RunSummary) -> dict[str, Any]:
+    """The last complete run of a kind, as an earlier leader left it."""
+    return {"run_id": summary.run_id, "kind": summary.kind, "started_at": summary.started_at,
+            "finished_at": summary.finished_at, "complete": True, "counts": dict(summary.counts),
+            "ran_by": summary.ran_by}
+
+
+def status_json(s: Status) -> dict[str, Any]:
+    """GetStatus's answer as the HTTP API tells it (the same fields; the role in words)."""
+    # a standby that has not learned who leads yet (just started: the store not reached, the election under way)
+    role = "leader" if s.leading else "standby" if s.leader_address else "electing"
+    return {"role": role, "leader_address": s.leader_address,
+            "current_run": run_fields(s.current) if s.current else None,
+            "last_runs": [run_fields(t) for t in s.own_last()] + [inherited_fields(i) for i in s.inherited],
+            "next_runs": dict(s.next_runs), "skipped_runs": dict(s.skipped), "queued_runs": s.queued_runs,
+            "runs_awaiting_recheck": s.runs_awaiting_recheck}
 
 
 def _abort(context: grpc.ServicerContext, exc: ScrutinyError) -> NoReturn:
@@ -155,12 +167,12 @@ class AuditorServicer(auditor_pb2_grpc.AuditorServicer):
         resp = auditor_pb2.GetStatusResponse(role=auditor_pb2.LEADER if s.leading else auditor_pb2.STANDBY,
                                              leader_address=s.leader_address, queued_runs=s.queued_runs,
                                              runs_awaiting_recheck=s.runs_awaiting_recheck)
-        resp.last_runs.extend(run_info(t) for t in s.own_last())
-        resp.last_runs.extend(inherited_run_info(i) for i in s.inherited)
+        resp.last_runs.extend(auditor_pb2.RunInfo(**run_fields(t)) for t in s.own_last())
+        resp.last_runs.extend(auditor_pb2.RunInfo(**inherited_fields(i)) for i in s.inherited)
         resp.skipped_runs.update(s.skipped)
         resp.next_runs.update(s.next_runs)
         if s.current is not None:
-            resp.current_run.CopyFrom(run_info(s.current))
+            resp.current_run.CopyFrom(auditor_pb2.RunInfo(**run_fields(s.current)))
         return resp
 
     def GetLastReport(self, request: Any, context: grpc.ServicerContext) -> Any:
