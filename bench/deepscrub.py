@@ -29,6 +29,7 @@ import grpc
 from bench.common import table
 from scrutiny import entrylog
 from scrutiny.entrysources import DbLedgerStorageSource
+from scrutiny.entrysources.entrylogs import OpenLogs
 from scrutiny.testing import processes
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.processes import stop
@@ -69,14 +70,11 @@ def sequential_read(path: Path) -> int:
 
 def per_entry_read(source: DbLedgerStorageSource, ledgers: int) -> int:
     n = 0
-    logs: dict[tuple[int, int], int | None] = {}
-    for lid in range(ledgers):
-        for d, _, location in source._locations(lid) or []:
-            stored, _, _ = source._read(d, location, logs)
-            n += len(stored)
-    for fd in logs.values():
-        if fd is not None:
-            os.close(fd)
+    with OpenLogs(source.ledger_dirs) as logs:
+        for lid in range(ledgers):
+            for d, _, location in source.locations_of(lid) or []:
+                stored, _, _ = logs.read(d, location)
+                n += len(stored)
     return n
 
 

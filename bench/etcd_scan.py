@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import cpu_seconds, start_agents, stop_agents, table
-from bench.scale import _stream, build
+from bench.scale import build, stream_answers
 from scrutiny.config import ScanSettings
 from scrutiny.metadata import Layout, decode_ledger_metadata, ledger_path
 from scrutiny.scan.driver import ScrutinyRun
@@ -114,7 +114,7 @@ def run_size(count: int, entries: int, rounds: int, session: Any) -> dict[str, A
             for _ in range(2):
                 t0 = time.perf_counter()
                 assert sc.parallelize(ranges, len(ranges)).map(lambda t: _read_bucket(endpoint, t)).sum() == count
-                assert sc.parallelize(work, len(work)).map(lambda w: _stream(*w)).sum() == \
+                assert sc.parallelize(work, len(work)).map(lambda w: stream_answers(*w)).sum() == \
                     sum(len(v) for v in held.values())
                 floors.append(time.perf_counter() - t0)
             row["scan floor s"] = min(floors)

@@ -259,7 +259,7 @@ def _read_range(uri: str, rng: LedgerRange, multi_read: str = "on") -> int:
     return sum(1 for _, got in store.get_many(paths) if got is not None)
 
 
-def _stream(address: str, ids: list[int]) -> int:
+def stream_answers(address: str, ids: list[int]) -> int:
     import grpc
 
     from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
@@ -303,7 +303,7 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
                 read = sc.parallelize(ranges, len(ranges)).map(lambda r: _read_range(uri, r)).sum()
                 reads.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
-                answered = sc.parallelize(work, len(work)).map(lambda w: _stream(*w)).sum()
+                answered = sc.parallelize(work, len(work)).map(lambda w: stream_answers(*w)).sum()
                 streams.append(time.perf_counter() - t0)
                 assert read == count and answered == sum(len(v) for v in held.values())
             row["floor: multiRead s"], row["floor: agents s"] = min(reads), min(streams)
@@ -313,8 +313,8 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
             settings = ScanSettings(metadata_service_uri=uri, recheck_delay=1.0, spark_master=master)
             peak = PeakRss(workers)  # from here: what the scan itself costs
             received = packets_received(zk.port)
-            cpu = ScrutinyCpu([zk._proc.pid, *(a.pid for a in agents)], workers)  # type: ignore[union-attr]
-            zk_cpu = cpu_seconds(zk._proc.pid)  # type: ignore[union-attr]
+            cpu = ScrutinyCpu([zk.pid, *(a.pid for a in agents)], workers)
+            zk_cpu = cpu_seconds(zk.pid)
             agent_cpu = [cpu_seconds(a.pid) for a in agents]
             calls = {b: agent_requests(port) for b, port in metrics.items()}
             t0 = time.perf_counter()
@@ -323,7 +323,7 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
             spent = cpu.spent()
             row["zk requests / ledger"] = (packets_received(zk.port) - received) / count
             row["zk requests"] = packets_received(zk.port) - received
-            row["zk CPU s"] = cpu_seconds(zk._proc.pid) - zk_cpu  # type: ignore[union-attr]
+            row["zk CPU s"] = cpu_seconds(zk.pid) - zk_cpu
             per_bookie = [after - before for before, after in zip(agent_cpu, [cpu_seconds(a.pid) for a in agents],
                                                                  strict=True)]
             row["agent CPU s per bookie (median; most)"] = f"{statistics.median(per_bookie):.1f}; {max(per_bookie):.1f}"

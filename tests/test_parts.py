@@ -328,20 +328,6 @@ def test_a_scan_over_another_metadata_store(tmp_path: Path) -> None:
         open_store(ScanSettings(metadata_service_uri="etcd://x:2379/ledgers"))  # not Pulsar's layout
 
 
-def test_no_class_is_over_300_lines() -> None:
-    """Each class reads alone (the ZooKeeper store was split into its request layer and its vocabulary)."""
-    import ast
-
-    long = []
-    for path in sorted((Path(__file__).resolve().parent.parent / "scrutiny").rglob("*.py")):
-        if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ClassDef) and (node.end_lineno or 0) - node.lineno + 1 > 300:
-                long.append(f"{path.name}:{node.name}")
-    assert not long
-
-
 def test_runs_awaiting_their_recheck_are_abandoned_at_shutdown() -> None:
     closed: list[str] = []
     timers: list[Any] = []

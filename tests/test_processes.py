@@ -21,9 +21,9 @@ from scrutiny.testing.localzk import LocalZooKeeper
 zk = LocalZooKeeper()
 threading.Thread(target=zk.start).start()  # forked from a thread that ends at once: the child must outlive it
 agent = processes.spawn([sys.executable, "-c", "import time; time.sleep(600)"])
-while zk._proc is None:
+while not zk.running:
     pass
-print(zk._proc.pid, agent.pid, flush=True)
+print(zk.pid, agent.pid, flush=True)
 sys.stdin.read()
 """
 

@@ -6,7 +6,6 @@ reads the entries themselves from the entry logs (the deep scrub, the bytes a le
 
 from __future__ import annotations
 
-import os
 import shutil
 import struct
 import tempfile
@@ -21,11 +20,11 @@ from scrutiny import codec, entrylog
 from scrutiny.bookkeeper import dbledgerstorage_pb2
 from scrutiny.changefeed import Change
 from scrutiny.entrysources.dbwatch import DbLedgerStorageWatch
+from scrutiny.entrysources.entrylogs import OpenLogs
 from scrutiny.entrysources.layout import COOKIE, ENTRY_KEY, LEDGER_KEY, LOCATION, entry_ids_listed, index_entries
 from scrutiny.entrysources.rocksdb import SecondaryIndex
 from scrutiny.entrysources.source import Holding, SourceError, Verification
 
-MAX_ENTRY_BYTES = 64 * 1024 * 1024  # larger than any entry a bookie accepts (nettyMaxFrameSizeBytes)
 INDEX_CACHE_BYTES = 32 << 20  # the agent's RocksDB block cache, all of a bookie's indexes together
 STORED_BYTES_MOST_ENTRIES = 1_000_000  # a ledger's stored bytes are summed entry by entry up to this many
 PAGE_BYTES = 4096
@@ -167,29 +166,25 @@ class DbLedgerStorageSource:
                      throttle: Callable[[int], object] = lambda n: None) -> int | None:
         """The bytes the bookie stores for the ledger's entries (each entry's size field in its entry
         log); None when unknown: no such ledger, too many entries to look up, or a log not readable."""
-        where = self._locations(ledger_id)
+        where = self.locations_of(ledger_id)
         if where is None or len(where) > most_entries:
             return None
         total = 0
-        logs: dict[tuple[int, int], int | None] = {}
         try:
-            for d, _, location in where:
-                size, reason, _ = self._size(d, location, logs)
-                throttle(PAGE_BYTES)  # a random read of a size field costs the disk a page
-                if reason:
-                    return None
-                total += size
+            with OpenLogs(self.ledger_dirs) as logs:
+                for d, _, location in where:
+                    size, reason, _ = logs.size(d, location)
+                    throttle(PAGE_BYTES)  # a random read of a size field costs the disk a page
+                    if reason:
+                        return None
+                    total += size
         except OSError:
             return None
-        finally:
-            for fd in logs.values():
-                if fd is not None:
-                    os.close(fd)
         return total
 
     # -- deep scrub --------------------------------------------------------------------------------
 
-    def _locations(self, ledger_id: int) -> list[tuple[int, int, int]] | None:
+    def locations_of(self, ledger_id: int) -> list[tuple[int, int, int]] | None:
         """(directory index, entry id, location) of every entry the indexes list; None: no ledger."""
         out: list[tuple[int, int, int]] = []
         known = False
@@ -211,91 +206,42 @@ class DbLedgerStorageSource:
             value = locations.get(ENTRY_KEY.pack(ledger_id, entry_id))
         return None if value is None else int(struct.unpack(">q", value)[0])
 
-    def _log(self, d: int, log_id: int, logs: dict[tuple[int, int], int | None]) -> int | None:
-        """An entry log opened read-only (once per call: `logs`), None when it does not exist."""
-        key = (d, log_id)
-        if key not in logs:
-            path = entrylog.log_path(self.ledger_dirs[d], log_id)
-            try:
-                logs[key] = os.open(path, os.O_RDONLY | getattr(os, "O_NOATIME", 0))
-            except PermissionError:  # O_NOATIME needs the file's owner
-                logs[key] = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                logs[key] = None
-        return logs[key]
-
-    def _size(self, d: int, location: int, logs: dict[tuple[int, int], int | None]) -> tuple[int, str, str]:
-        """The size field of the entry at a location (its log open, the size sane), or why not."""
-        log_id, pos = entrylog.split_location(location)
-        fd = self._log(d, log_id, logs)
-        if fd is None:
-            return -1, entrylog.MISSING_LOG, f"no entry log {log_id:x}.log"
-        if pos < entrylog.LOG_HEADER_BYTES + entrylog.ENTRY_SIZE.size:
-            return -1, entrylog.BAD_SIZE, f"location {pos} inside the log header"
-        head = os.pread(fd, entrylog.ENTRY_SIZE.size, pos - entrylog.ENTRY_SIZE.size)
-        if len(head) < entrylog.ENTRY_SIZE.size:
-            return -1, entrylog.TRUNCATED, f"log {log_id:x}.log ends before offset {pos}"
-        (size,) = entrylog.ENTRY_SIZE.unpack(head)
-        if not 0 <= size <= MAX_ENTRY_BYTES:
-            return -1, entrylog.BAD_SIZE, f"size field {size} at offset {pos} of log {log_id:x}.log"
-        return size, "", ""
-
-    def _read(self, d: int, location: int, logs: dict[tuple[int, int], int | None]) -> tuple[bytes, str, str]:
-        """The stored bytes at a location, or why they cannot be read (read-only; nothing changes)."""
-        size, reason, detail = self._size(d, location, logs)
-        if reason:
-            return b"", reason, detail
-        log_id, pos = entrylog.split_location(location)
-        fd = logs[(d, log_id)]
-        assert fd is not None  # _size found the log
-        stored = os.pread(fd, size, pos)
-        if len(stored) < size:
-            return stored, entrylog.TRUNCATED, f"log {log_id:x}.log has {len(stored)} of {size} bytes at {pos}"
-        return stored, "", ""
-
     def verify(self, ledger_id: int, digest_type: str, password: bytes | None,
                throttle: Callable[[int], object] = lambda n: None) -> Verification | None:
         """Read and verify every entry the index lists (None: no such ledger). A copy that fails is
         read again at its current location before it is believed: compaction moves entries (and
         removes the old log), and an entry gone from the index meanwhile is not held any more."""
-        where = self._locations(ledger_id)
+        where = self.locations_of(ledger_id)
         if where is None:
             return None
         verified: list[int] = []
         hashes: list[bytes] = []
         corrupt: list[tuple[int, str, str]] = []
         read = 0
-        logs: dict[tuple[int, int], int | None] = {}
         try:
-            for d, eid, location in where:
-                for attempt in (1, 2):
-                    stored, reason, detail = self._read(d, location, logs)
-                    read += len(stored)
-                    throttle(len(stored) + entrylog.ENTRY_SIZE.size)
-                    if not reason:
-                        verdict = entrylog.verify_entry(stored, ledger_id, eid, digest_type, password)
-                        reason, detail = verdict.reason, verdict.detail
-                    if not reason:
-                        verified.append(eid)
-                        hashes.append(verdict.payload_hash)
-                        break
-                    if attempt == 2:
-                        corrupt.append((eid, reason, detail))
-                        break
-                    now = self._location_now(d, ledger_id, eid)
-                    if now is None:
-                        break  # deleted meanwhile: not held, not corrupt
-                    for fd in logs.values():  # the log may have been replaced: open it again
-                        if fd is not None:
-                            os.close(fd)
-                    logs.clear()
-                    location = now
+            with OpenLogs(self.ledger_dirs) as logs:
+                for d, eid, location in where:
+                    for attempt in (1, 2):
+                        stored, reason, detail = logs.read(d, location)
+                        read += len(stored)
+                        throttle(len(stored) + entrylog.ENTRY_SIZE.size)
+                        if not reason:
+                            verdict = entrylog.verify_entry(stored, ledger_id, eid, digest_type, password)
+                            reason, detail = verdict.reason, verdict.detail
+                        if not reason:
+                            verified.append(eid)
+                            hashes.append(verdict.payload_hash)
+                            break
+                        if attempt == 2:
+                            corrupt.append((eid, reason, detail))
+                            break
+                        now = self._location_now(d, ledger_id, eid)
+                        if now is None:
+                            break  # deleted meanwhile: not held, not corrupt
+                        logs.close()  # the log may have been replaced: open it again
+                        location = now
         except OSError as exc:  # the disk failing under the read: the agent cannot tell (EIO)
             raise SourceError(f"ledger {ledger_id}: reading the entry logs: {exc}") from None
-        finally:
-            for fd in logs.values():
-                if fd is not None:
-                    os.close(fd)
         return Verification(np.array(verified, dtype=np.int64), b"".join(hashes), corrupt, read,
                             digest_type != "DUMMY" and (digest_type != "HMAC" or password is not None))
 

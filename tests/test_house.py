@@ -1,0 +1,34 @@
+"""The house's rules, held against the code: one concept a room reads alone (no file over 600 lines, no class
+over 300), and no room reaches into another's private names."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sources(*folders: str) -> list[Path]:
+    return [p for f in folders for p in sorted((ROOT / f).rglob("*.py"))
+            if not p.name.endswith(("_pb2.py", "_pb2_grpc.py"))]
+
+
+def test_no_file_is_over_600_lines_and_no_class_over_300() -> None:
+    long = [f"{p.relative_to(ROOT)}: {n} lines" for p in sources("scrutiny")
+            if (n := len(p.read_text().splitlines())) > 600]
+    for path in sources("scrutiny"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and (node.end_lineno or 0) - node.lineno + 1 > 300:
+                long.append(f"{path.relative_to(ROOT)}:{node.name}")
+    assert not long
+
+
+def test_no_private_name_is_imported_across_rooms() -> None:
+    crossing = []
+    for path in sources("scrutiny", "bench"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("scrutiny", "bench")):
+                crossing += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                             if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not crossing
