@@ -43,7 +43,7 @@ from scrutiny.testing.demo import DemoCluster, bookie, build_demo_cluster, demo_
 from scrutiny.testing.localzk import LocalZooKeeper, expire_session
 from scrutiny.testing.processes import reap
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
-from tests.helpers import auditor_process, slow_agent
+from tests.support.helpers import auditor_process, slow_agent
 
 
 def found(report: object) -> set[tuple[str, int]]:

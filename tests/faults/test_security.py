@@ -30,7 +30,7 @@ from scrutiny.testing import store_at
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.tls import channel_credentials, server_credentials
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
-from tests.certs import CertificateAuthority, Pair
+from tests.support.certs import CertificateAuthority, Pair
 
 BOOKIE = "127.0.1.1:3181"
 

@@ -36,21 +36,12 @@ from scrutiny.testing import processes, store_on
 from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper, free_port
 from scrutiny.testing.processes import stop
-from tests.helpers import wait_for
+from tests.support.helpers import wait_for
+from tests.support.metrics import sample, scrape
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus"
 METRIC = re.compile(r"\b((?:scrutiny|auditor)_[A-Za-z_]+)\b")
-
-
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        return resp.read().decode()
-
-
-def sample(text: str, name: str, labels: str = "") -> float | None:
-    m = re.search(rf"^{re.escape(name)}{re.escape(labels)} (\S+)$", text, re.M)
-    return float(m.group(1)) if m else None
 
 
 def a_run(kind: str = "full", whole: bool = True) -> FinishedRun:

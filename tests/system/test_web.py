@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,7 +20,8 @@ from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
 from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper
-from tests.helpers import wait_for
+from tests.support.browser import make_browser
+from tests.support.helpers import wait_for
 
 TOKEN = "s3cret-page"
 
@@ -131,20 +131,6 @@ def browser() -> Iterator[Any]:
     driver = make_browser()
     yield driver
     driver.quit()
-
-
-def make_browser(width: int = 1400, height: int = 1000) -> Any:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    assert shutil.which("chromium") and shutil.which("chromedriver"), \
-        "make setup installs Debian's chromium and chromium-driver"
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or ""
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                f"--window-size={width},{height}"):
-        options.add_argument(arg)
-    return webdriver.Chrome(service=Service(executable_path=shutil.which("chromedriver")), options=options)
 
 
 def test_the_page_in_a_browser_shows_filters_and_sorts(auditor: tuple[DemoCluster, Auditor, str], browser: Any,

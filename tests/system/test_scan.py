@@ -32,7 +32,7 @@ from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import DECOMMISSIONED, DemoCluster, bookie, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper
 from tests.conftest import Place
-from tests.helpers import HookEngine
+from tests.support.helpers import HookEngine
 
 
 def settings_for(uri: str, **kw: object) -> ScanSettings:

@@ -33,7 +33,7 @@ from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
-from tests.helpers import synthetic_agents
+from tests.support.helpers import synthetic_agents
 
 ENS = ("127.0.6.1:3181", "127.0.6.2:3181", "127.0.6.3:3181")
 ORDERS, PRICES, LEGACY = ("persistent://public/default/orders", "persistent://public/default/prices",

@@ -31,8 +31,8 @@ from scrutiny.testing.localzk import free_port
 from scrutiny.testing.processes import reap
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
 from tests.conftest import place_on
-from tests.helpers import auditor_process, wait_for
-from tests.test_prometheus import sample, scrape
+from tests.support.helpers import auditor_process, wait_for
+from tests.support.metrics import sample, scrape
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """A real agent process whose source is slow (for kill-mid-stream and slow-agent tests).
 
-usage: python tests/slow_agent.py SYNTHETIC_FILE DELAY_SECONDS_PER_LEDGER [STOP_GRACE_SECONDS]
+usage: python tests/support/slow_agent.py SYNTHETIC_FILE DELAY_SECONDS_PER_LEDGER [STOP_GRACE_SECONDS]
 Prints the port on its first line, then serves until signalled (as `scrutiny bookie-agent` does).
 """
 

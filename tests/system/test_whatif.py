@@ -26,7 +26,7 @@ from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
 from tests.conftest import Place
-from tests.helpers import synthetic_agents
+from tests.support.helpers import synthetic_agents
 
 B = [f"127.0.7.{n}:3181" for n in range(1, 7)]
 RACKS = {B[0]: "/r1", B[1]: "/r2", B[2]: "/r3", B[3]: "/r1", B[4]: "/r2", B[5]: "/r3"}
@@ -163,7 +163,7 @@ def test_the_auditor_answers_whatif_and_reports_the_blast_radius(cluster: tuple,
     from scrutiny.auditor import Auditor, AuditorSettings
     from scrutiny.scan.engines import LocalEngine
     from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
-    from tests.helpers import wait_for
+    from tests.support.helpers import wait_for
 
     uri, mds, held = cluster
     scan = ScanSettings(metadata_service_uri=uri, engine="local", placement_policy="none", recheck_delay=0.2)

@@ -33,8 +33,8 @@ from scrutiny.store import MetadataStoreUnavailable, open_store
 from scrutiny.store.etcd import DENSE, EtcdStore
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localetcd import EtcdTree, LocalEtcd
-from tests.certs import CertificateAuthority
-from tests.helpers import wait_for
+from tests.support.certs import CertificateAuthority
+from tests.support.helpers import wait_for
 
 B = ("127.0.8.1:3181", "127.0.8.2:3181", "127.0.8.3:3181")
 

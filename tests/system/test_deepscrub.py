@@ -38,7 +38,7 @@ from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc, bookie_pb2, bookie_pb2_grpc
-from tests.helpers import wait_for
+from tests.support.helpers import wait_for
 
 BOOKIES = [f"127.0.4.{n}:3181" for n in range(1, 4)]
 
@@ -414,7 +414,7 @@ def test_the_auditors_deep_job_resumes_its_pass_after_a_leader_change(
 
 def readme_stats() -> tuple[set[str], set[str]]:
     """The stats the README lists: (every run's, deep runs')."""
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     every = text[text.index("- `stats` counts what the run looked at again"):]
     every = every[:every.index("\n\n")]
     deep = text[text.index("The report's `stats` say what was verified"):]

@@ -27,7 +27,7 @@ from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import bookie
 from tests.conftest import Place
-from tests.helpers import HookEngine
+from tests.support.helpers import HookEngine
 
 LOST = bookie(1)
 CATEGORY = "LOST_BOOKIE_RECOVERY_NOT_STARTED"

@@ -33,7 +33,7 @@ from scrutiny.testing.dbledgerstorage import LiveBookie, write_index
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.processes import reap
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
-from tests.helpers import slow_agent
+from tests.support.helpers import slow_agent
 
 G = codec.SequenceGroup
 

@@ -22,7 +22,7 @@ from scrutiny.changefeed import Change, ChangeFeed, Kind
 from scrutiny.entrysources import DbLedgerStorageSource, dbwatch
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
-from tests.helpers import wait_for
+from tests.support.helpers import wait_for
 
 Msg = bookie_pb2.HoldingsChange
 

@@ -39,7 +39,7 @@ from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.holdings import MutableHoldings, share
 from scrutiny.testing.localzk import LocalZooKeeper, free_port
 from scrutiny.testing.processes import reap
-from tests.helpers import wait_for
+from tests.support.helpers import wait_for
 
 pytestmark = pytest.mark.slow
 LIVE = "127.0.9.1:3181"  # the DbLedgerStorage bookie

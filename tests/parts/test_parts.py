@@ -32,8 +32,8 @@ from scrutiny.store import open_store
 from scrutiny.testing import store_at
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
-from tests import memstore
-from tests.helpers import wait_for
+from tests.support import memstore
+from tests.support.helpers import wait_for
 
 
 def report(run_id: str = "r", violations: list[Any] | None = None) -> Report:

@@ -28,7 +28,7 @@ from scrutiny.store.zookeeper import ZooKeeperStore
 from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
-from tests.helpers import HookEngine
+from tests.support.helpers import HookEngine
 
 BOOKIES = [f"127.0.3.{n}:3181" for n in range(1, 5)]
 

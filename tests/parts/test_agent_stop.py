@@ -19,7 +19,7 @@ from bench.deepscrub import build
 from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.testing.processes import reap, stop
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
-from tests.helpers import slow_agent
+from tests.support.helpers import slow_agent
 
 pytestmark = pytest.mark.slow
 GRACE = 2.0

@@ -21,7 +21,7 @@ from scrutiny.auditor import DEFAULT_AUDITOR_PORT, AuditorSettings
 from scrutiny.cli import build_parser
 from scrutiny.config import SECTIONS, ScanSettings, StatsdSettings, build
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def parses(argv: list[str]) -> Any:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from scrutiny.cli import build_parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "build_support"))
 from protogen import generated_modules, proto_files  # noqa: E402
 

@@ -37,9 +37,9 @@ from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.holdings import MutableHoldings, share
 from scrutiny.testing.localzk import LocalZooKeeper
-from tests.certs import CertificateAuthority
-from tests.helpers import wait_for
-from tests.slow_agent import SlowSource
+from tests.support.certs import CertificateAuthority
+from tests.support.helpers import wait_for
+from tests.support.slow_agent import SlowSource
 
 pytestmark = pytest.mark.slow
 B1, B2, B3, B4, B5 = (f"127.0.8.{n}:3181" for n in range(1, 6))
@@ -336,7 +336,7 @@ def test_the_console_in_a_browser(healthy: Console, tmp_path: Path) -> None:
     """Debian's chromium, headless: the pages render, the verdict and the chart show, the links work."""
     from selenium.webdriver.common.by import By
 
-    from tests.test_web import make_browser
+    from tests.support.browser import make_browser
 
     c = healthy
     c.holdings[B1].drop(4)

@@ -21,7 +21,7 @@ from scrutiny.auditor import feeds
 from scrutiny.auditor.feeds import AgentFeeds
 from scrutiny.testing.processes import stop
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
-from tests.helpers import wait_for
+from tests.support.helpers import wait_for
 
 Msg = bookie_pb2.HoldingsChange
 
