@@ -412,9 +412,10 @@ def test_the_auditors_deep_job_resumes_its_pass_after_a_leader_change(
     assert (final.next_slice, final.passes_completed) == (0, 1)
 
 
-def readme_stats() -> tuple[set[str], set[str]]:
-    """The stats the README lists: (every run's, deep runs')."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def documented_stats() -> tuple[set[str], set[str]]:
+    """The stats the documentation lists: (every run's, deep runs')."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    text = (docs / "report.md").read_text() + (docs / "agent.md").read_text()
     every = text[text.index("- `stats` counts what the run looked at again"):]
     every = every[:every.index("\n\n")]
     deep = text[text.index("The report's `stats` say what was verified"):]
@@ -423,10 +424,10 @@ def readme_stats() -> tuple[set[str], set[str]]:
     return named - {"stats"}, set(re.findall(r"`(deep_[a-z_]+)`", deep))
 
 
-def test_every_stat_the_readme_lists_is_in_every_report_of_its_kind(
+def test_every_stat_the_documentation_lists_is_in_every_report_of_its_kind(
         deep_cluster: tuple[ScanSettings, dict[str, Bookie]]) -> None:
     settings, _ = deep_cluster
-    every, deep = readme_stats()
+    every, deep = documented_stats()
     assert "deep_copies_unverified" in deep and "potentially_faulty" in every  # the parsing found the lists
     shallow = ScrutinyRun(settings, LocalEngine()).execute()
     assert every - {s for s in every if s.startswith("deep_")} <= set(shallow.stats)

@@ -149,7 +149,7 @@ def test_an_orphan_older_than_the_grace_is_found_and_a_just_deleted_ledger_is_no
     first = ScrutinyRun(cluster.settings, LocalEngine(), record_sightings=True).execute()
     assert "ORPHAN_LEDGER" not in {c for c, _ in found(first)}  # first seen now
     assert first.stats["orphan_candidates"] == 6 and first.stats["orphan_bookies_listed"] == 4
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "report.md").read_text()
     assert all(f"`{name}`" in readme and name in first.stats for name in HOLDINGS_STATS)
     cluster.collect(6)
     time.sleep(2.2)
