@@ -208,7 +208,6 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
             yield bookie_pb2.ListLedgersResponse(ledger_ids=packed[i:i + step], last_page=complete and
                                                  i + step >= len(packed))
 
-
     @stoppable
     def WatchHoldings(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         if self.watching is None:
