@@ -19,7 +19,7 @@ from bench.common import table
 from scrutiny.categories import Category
 from scrutiny.checks import Violation
 from scrutiny.findings import Findings
-from scrutiny.owners import Owner
+from scrutiny.pulsar.owners import Owner
 from scrutiny.report import Report
 
 BOOKIES = [f"bookie-{n}.bk.svc:3181" for n in range(30)]

@@ -30,6 +30,12 @@ class Category(enum.StrEnum):
     ENTRIES_PAST_THE_CLOSE = "ENTRIES_PAST_THE_CLOSE"
     ORPHAN_LEDGER = "ORPHAN_LEDGER"
     LOST_BOOKIE_RECOVERY_NOT_STARTED = "LOST_BOOKIE_RECOVERY_NOT_STARTED"
+    TOPIC_LEDGER_MISSING = "TOPIC_LEDGER_MISSING"
+    CURSOR_POSITION_NOT_IN_TOPIC = "CURSOR_POSITION_NOT_IN_TOPIC"
+    TOPIC_ENTRY_COUNT_MISMATCH = "TOPIC_ENTRY_COUNT_MISMATCH"
+    TOPIC_HEAD_LEDGER_CLOSED = "TOPIC_HEAD_LEDGER_CLOSED"
+    TOPIC_WRITTEN_PAST_CLOSED_HEAD = "TOPIC_WRITTEN_PAST_CLOSED_HEAD"
+    LEAKED_LEDGER = "LEAKED_LEDGER"
 
 
 class Severity(enum.StrEnum):
@@ -45,6 +51,7 @@ class Phase(enum.StrEnum):
     WHATIF = "whatif"  # only a what-if run: were these bookies (racks) down, what would be at risk?
     DEEP = "deep"  # only a deep run: the stored bytes of the copies, read and verified by the agents
     HOLDINGS = "holdings"  # a whole-cluster run: what every bookie holds, against the metadata (reverse check)
+    TOPICS = "topics"  # whole-cluster and topic runs: Pulsar's record of each topic against BookKeeper's metadata
 
 
 class Fact(enum.StrEnum):
@@ -57,6 +64,9 @@ class Fact(enum.StrEnum):
     RACKS = "racks"  # the racks of the ledger's bookies
     REGISTRATIONS = "registrations"  # a blamed bookie still registered; one whose copies count as gone still not
     ABSENT = "absent"  # the ledger still absent from the metadata, still held by the bookie, absent since long enough
+    # the topic's record (managed ledger, cursors, schema) read again, then BookKeeper's metadata of the
+    # ledgers it names: a ledger is created before a record names it and deleted after it is dropped from it
+    TOPIC_RECORD = "topic_record"
 
 
 @dataclass(frozen=True)
@@ -179,11 +189,43 @@ def _lost(d: Mapping[str, Any]) -> list[str]:
             f"{d.get('least_copies')} of {d.get('write_quorum')} copies left on registered bookies ({risk})"]
 
 
+def _topic_ledger(d: Mapping[str, Any]) -> list[str]:
+    held = (f"; the record says {plural(d['entries'], 'entry', 'entries')}" if "entries" in d else "") + (
+        f", {d['bytes']:,} bytes" if "bytes" in d else "")
+    whose = (f" of subscription {d['subscription']}" if "subscription" in d else "") + (
+        f" (schema version {d['schema_version']})" if "schema_version" in d else "")
+    return [f"{d['topic']}: its {d['kind']} ledger{whose} is not in BookKeeper's metadata{held}",
+            f"depends on it: {d['depends']}"]
+
+
+def _cursor_position(d: Mapping[str, Any]) -> list[str]:
+    return [f"{d['topic']}, subscription {p['subscription']}: {p['what']} at {p['position']}: {p['reason']}"
+            for p in d.get("positions", [])[:5]]
+
+
+def _entry_count(d: Mapping[str, Any]) -> list[str]:
+    return [f"{d['topic']}: the record gives {plural(d['record_entries'], 'entry', 'entries')}, BookKeeper's "
+            f"closed ledger {d['bookkeeper_entries']} (lastEntryId {d['bookkeeper_last_entry_id']})"]
+
+
+def _head_closed(d: Mapping[str, Any]) -> list[str]:
+    return [f"{d['topic']}: the record's open head ledger is closed in BookKeeper at lastEntryId "
+            f"{d['bookkeeper_last_entry_id']}", *d.get("evidence", [])]
+
+
+def _leaked(d: Mapping[str, Any]) -> list[str]:
+    held = [f"{b}: {plural(h['entries'], 'entry', 'entries')}" + (f", {h['bytes']:,} bytes" if "bytes" in h else "")
+            for b, h in sorted(d.get("held_by", {}).items())]
+    return [f"Pulsar's {d['kind']} ledger of {d['owner']}, named by no topic, cursor, schema or compaction; "
+            f"{d['age_seconds']:,} s old by {d['age_from']} (grace {d['grace_period_seconds']} s)", *held]
+
+
 def _error(d: Mapping[str, Any]) -> list[str]:
     return [str(d["error"])] if "error" in d else []
 
 
 _ANALYSED = frozenset({Fact.METADATA, Fact.NOT_MARKED})
+_RECORDED = frozenset({Fact.TOPIC_RECORD})
 _ANSWERED = _ANALYSED | {Fact.ANSWERS, Fact.REGISTRATIONS}
 _PLACED = _ANALYSED | {Fact.RACKS}
 
@@ -237,6 +279,25 @@ REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
     CategorySpec(Category.ORPHAN_LEDGER, Phase.HOLDINGS, Severity.WARNING, frozenset({Fact.ABSENT}),
                  "a bookie holds a ledger the metadata has not had for longer than the grace period: disk held "
                  "for nothing, or a garbage collector that stopped", _orphan, rank=10),
+    CategorySpec(Category.TOPIC_LEDGER_MISSING, Phase.TOPICS, Severity.ERROR, _RECORDED,
+                 "a ledger a topic's record needs (data, cursor, schema, compacted) is not in BookKeeper's metadata "
+                 "(not offloaded and deleted from BookKeeper on purpose)", _topic_ledger, rank=0.2),
+    CategorySpec(Category.TOPIC_WRITTEN_PAST_CLOSED_HEAD, Phase.TOPICS, Severity.ERROR, _RECORDED,
+                 "the head ledger the topic's record keeps open is closed in BookKeeper, and later facts (a cursor "
+                 "past its close, a newer ledger of the topic with entries) show the broker wrote on",
+                 _head_closed, rank=0.3),
+    CategorySpec(Category.CURSOR_POSITION_NOT_IN_TOPIC, Phase.TOPICS, Severity.ERROR, _RECORDED,
+                 "a cursor's mark-delete or acknowledged range is in a ledger the topic does not list (and not "
+                 "below its first), or past a closed ledger's entries", _cursor_position, rank=1.2),
+    CategorySpec(Category.TOPIC_ENTRY_COUNT_MISMATCH, Phase.TOPICS, Severity.ERROR, _RECORDED,
+                 "a closed ledger's entries in the topic's record differ from BookKeeper's lastEntryId + 1",
+                 _entry_count, rank=1.3),
+    CategorySpec(Category.TOPIC_HEAD_LEDGER_CLOSED, Phase.TOPICS, Severity.WARNING, _RECORDED,
+                 "the head ledger the topic's record keeps open is closed in BookKeeper, with nothing to show "
+                 "the broker wrote on (a graceful unload of an idle topic looks the same)", _head_closed, rank=8.5),
+    CategorySpec(Category.LEAKED_LEDGER, Phase.TOPICS, Severity.WARNING, _RECORDED,
+                 "a ledger Pulsar created (its keys say so) that no topic, cursor, schema or compaction names, "
+                 "older than the grace period: disk held for nothing", _leaked, rank=10.5),
 )}
 assert set(REGISTRY) == set(Category), "every category needs its registry entry"
 CATEGORY_NAMES = frozenset(str(c) for c in REGISTRY)  # a summary from a newer auditor may name more

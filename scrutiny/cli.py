@@ -81,6 +81,13 @@ def _scan_flags(p: argparse.ArgumentParser) -> None:
                         "(the auditor's sightings; default 3600; 0: at once)")
     p.add_argument("--no-orphan-check", dest="orphan_check", action="store_false", default=None,
                    help="do not list what the bookies hold (the reverse check of whole-cluster runs)")
+    p.add_argument("--pulsar-metadata-uri", metavar="URI",
+                   help="Pulsar's metadata store (the brokers' metadataStoreUrl) where it is not BookKeeper's: "
+                        "metadata-store:zk:host:port/chroot or metadata-store:etcd:http://host:2379")
+    p.add_argument("--no-pulsar-check", dest="pulsar_check", action="store_false", default=None,
+                   help="do not hold Pulsar's record (managed ledgers, cursors, schemas) against BookKeeper's")
+    p.add_argument("--leaked-ledger-grace-period", type=int, metavar="SECONDS",
+                   help="LEAKED_LEDGER once a ledger Pulsar created, named by nothing, is this old (default 3600)")
     p.add_argument("--lost-bookie-grace-period", type=int, metavar="SECONDS",
                    help="LOST_BOOKIE_RECOVERY_NOT_STARTED once a bookie has been seen unregistered for "
                         "lostBookieRecoveryDelay plus this long and its ledgers are not marked (default 300; "

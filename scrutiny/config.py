@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 import yaml
 
 from scrutiny.checks import PlacementPolicy
-from scrutiny.errors import ConfigError
-from scrutiny.metadata import parse_host_port
+from scrutiny.errors import ConfigError, MetadataError
+from scrutiny.metadata import parse_host_port, parse_metadata_service_uri
 
 DEFAULT_AGENT_PORT = 3191
 DEFAULT_AUDITOR_PORT = 3192
@@ -89,6 +89,10 @@ class ScanSettings(ClusterSettings):
     # the reverse check (whole-cluster runs): ledgers the bookies hold that the metadata does not have
     orphan_check: bool = True
     orphan_grace_period: int = 3600  # seconds seen held and absent before ORPHAN_LEDGER (> gcWaitTime)
+    # Pulsar's record (managed ledgers, cursors, schemas) against BookKeeper's, whole-cluster and topic runs
+    pulsar_check: bool = True
+    pulsar_metadata_uri: str = ""  # Pulsar's metadata store (brokers' metadataStoreUrl) where it is not BookKeeper's
+    leaked_ledger_grace_period: int = 3600  # seconds a Pulsar ledger is unnamed (by ctime) before LEAKED_LEDGER
     # a bookie gone from the registrations: its ledgers must be marked under-replicated after this long
     lost_bookie_check: bool = True
     lost_bookie_recovery_delay: int = 0  # BookKeeper's lostBookieRecoveryDelay, where the store keeps none
@@ -132,6 +136,7 @@ class ScanSettings(ClusterSettings):
             (self.underreplicated_grace_period >= 0, "underreplicated_grace_period", "0 (off) or more seconds"),
             (self.recheck_delay >= 0, "recheck_delay", "0 or more seconds"),
             (self.orphan_grace_period >= 0, "orphan_grace_period", "0 or more seconds"),
+            (self.leaked_ledger_grace_period >= 0, "leaked_ledger_grace_period", "0 or more seconds"),
             (self.lost_bookie_recovery_delay >= 0, "lost_bookie_recovery_delay", "0 or more seconds"),
             (self.lost_bookie_grace_period >= 0, "lost_bookie_grace_period", "0 or more seconds"),
             (self.bookie_deadline_seconds > 0, "bookie_deadline_seconds", "more than 0"),
@@ -160,6 +165,11 @@ class ScanSettings(ClusterSettings):
         for ok, key, want in checks:
             if not ok:
                 raise ConfigError(f"{key}: {getattr(self, key)!r} is not valid; expected {want}")
+        if self.pulsar_metadata_uri:
+            try:
+                parse_metadata_service_uri(self.pulsar_metadata_uri)
+            except MetadataError as exc:
+                raise ConfigError(f"pulsar_metadata_uri: {exc}") from None
         for bookie, address in self.bookie_endpoints.items():
             if not bookie:
                 raise ConfigError(f"bookie_endpoints: {bookie}={address} is not BOOKIE_ID=HOST:PORT")

@@ -19,7 +19,7 @@ from typing import Any
 
 from scrutiny.categories import REGISTRY, Category, worst_first
 from scrutiny.checks import Violation
-from scrutiny.owners import UNKNOWN, Owner
+from scrutiny.pulsar.owners import UNKNOWN, Owner
 
 CACHE_KIB = 8192  # SQLite's page cache per run's findings: what they cost in memory, however many
 CHUNK = 10_000  # ledgers per question the driver's passes ask (each answer is held whole)

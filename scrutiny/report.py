@@ -11,7 +11,7 @@ from scrutiny.categories import REGISTRY, Category, spec, worst_first
 from scrutiny.checks import Violation
 from scrutiny.errors import EXIT_CLEAN, EXIT_INCOMPLETE, EXIT_VIOLATIONS
 from scrutiny.findings import Findings
-from scrutiny.owners import Owner
+from scrutiny.pulsar.owners import Owner
 
 # The stats every report of its kind has, 0 when nothing happened: a script reads them without KeyError.
 RUN_STATS = ("underreplicated_marks", "first_pass_ms", "recheck_ms", "verify_ms", "potentially_faulty",
@@ -28,6 +28,10 @@ DEEP_STATS = ("deep_ledgers_verified", "deep_entries_verified", "deep_bytes_read
 # Runs with the reverse check (whole-cluster runs) add these: bookies, and (bookie, ledger) pairs.
 HOLDINGS_STATS = ("orphan_bookies_listed", "orphan_bookies_not_listed", "orphan_candidates",
                   "orphan_sightings_untracked")
+# Runs that hold Pulsar's record against BookKeeper's add these: topics and schemas read, findings before the
+# second look, Pulsar's ledgers named by nothing (any age), leaks reported and their bytes on the bookies.
+PULSAR_STATS = ("pulsar_topics", "pulsar_schemas", "pulsar_candidates", "pulsar_unnamed", "pulsar_leaked_ledgers",
+                "pulsar_leaked_bytes", "pulsar_store_reads", "pulsar_ms")
 MARKS_STATS = ("underreplicated_marks", "marks_gone_before_reporting")  # the periodic age check of the marks
 
 

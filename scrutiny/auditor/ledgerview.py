@@ -13,7 +13,7 @@ from scrutiny.categories import REGISTRY, severity_of, spec
 from scrutiny.checks import Violation
 from scrutiny.errors import ScrutinyError, one_line
 from scrutiny.metadata import LedgerMetadata, LedgerState
-from scrutiny.owners import owner_from_custom_metadata
+from scrutiny.pulsar.owners import owner_from_custom_metadata
 from scrutiny.report import Report
 from scrutiny.store import LedgerRead
 from scrutiny.times import iso, ms_of

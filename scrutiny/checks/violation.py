@@ -12,7 +12,7 @@ from scrutiny.categories import Category
 from scrutiny.codec import (
     runs_of,
 )
-from scrutiny.owners import UNKNOWN, Owner
+from scrutiny.pulsar.owners import UNKNOWN, Owner
 
 MAX_DETAIL_RANGES = 50
 

@@ -33,6 +33,11 @@ class MetadataServiceUri:
         return f"{self.root.rsplit('/', 1)[0]}/managed-ledgers"
 
     @property
+    def schemas_path(self) -> str:
+        """Pulsar's schema locators, beside the managed ledgers."""
+        return f"{self.root.rsplit('/', 1)[0]}/schemas"
+
+    @property
     def scrutiny_path(self) -> str:
         """scrutiny's own znodes (agents, auditor election, cadence), beside the ledgers root."""
         return f"{self.root.rsplit('/', 1)[0]}/scrutiny"

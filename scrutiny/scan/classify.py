@@ -34,7 +34,7 @@ from scrutiny.checks import (
 )
 from scrutiny.lostbookies import check_lost_bookie_recovery
 from scrutiny.metadata import LedgerMetadata
-from scrutiny.owners import owner_from_custom_metadata
+from scrutiny.pulsar.owners import owner_from_custom_metadata
 from scrutiny.scan.context import Answers, DeepAnswers, Pass, RunContext
 from scrutiny.scan.result import BlastTally, RangeResult
 from scrutiny.store import LedgerRead

@@ -90,6 +90,7 @@ class RunContext:
     without: frozenset[str] = frozenset()  # a what-if: these bookies down (their copies gone)
     blast_radius: bool = False  # count, per bookie and per rack, what would fall below AQ without it
     holdings: bool = False  # the reverse check: bring back every ledger id enumerated (the first pass)
+    pulsar: bool = False  # bring back each ledger in brief (`BookKeeperLedgers`), to hold Pulsar's record against
     lost: LostBookies | None = None  # is anybody repairing the ledgers of bookies gone from the registrations?
     # FINAL passes only:
     lost_bookies: frozenset[str] = frozenset()  # unregistered at every look: their copies are gone

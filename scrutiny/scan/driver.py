@@ -32,11 +32,14 @@ from scrutiny.lostbookies import LostBookies
 from scrutiny.metadata import UnderreplicationMark
 from scrutiny.orphans import SIGHTINGS as ORPHAN_SIGHTINGS
 from scrutiny.orphans import LedgerIds, not_enumerated, orphan
-from scrutiny.owners import UNKNOWN, owner_from_custom_metadata
-from scrutiny.report import DEEP_STATS, HOLDINGS_STATS, MARKS_STATS, RUN_STATS, Report, with_every_stat
+from scrutiny.pulsar.ledgers import BookKeeperLedgers
+from scrutiny.pulsar.owners import UNKNOWN, owner_from_custom_metadata
+from scrutiny.pulsar.snapshot import PulsarRecord
+from scrutiny.report import DEEP_STATS, HOLDINGS_STATS, MARKS_STATS, PULSAR_STATS, RUN_STATS, Report, with_every_stat
 from scrutiny.scan.context import LEDGER_COUNTERS, NO_SILENCES, Pass, RunContext, Silences
 from scrutiny.scan.engines import Engine, Progress, make_engine
 from scrutiny.scan.result import Blast, RangeResult
+from scrutiny.scan.topics import TopicsPhase, pulsar_store
 from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, open_store
 from scrutiny.store.facts import ClusterFacts
 from scrutiny.times import iso
@@ -74,6 +77,8 @@ class PendingRun:
     enumerated: list[LedgerIds] = field(default_factory=list)  # every ledger id of the first pass (`holdings`)
     marked_in_scope: list[int] = field(default_factory=list)  # a one-bookie run's marked ledgers
     unregistered: set[str] = field(default_factory=set)  # bookies named by checked ledgers, registered at no look
+    bookkeeper: list[BookKeeperLedgers] = field(default_factory=list)  # the first pass's ledgers in brief (`pulsar`)
+    pulsar_topics: tuple[str, ...] | None = None  # the topics whose record the run holds (None: every topic's)
 
     def absorb(self, result: RangeResult, first_look: bool = True) -> None:
         """One range's result. Ledgers looked at again were counted at their first look: only their
@@ -82,6 +87,7 @@ class PendingRun:
             self.counts.update(result.counts)
             self.enumerated += result.enumerated
             self.marked_in_scope += result.marked_in_scope
+            self.bookkeeper += result.bookkeeper
         else:
             self.counts["deleted_during_run"] += result.counts.get("deleted_during_run", 0)
         for k, v in result.stats.items():
@@ -160,15 +166,20 @@ class ScrutinyRun:
             lost = lost_bookies(store, facts, s) if s.lost_bookie_check and not gone else None
             blast = whole and s.blast_radius  # a marked ledger counts there as if its mark's bookies held nothing
             marked = {lid: m.replicas for lid, m in marks.items()} if blast else dict.fromkeys(marks, ())
+            topic_run = bool(s.topics) and ledger_ids is None
+            held = False
+            if topic_run or (s.pulsar_check and whole):
+                with pulsar_store(store, s) as pulsar:
+                    held = s.pulsar_check and pulsar.pulsar_present()
+                    if topic_run:
+                        record = PulsarRecord.decode(pulsar.pulsar_records(s.topics))
+                        problems += record.problems
+                        wanted += sorted(lid for t in s.topics for lid in record.topic_ledgers(t))
+                        scoped = True
             ctx = RunContext(s, locations, marked, facts.agent_addresses, started, only, without=gone,
-                             blast_radius=blast, holdings=whole and s.orphan_check, lost=lost)
-            if s.topics and ledger_ids is None:
-                topics = store.pulsar_owners(s.topics)
-                problems += topics.problems
-                wanted += sorted(lid for t in s.topics for lid in topics.topic_ledgers(t))
-                scoped = True
+                             blast_radius=blast, holdings=whole and s.orphan_check, lost=lost, pulsar=held)
             pending = PendingRun(store, started, ctx, marks, set(wanted) if scoped else None, facts.registered,
-                                 racks_from_store)
+                                 racks_from_store, pulsar_topics=None if whole else tuple(s.topics))
             pending.errors += problems
             pending.stats["underreplicated_marks"] = len(marks)
             ranges = store.ranges_of(wanted) if scoped else store.ledger_ranges()
@@ -200,6 +211,10 @@ class ScrutinyRun:
             self._holdings(pending)
         except MetadataStoreUnavailable as exc:
             pending.errors.append(f"the reverse check (what the bookies hold): {exc}")
+        try:
+            self._topics(pending)
+        except MetadataStoreUnavailable as exc:
+            pending.errors.append(f"holding Pulsar's record against BookKeeper's: {exc}")
         pending.stats["lost_bookies"] = len(pending.unregistered)
         if self.record_sightings:
             record_lost_bookies(pending, self.run_id)
@@ -210,7 +225,7 @@ class ScrutinyRun:
         except MetadataStoreUnavailable as exc:
             pending.errors.append(f"re-reading the under-replication marks before reporting: {exc}")
         try:
-            attach_owners(pending)
+            attach_owners(pending, self.settings)
         except MetadataStoreUnavailable as exc:
             pending.errors.append(f"reading the ledgers' owners: {exc}")
         finally:
@@ -221,7 +236,8 @@ class ScrutinyRun:
             complete=not pending.errors, ledgers={k: pending.counts[k] for k in LEDGER_COUNTERS},
             violations=pending.findings, errors=pending.errors,
             stats=with_every_stat(dict(pending.stats), RUN_STATS + (DEEP_STATS if self.settings.deep else ())
-                                  + (HOLDINGS_STATS if pending.ctx.holdings else ())),
+                                  + (HOLDINGS_STATS if pending.ctx.holdings else ())
+                                  + (PULSAR_STATS if pending.ctx.pulsar else ())),
             blast_radius=blast_radius_json(pending.blast) if pending.ctx.blast_radius else None,
         )
         total, worst = report.violations.worst(LOGGED_FINDINGS)
@@ -353,6 +369,16 @@ class ScrutinyRun:
             except Exception as exc:  # the next run sights them again: later, never early
                 log.warning("run %s: could not record the orphan sightings: %s", self.run_id, exc)
 
+    def _topics(self, pending: PendingRun) -> None:
+        """Pulsar's record held against BookKeeper's ledgers as the first pass saw them (`scrutiny.scan.topics`)."""
+        if not pending.ctx.pulsar:
+            return
+        phase = TopicsPhase(self.settings, pending.store, self.run_id, self.record_sightings, self.sleep)
+        found, problems = phase.run(BookKeeperLedgers.merge(pending.bookkeeper), pending.pulsar_topics, pending.stats)
+        pending.bookkeeper.clear()
+        pending.findings.add(found)
+        pending.errors += problems
+
     def _racks_changed(self, pending: PendingRun) -> set[int]:
         """Ledgers with a placement finding on a bookie whose rack changed during the run (the racks
         of the run's context are replaced by the current ones)."""
@@ -368,10 +394,10 @@ class ScrutinyRun:
         return out
 
 
-def attach_owners(pending: PendingRun) -> None:
-    """Pulsar's managed-ledger records, read once and only when needed: for findings on ledgers
-    without Pulsar's keys in their metadata (older Pulsar), and to drop coverage findings on
-    ledgers offloaded to tiered storage with `bookkeeperDeleted` (no longer BookKeeper's)."""
+def attach_owners(pending: PendingRun, settings: ScanSettings) -> None:
+    """Pulsar's record, read once and only when needed: for findings on ledgers without Pulsar's keys in
+    their metadata (older Pulsar), and to drop coverage findings on ledgers offloaded to tiered storage
+    with `bookkeeperDeleted` (no longer BookKeeper's)."""
     findings, store = pending.findings, pending.store
     for chunk in findings.ledger_chunks(unowned=True):  # findings on marks
         owners = ((r.ledger_id, owner_from_custom_metadata(r.metadata.custom_metadata))
@@ -382,11 +408,13 @@ def attach_owners(pending: PendingRun) -> None:
     if not lacking and not topics:
         return
     # Every topic's record when some finding has no owner yet; else only the topics concerned.
-    pulsar = store.pulsar_owners(None if lacking else sorted(topics))
-    pending.errors += pulsar.problems
-    pending.stats["dropped_offloaded"] += findings.drop(pulsar.offloaded, only=_RECHECKED)
+    with pulsar_store(store, settings) as pulsar:
+        record = PulsarRecord.decode(pulsar.pulsar_records(None if lacking else sorted(topics)))
+    pending.errors += record.problems
+    pending.stats["dropped_offloaded"] += findings.drop(record.offloaded, only=_RECHECKED)
+    named = record.owners()
     for chunk in findings.ledger_chunks(unowned=True):
-        findings.set_owners({lid: pulsar.owners.get(lid, UNKNOWN) for lid, _, _ in chunk})
+        findings.set_owners({lid: named.get(lid, UNKNOWN) for lid, _, _ in chunk})
 
 
 def registrations_changed(pending: PendingRun) -> dict[int, tuple[str, ...]]:

@@ -11,7 +11,8 @@ from scrutiny.checks import (
 )
 from scrutiny.metadata import LedgerMetadata
 from scrutiny.orphans import LedgerIds
-from scrutiny.owners import Owner
+from scrutiny.pulsar.ledgers import BookKeeperLedgers
+from scrutiny.pulsar.owners import Owner
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class RangeResult:
     blast: Mapping[str, Blast] = field(default_factory=dict)
     enumerated: tuple[LedgerIds, ...] = ()  # the ledger ids of the ranges, when the run asked (`holdings`)
     unregistered: frozenset[str] = frozenset()  # bookies named by checked ledgers and registered at no look
+    bookkeeper: tuple[BookKeeperLedgers, ...] = ()  # the ranges' ledgers in brief, when the run asked (`pulsar`)
 
     @staticmethod
     def merge(results: Iterable[RangeResult]) -> RangeResult:
@@ -104,8 +106,10 @@ class RangeResult:
         blast: dict[str, Blast] = {}
         enumerated: list[LedgerIds] = []
         unregistered: set[str] = set()
+        bookkeeper: list[BookKeeperLedgers] = []
         for r in results:
             enumerated += r.enumerated
+            bookkeeper += r.bookkeeper
             unregistered |= r.unregistered
             for key, b in r.blast.items():
                 blast[key] = b.plus(blast[key]) if key in blast else b
@@ -118,5 +122,5 @@ class RangeResult:
             marked += r.marked_in_scope
             errors += r.errors
         return RangeResult(dict(counts), tuple(violations), faulty, tuple(deleted), tuple(marked), tuple(errors),
-                           dict(stats), blast, tuple(enumerated), frozenset(unregistered))
+                           dict(stats), blast, tuple(enumerated), frozenset(unregistered), tuple(bookkeeper))
 

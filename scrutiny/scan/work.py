@@ -8,21 +8,20 @@ import contextlib
 import gc
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from scrutiny.bookieclient import BookieClient
-from scrutiny.checks import (
-    in_deep_slice,
-)
+from scrutiny.checks import in_deep_slice
 from scrutiny.errors import DataError, StoreError
 from scrutiny.orphans import LedgerIds
+from scrutiny.pulsar.ledgers import BookKeeperLedgers
 from scrutiny.scan.classify import by_bookie, classify, select, wanted
 from scrutiny.scan.context import Pass, RunContext
 from scrutiny.scan.result import RangeResult
-from scrutiny.store import LedgerRange, MetadataStore, open_store
+from scrutiny.store import LedgerRange, LedgerRead, MetadataStore, open_store
 
 # A range is tens of thousands of short-lived objects without cycles. CPython's default, a young
 # collection every 700 allocations (and so a full one every 70,000), re-walks the whole range each
@@ -115,7 +114,13 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
             reads_before, failed_before = store.reads, client.failed_calls
             ids = store.ledger_ids(rng)
             enumerated = (LedgerIds.of(np.array(ids, dtype=np.int64)),) if ctx.holdings and mode is Pass.FIRST else ()
-            selection = select(ctx, store.read_ledgers(ids))
+            reads: Iterable[LedgerRead] = store.read_ledgers(ids)
+            if ctx.pulsar and mode is Pass.FIRST:
+                reads = list(reads)
+                bookkeeper: tuple[BookKeeperLedgers, ...] = (BookKeeperLedgers.of(reads),)
+            else:
+                bookkeeper = ()
+            selection = select(ctx, reads)
             s = ctx.settings
             deadline = s.recheck_deadline if mode is Pass.FINAL else s.bookie_deadline_seconds
             answers = client.fetch_many(wanted(selection.candidates), deadline) if selection.candidates else {}
@@ -129,7 +134,8 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
         return RangeResult(errors=(f"range {rng.describe()}: {exc}",))
     return RangeResult.merge([
         RangeResult(selection.counts, selection.violations, deleted=selection.deleted,
-                    marked_in_scope=selection.marked_in_scope, stats=io_stats, enumerated=enumerated),
+                    marked_in_scope=selection.marked_in_scope, stats=io_stats, enumerated=enumerated,
+                    bookkeeper=bookkeeper),
         checked,
     ])
 

@@ -28,7 +28,7 @@ from scrutiny.metadata import (
     UnderreplicationMark,
     decode_ur_mark,
 )
-from scrutiny.owners import PulsarOwners
+from scrutiny.pulsar.snapshot import StoredRecords
 
 if TYPE_CHECKING:
     from scrutiny.config import ClusterSettings
@@ -174,9 +174,13 @@ class MetadataStore(ABC):
     # -- Pulsar -----------------------------------------------------------------------------------
 
     @abstractmethod
-    def pulsar_owners(self, topics: Iterable[str] | None = None) -> PulsarOwners:
-        """Owners of ledgers from Pulsar's managed-ledger records (every topic's, or these topics'),
-        and the ledgers offloaded out of BookKeeper; empty where Pulsar keeps none here."""
+    def pulsar_present(self) -> bool:
+        """Does this store keep any of Pulsar's records (a managed ledger, a schema)?"""
+
+    @abstractmethod
+    def pulsar_records(self, topics: Iterable[str] | None = None) -> StoredRecords:
+        """Pulsar's records as stored (every topic's, or these topics'): the managed ledgers, their cursors,
+        the schemas; empty where Pulsar keeps none here. Decoded by `scrutiny.pulsar.snapshot`."""
 
     # -- the auditor ------------------------------------------------------------------------------
 

@@ -47,7 +47,8 @@ from scrutiny.metadata import (
     tree_change,
     ur_mark_path,
 )
-from scrutiny.owners import PulsarOwners, managed_ledger_of
+from scrutiny.pulsar.records import managed_ledger_of, schema_id_of
+from scrutiny.pulsar.snapshot import StoredRecords
 from scrutiny.store import (
     Election,
     LedgerRange,
@@ -309,9 +310,14 @@ class EtcdStore(MetadataStore):
 
     # -- Pulsar -------------------------------------------------------------------------------------
 
-    def pulsar_owners(self, topics: Iterable[str] | None = None) -> PulsarOwners:
-        """Managed ledgers are the keys whose parent is a `persistent` domain, cursors their children."""
-        base = self.uri.managed_ledgers_path
+    def pulsar_present(self) -> bool:
+        return any(self.kv.first(p, prefix_end(p)) is not None
+                   for p in (f"{self.uri.managed_ledgers_path}/".encode(), f"{self.uri.schemas_path}/".encode()))
+
+    def pulsar_records(self, topics: Iterable[str] | None = None) -> StoredRecords:
+        """Managed ledgers are the keys whose parent is a `persistent` domain, cursors their children;
+        schemas the keys three levels below /schemas."""
+        base, schemas_base = self.uri.managed_ledgers_path, self.uri.schemas_path
         wanted = None if topics is None else {managed_ledger_of(t) for t in topics}
         records: dict[str, bytes] = {}
         cursors: dict[str, dict[str, bytes]] = {}
@@ -326,7 +332,12 @@ class EtcdStore(MetadataStore):
                     records[name] = value
                 elif len(parts) >= 3 and parts[-3] == "persistent":
                     cursors.setdefault("/".join(parts[:-1]), {})[parts[-1]] = value
-        return PulsarOwners.decode(base, dict(sorted(records.items())), cursors)
+        if topics is None:
+            schemas = {rest: value for rest, value in self._children(schemas_base) if rest.count("/") == 2}
+        else:
+            ids = sorted({schema_id_of(t) for t in topics})
+            schemas = {sid: value for sid in ids if (value := self._get(f"{schemas_base}/{sid}")) is not None}
+        return StoredRecords(dict(sorted(records.items())), cursors, schemas, whole=topics is None)
 
     # -- the auditor --------------------------------------------------------------------------------
 

@@ -42,7 +42,8 @@ from scrutiny.metadata import (
     tree_change,
     ur_mark_path,
 )
-from scrutiny.owners import PulsarOwners, managed_ledger_of
+from scrutiny.pulsar.records import managed_ledger_of, schema_id_of
+from scrutiny.pulsar.snapshot import StoredRecords
 from scrutiny.store import (
     Election,
     LedgerRange,
@@ -297,11 +298,16 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
 
     # -- Pulsar -----------------------------------------------------------------------------------
 
-    def pulsar_owners(self, topics: Iterable[str] | None = None) -> PulsarOwners:
-        base = self.uri.managed_ledgers_path
+    def pulsar_present(self) -> bool:
+        return self.exists(self.uri.managed_ledgers_path) or self.exists(self.uri.schemas_path)
+
+    def pulsar_records(self, topics: Iterable[str] | None = None) -> StoredRecords:
+        base, schemas_base = self.uri.managed_ledgers_path, self.uri.schemas_path
         paths: list[str] = []
+        schema_paths: list[str] = []
         if topics is not None:
             paths = [f"{base}/{managed_ledger_of(topic)}" for topic in topics]
+            schema_paths = sorted({f"{schemas_base}/{schema_id_of(topic)}" for topic in topics})
         else:  # every managed ledger: the znodes whose parent is a `persistent` domain
             level = [base]
             for _ in range(5):
@@ -310,15 +316,20 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
                     for k in kids or []:
                         (paths if path.rsplit("/", 1)[1] == "persistent" else deeper).append(f"{path}/{k}")
                 level = deeper
+            schema_paths = [schemas_base]
+            for _ in range(3):  # tenant, namespace, topic
+                schema_paths = [f"{p}/{k}" for p, kids in self.children_many(schema_paths) for k in kids or []]
         cursor_paths = [f"{p}/{c}" for p, kids in self.children_many(paths) for c in kids or []]
         cursors: dict[str, dict[str, bytes]] = {}
         for path, got in self.get_many(cursor_paths):
             if got is not None:
                 name, cursor = path.removeprefix(f"{base}/").rsplit("/", 1)
                 cursors.setdefault(name, {})[cursor] = got[0]
-        records = {path.removeprefix(f"{base}/"): got[0] for path, got in self.get_many(paths)
-                   if got is not None}  # else no such topic (or deleted meanwhile)
-        return PulsarOwners.decode(base, records, cursors)
+        # read after their cursors: a topic deleted meanwhile has no record, and its cursors are dropped
+        records = {path.removeprefix(f"{base}/"): got[0] for path, got in self.get_many(paths) if got is not None}
+        schemas = {path.removeprefix(f"{schemas_base}/"): got[0] for path, got in self.get_many(schema_paths)
+                   if got is not None}
+        return StoredRecords(records, cursors, schemas, whole=topics is None)
 
     # -- the auditor ------------------------------------------------------------------------------
 

@@ -35,7 +35,8 @@ RESTART_SPACING = 12.0
 MOMENTS = ("lost_bookies", "potentially_faulty", "rechecked_again", "reanalyzed_after_metadata_change",
            "dropped_marked_during_run",
            "deleted_during_run", "relooked_after_registration_change", "left_unsettled_after_rechecks",
-           "marks_gone_before_reporting", "ledgers_with_residue_past_the_close", "orphan_candidates")
+           "marks_gone_before_reporting", "ledgers_with_residue_past_the_close", "orphan_candidates",
+           "pulsar_candidates")
 
 
 ORPHAN_GRACE = 5  # seconds: longer than the churn's garbage collection takes (at most 3 re-check delays)
@@ -57,13 +58,14 @@ class ChurnCluster:
     ops: Counter = field(default_factory=lambda: Counter())
     next_id: int = 1
     frozen: set[int] = field(default_factory=set)  # ledgers the churn leaves alone (the fault's)
+    pulsar: Any = None  # a PulsarChurn: Pulsar's topics on the cluster, their operations among the churn's
 
     def __post_init__(self) -> None:
         self.writer = ClusterWriter(self.client, self.root)
         self.writer.init_cluster()
         self._resources = contextlib.ExitStack()
         self.store = self._resources.enter_context(store_for(self.client, self.uri))
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
         self._down_until = 0.0  # one restart at a time
         self._restarted: dict[str, float] = {}
         self._renewals: dict[str, Callable[[], None]] = {}  # sessions being renewed: how each ends
@@ -85,7 +87,7 @@ class ChurnCluster:
         agent.register(self.store, bookie, f"127.0.0.1:{agent.port}")
         self.agents[bookie] = agent
 
-    def _later(self, seconds: float, fn: Callable[[], None]) -> None:
+    def later(self, seconds: float, fn: Callable[[], None]) -> None:
         t = threading.Timer(seconds, fn)
         t.daemon, t.name = True, "churn-timer"
         t.start()
@@ -99,7 +101,7 @@ class ChurnCluster:
         `end_renewals` (a run's first pass is over), RENEWAL_HELD_MOST at most: that run sees it, whatever
         the machine's load made its start take."""
         now = time.monotonic()
-        with self._lock:
+        with self.lock:
             if now < self._down_until or (self.renewal_wanted and not session_only):
                 return None
             choices = [b for b in self.bookies if now - self._restarted.get(b, -1e9) > RESTART_SPACING]
@@ -116,7 +118,7 @@ class ChurnCluster:
         self.ops["session_expiry" if session_only else "restart_bookie" if whole_bookie else "restart_agent"] += 1
 
         def back() -> None:
-            with self._lock:
+            with self.lock:
                 if session_only and self._renewals.pop(bookie, None) is None:
                     return  # ended already
                 if whole_bookie or session_only:
@@ -125,18 +127,18 @@ class ChurnCluster:
                     self._start_agent(bookie)
 
         if session_only:
-            with self._lock:
+            with self.lock:
                 self._renewals[bookie] = back
-        self._later(down, back)
+        self.later(down, back)
         return bookie
 
     def end_renewals(self) -> None:
         """The sessions being renewed are renewed now, their bookies registered again."""
-        with self._lock:
+        with self.lock:
             ending = list(self._renewals.values())
         for back in ending:
             back()
-        with self._lock:
+        with self.lock:
             if not self._renewals:
                 self._down_until = min(self._down_until, time.monotonic())
 
@@ -147,7 +149,7 @@ class ChurnCluster:
         of a recovery (1: the entry after the close on one bookie; 2: and the next one on both bookies of its
         write set, in flight at the fence and never acknowledged), or (3) adds a replaced bookie took after
         the close, on every bookie of their write sets (a fault: ENTRIES_PAST_THE_CLOSE)."""
-        with self._lock:
+        with self.lock:
             lid, self.next_id = self.next_id, self.next_id + 1
         ens = tuple(self.rng.sample(self.bookies, 3))
         last = self.rng.randint(10, 200)
@@ -167,30 +169,30 @@ class ChurnCluster:
                 held = np.union1d(held, extra).astype(np.int64)
             self.holdings[b].put(lid, held)
         self.writer.update_ledger(closed)
-        with self._lock:
+        with self.lock:
             self.closed[lid] = closed
         self.ops["create" if not past_the_close else "recover_with_residue"] += 1
         return lid
 
     def _pick(self) -> LedgerMetadata | None:
-        with self._lock:
+        with self.lock:
             ids = [lid for lid in self.closed if lid not in self.frozen]
             return self.closed[self.rng.choice(ids)] if ids else None
 
     def delete(self) -> None:
-        with self._lock:
+        with self.lock:
             md = self._pick()
             if md is None:
                 return
             del self.closed[md.ledger_id]
             self.writer.delete_ledger(md.ledger_id)
-        self._later(self.recheck_delay * self.rng.uniform(0.1, 3.0), lambda: self._collect(md.ledger_id, md.bookies))
+        self.later(self.recheck_delay * self.rng.uniform(0.1, 3.0), lambda: self._collect(md.ledger_id, md.bookies))
         self.ops["delete"] += 1
 
     def rereplicate(self) -> None:
         # Under the lock from mark to unmark: BookKeeper's over-replication GC skips a ledger that is
         # being re-replicated, so it can never collect the copy just made.
-        with self._lock:
+        with self.lock:
             md = self._pick()
             if md is None:
                 return
@@ -203,12 +205,12 @@ class ChurnCluster:
             self.writer.update_ledger(moved)
             self.closed[md.ledger_id] = moved
             self.writer.unmark_underreplicated(md.ledger_id)
-        self._later(self.recheck_delay * self.rng.uniform(0.1, 3.0), lambda: self._collect(md.ledger_id, {source}))
+        self.later(self.recheck_delay * self.rng.uniform(0.1, 3.0), lambda: self._collect(md.ledger_id, {source}))
         self.ops["rereplicate"] += 1
 
     def _collect(self, ledger_id: int, bookies: set[str] | frozenset[str]) -> None:
         """The bookies' garbage collector: a copy goes unless the ledger (still) names the bookie."""
-        with self._lock:
+        with self.lock:
             current = self.closed.get(ledger_id)
             keep = current.bookies if current is not None else frozenset()
             for b in set(bookies) - keep:
@@ -235,6 +237,9 @@ class ChurnCluster:
                 self._step()
 
     def _step(self) -> None:
+        if self.pulsar is not None and self.rng.random() < 0.4:
+            self.pulsar.step()
+            return
         op = self.rng.random()
         if op < 0.30 or len(self.closed) < 20:
             self.create()
@@ -252,8 +257,9 @@ class ChurnCluster:
         ledger deleted whose copies the bookies never collect: ORPHAN_LEDGER once sighted for the grace
         period; adds a replaced bookie took after a close: ENTRIES_PAST_THE_CLOSE; a bookie whose
         registration goes for good (its disk, and agent, still there) and whose ledgers nobody marks:
-        LOST_BOOKIE_RECOVERY_NOT_STARTED for each."""
-        with self._lock:
+        LOST_BOOKIE_RECOVERY_NOT_STARTED for each; and with Pulsar's topics, one fault of each class their
+        records can have (`PulsarChurn.inject_faults`)."""
+        with self.lock:
             lost, orphaned = sorted(self.closed)[:2]
             self.frozen |= {lost, orphaned}
             md = self.closed[lost]
@@ -264,16 +270,17 @@ class ChurnCluster:
         self.frozen.add(past)
         gone = self.bookies[-1]
         self.writer.unregister_bookie(gone)
-        with self._lock:
+        with self.lock:
             unhandled = {("LOST_BOOKIE_RECOVERY_NOT_STARTED", lid) for lid, m in self.closed.items()
                          if gone in m.bookies}
+        pulsar = self.pulsar.inject_faults() if self.pulsar is not None else set()
         return {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", lost), ("ORPHAN_LEDGER", orphaned),
-                ("ENTRIES_PAST_THE_CLOSE", past)} | unhandled
+                ("ENTRIES_PAST_THE_CLOSE", past)} | unhandled | pulsar
 
     def close(self) -> None:
         for t in self._timers:
             t.cancel()
-        with self._lock:
+        with self.lock:
             for a in self.agents.values():
                 a.stop(grace=0)
             self.agents.clear()
@@ -295,6 +302,8 @@ class AimedEngine:
         for _ in range(3):
             c.rereplicate()
             c.delete()
+            if c.pulsar is not None:  # a topic rolls over, trims, deletes an offloaded ledger
+                c.pulsar.step()
         c.restart(whole_bookie=c.rng.random() < 0.5)
         return iter(results)
 

@@ -142,8 +142,25 @@ class ClusterWriter:
         self._put(f"{self.root.rsplit('/', 1)[0]}/scrutiny/auditor/{name}", data)
 
     def write_managed_ledger(self, name: str, data: bytes, cursors: Mapping[str, bytes] | None = None) -> None:
-        """Pulsar's record of a managed ledger (a topic), beside the ledgers root, and its cursors."""
-        base = f"{self.root.rsplit('/', 1)[0]}/managed-ledgers/{name}"
+        """Pulsar's record of a managed ledger (a topic), beside the ledgers root, and its cursors (by node name)."""
+        base = self._managed_ledger(name)
         self._put(base, data)
         for cursor, value in (cursors or {}).items():
             self._put(f"{base}/{cursor}", value)
+
+    def write_cursor(self, name: str, node: str, data: bytes) -> None:
+        self._put(f"{self._managed_ledger(name)}/{node}", data)
+
+    def _managed_ledger(self, name: str) -> str:
+        return f"{self.root.rsplit('/', 1)[0]}/managed-ledgers/{name}"
+
+    def delete_managed_ledger(self, name: str, cursors: Iterable[str] = ()) -> None:
+        """A topic's record gone, its cursors (by node name) first."""
+        base = self._managed_ledger(name)
+        for cursor in cursors:
+            self.client.delete(f"{base}/{cursor}")
+        self.client.delete(base)
+
+    def write_schema(self, schema_id: str, data: bytes) -> None:
+        """Pulsar's schema locator of a topic (`tenant/namespace/topic`), beside the ledgers root."""
+        self._put(f"{self.root.rsplit('/', 1)[0]}/schemas/{schema_id}", data)

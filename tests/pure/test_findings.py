@@ -16,7 +16,7 @@ from scrutiny import findings as findings_module
 from scrutiny.categories import Category, worst_first
 from scrutiny.checks import Violation
 from scrutiny.findings import Findings
-from scrutiny.owners import UNKNOWN, Owner
+from scrutiny.pulsar.owners import UNKNOWN, Owner
 from scrutiny.report import Report
 from scrutiny.scan.context import Silences
 from scrutiny.scan.engines import fetches

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from scrutiny.config import ClusterSettings
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, UnderreplicationMark
-from scrutiny.owners import PulsarOwners
+from scrutiny.pulsar.snapshot import StoredRecords
 from scrutiny.store import (
     BACKENDS,
     Election,
@@ -141,8 +141,11 @@ class MemoryStore(MetadataStore):
         self._check().agents[bookie_id] = address
         return _Unregister(self.cluster.agents, bookie_id)
 
-    def pulsar_owners(self, topics: Iterable[str] | None = None) -> PulsarOwners:
-        return PulsarOwners()  # this store keeps no Pulsar records
+    def pulsar_present(self) -> bool:
+        return False  # this store keeps no Pulsar records
+
+    def pulsar_records(self, topics: Iterable[str] | None = None) -> StoredRecords:
+        return StoredRecords(whole=topics is None)
 
     def election(self, identifier: str, name: str = "") -> Election:
         return _FirstComer(identifier)

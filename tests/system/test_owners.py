@@ -20,14 +20,10 @@ from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, MetadataError, Segment
-from scrutiny.owners import (
-    decode_managed_ledger,
-    encode_cursor,
-    encode_managed_ledger,
-    owner_from_custom_metadata,
-    topic_of,
-)
+from scrutiny.pulsar import encode
 from scrutiny.pulsar import managed_ledger_pb2 as mlpb
+from scrutiny.pulsar.owners import owner_from_custom_metadata
+from scrutiny.pulsar.records import LedgerInfo, ManagedLedgerRecord, topic_of
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
@@ -75,12 +71,14 @@ def pulsar_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespa
                 store.add(b, lid, expected_share(md, b))
     for b in ENS:
         w.register_bookie(BookieRegistration(b, False))
-    w.write_managed_ledger("public/default/persistent/orders", encode_managed_ledger([101, 107], compression="LZ4"),
-                           {"sub-1": encode_cursor(102)})
-    w.write_managed_ledger("public/default/persistent/prices", encode_managed_ledger([]),
-                           {"__compaction": encode_cursor(-1, {"CompactedTopicLedger": 103})})
-    w.write_managed_ledger("public/default/persistent/legacy%20topic",
-                           encode_managed_ledger([105, 106], offloaded=[106], compression="ZLIB"))
+    w.write_managed_ledger("public/default/persistent/orders",
+                           encode.managed_ledger([LedgerInfo(101, 50, 5000), LedgerInfo(107, 50, 5000)], "LZ4"),
+                           {"sub-1": encode.cursor(102)})
+    w.write_managed_ledger("public/default/persistent/prices", encode.managed_ledger([]),
+                           {"__compaction": encode.compaction_cursor(103)})
+    w.write_managed_ledger("public/default/persistent/legacy+topic",  # Java's URLEncoder: a space is +
+                           encode.managed_ledger([LedgerInfo(105, 50, 5000), LedgerInfo(106, 50, 5000, True, True)],
+                                                 "ZLIB"))
     uri = f"zk+hierarchical://{zk_server.hosts}{root}"
     with synthetic_agents(store, tmp_path, store_on(zk_client, uri)):
         yield uri
@@ -88,6 +86,7 @@ def pulsar_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespa
 
 def test_names_and_topic_of_custom_metadata() -> None:
     assert topic_of("public/default/persistent/a%20b") == "persistent://public/default/a b"
+    assert topic_of("public/default/persistent/a+b%2B") == "persistent://public/default/a b+"
     assert topic_of("prop/cluster/ns/persistent/t") == "persistent://prop/cluster/ns/t"  # v1 names
     assert owner_from_custom_metadata(LEDGERS[102][0]).to_json() == {"kind": "cursor", "name": ORDERS,  # type: ignore[union-attr]
                                                                     "cursor": "sub-1"}
@@ -147,10 +146,10 @@ def _pulsar_framed(body: bytes, codec: str) -> bytes:
 
 @pytest.mark.parametrize("codec", ["ZLIB", "LZ4", "ZSTD", "SNAPPY"])
 def test_a_record_compressed_as_pulsar_compresses_it_is_read(codec: str) -> None:
-    body = encode_managed_ledger(range(1000, 1400))  # over 16 KB would be compressed since PIP-270; any size here
+    body = encode.managed_ledger(range(1000, 1400))  # over 16 KB would be compressed since PIP-270; any size here
     framed = _pulsar_framed(body, codec)
     assert not framed.endswith(zlib.compress(body)[-4:])  # (no Adler-32: the stream is never finished)
-    assert decode_managed_ledger("t", framed).ledgers == tuple(range(1000, 1400))
-    assert decode_managed_ledger("t", encode_managed_ledger([7], compression=codec)).ledgers == (7,)
+    assert [li.ledger_id for li in ManagedLedgerRecord.from_node("t", framed).ledgers] == list(range(1000, 1400))
+    assert ManagedLedgerRecord.from_node("t", encode.managed_ledger([7], codec)).ledgers == (LedgerInfo(7, 10, 1000),)
     with pytest.raises(MetadataError, match="undecodable compressed value"):
-        decode_managed_ledger("t", framed[:-7])
+        ManagedLedgerRecord.from_node("t", framed[:-7])
