@@ -266,8 +266,9 @@ def encode_ledger_metadata(md: LedgerMetadata, version: int = 3) -> bytes:
         digestType=md.digest_type,
         password=md.password,
         ackQuorumSize=md.ack_quorum,
-        ctime=md.ctime,
     )
+    if md.ctime >= 0:  # BookKeeper sets it only with storeSystemtimeAsLedgerCreationTime (Pulsar: never)
+        msg.ctime = md.ctime
     for seg in md.segments:
         msg.segment.add(ensembleMember=list(seg.ensemble), firstEntryId=seg.first_entry_id)
     for key, value in md.custom_metadata:

@@ -55,8 +55,8 @@ class BookKeeperLedgers:
                 continue
             owner = owner_from_custom_metadata(md.custom_metadata)
             code, name = (_TAG_CODE.get(owner.kind, 0), owner.name) if owner is not None else (0, "")
-            rows.append((md.ledger_id, md.last_entry_id, md.ctime, code | (_CLOSED if md.closed else 0),
-                         name_hash(name) if code else 0))
+            rows.append((md.ledger_id, md.last_entry_id, md.ctime if md.ctime > 0 else -1,
+                         code | (_CLOSED if md.closed else 0), name_hash(name) if code else 0))
         return cls.from_rows(rows)
 
     @classmethod

@@ -156,13 +156,16 @@ class CursorRecord:
         if not data:
             return cls(name)
         info = _parsed(mlpb.ManagedCursorInfo(), f"cursor {where}", data)
+        ledger_id = info.cursorsLedgerId if info.HasField("cursorsLedgerId") else -1
+        props = {p.name: p.value for p in info.properties}
+        if ledger_id >= 0:  # the position is the ledger's last entry: whatever the record holds is older
+            return cls(name, ledger_id, properties=props)
         mark = (Position(info.markDeleteLedgerId, info.markDeleteEntryId)
                 if info.HasField("markDeleteLedgerId") else None)
         ranges = tuple((Position(r.lowerEndpoint.ledgerId, r.lowerEndpoint.entryId),
                         Position(r.upperEndpoint.ledgerId, r.upperEndpoint.entryId))
                        for r in info.individualDeletedMessages)
-        return cls(name, info.cursorsLedgerId if info.HasField("cursorsLedgerId") else -1, mark, ranges,
-                   {p.name: p.value for p in info.properties})
+        return cls(name, ledger_id, mark, ranges, props)
 
 
 @dataclass(frozen=True)

@@ -78,14 +78,15 @@ class TopicsPhase:
             read_at = time.monotonic()
             found = check_topics(first, bookkeeper)
             suspects = unnamed(first, bookkeeper)
-            leaks = leaked(suspects, now_ms(), self.settings.leaked_ledger_grace_period, self._since(suspects))
+            since = self._since(suspects)
+            leaks = leaked(suspects, now_ms(), self.settings.leaked_ledger_grace_period, since)
             stats.update(pulsar_topics=len(first.topics), pulsar_schemas=len(first.schemas),
                          pulsar_candidates=len(found) + len(leaks), pulsar_unnamed=len(suspects))
             confirmed: list[Violation] = []
             if found or leaks:
                 # a record's ledger is deleted a moment after the record drops it: look again no sooner than this
                 self.sleep(max(0.0, self.settings.recheck_delay - (time.monotonic() - read_at)))
-                confirmed = self._again(pulsar, found, bookkeeper) + self._leaks_again(pulsar, leaks, stats)
+                confirmed = self._again(pulsar, found, bookkeeper) + self._leaks_again(pulsar, leaks, since, stats)
             stats.update(pulsar_store_reads=pulsar.reads - reads_before,
                          pulsar_ms=int((time.monotonic() - t0) * 1000))
         return confirmed, list(first.problems)
@@ -114,7 +115,8 @@ class TopicsPhase:
         first = {_key(v) for v in found}
         return [v for v in check_topics(again, fresh) if _key(v) in first]
 
-    def _leaks_again(self, pulsar: MetadataStore, leaks: list[LedgerFact], stats: Counter[str]) -> list[Violation]:
+    def _leaks_again(self, pulsar: MetadataStore, leaks: list[LedgerFact], unnamed_since: dict[int, int],
+                     stats: Counter[str]) -> list[Violation]:
         """Each leak's ledger read again (still there, still Pulsar's), then the records its keys point to (still
         naming it nowhere); its bookies asked what they hold of it."""
         if not leaks:
@@ -128,23 +130,20 @@ class TopicsPhase:
         named = set(again.named()) | again.offloaded
         still = {lid: ro for lid, ro in reads.items() if lid not in named}
         held = self._held({lid: r for lid, (r, _) in still.items()})
-        first = {f.ledger_id: f for f in leaks}
         now = now_ms()
         out = []
         for lid, (r, owner) in sorted(still.items()):
-            md, fact = r.metadata, first[lid]
+            md = r.metadata
             assert md is not None
-            since = md.ctime if md.ctime >= 0 else fact.ctime_ms
+            known = md.ctime > 0
+            since = md.ctime if known else unnamed_since.get(lid, now)
             held_by = held.get(lid, {})
             details = {"kind": owner.kind, "owner": owner.name + (f" cursor {owner.cursor}" if owner.cursor else ""),
-                       "age_from": "its ctime" if md.ctime >= 0 else "first seen unnamed",
+                       "age_from": "its ctime" if known else "first seen unnamed", "since": iso(since),
+                       "age_seconds": (now - since) // 1000,
                        "grace_period_seconds": self.settings.leaked_ledger_grace_period,
                        "entries": md.last_entry_id + 1 if md.closed else None, "length": md.length,
                        "held_by": held_by, "bytes": sum(h.get("bytes", 0) for h in held_by.values())}
-            if since >= 0:
-                details |= {"age_seconds": (now - since) // 1000, "since": iso(since)}
-            else:
-                details |= {"age_seconds": self.settings.leaked_ledger_grace_period, "since": ""}
             out.append(Violation(Category.LEAKED_LEDGER, lid, tuple(sorted(held_by)), details, owner=owner))
         stats.update(pulsar_leaked_ledgers=len(out), pulsar_leaked_bytes=sum(v.details["bytes"] for v in out))
         return out

@@ -228,8 +228,8 @@ class EtcdStore(MetadataStore):
             if found is None:
                 yield LedgerRead(lid, deleted=True)
                 continue
-            try:  # etcd has no creation or modification time (Pulsar's Stat says 0); version 1 is Stat's 0
-                yield LedgerRead(lid, decode_ledger_metadata(lid, found[0], 0, found[1] - 1))
+            try:  # etcd has no creation or modification time (Pulsar's Stat says 0: unknown); version 1 is Stat's 0
+                yield LedgerRead(lid, decode_ledger_metadata(lid, found[0], -1, found[1] - 1))
             except MetadataError as exc:
                 yield LedgerRead(lid, error=str(exc))
 

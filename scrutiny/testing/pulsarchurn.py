@@ -197,6 +197,11 @@ class PulsarChurn:
         if old >= 0:
             self._delete(old)
 
+    def unload(self, t: Topic) -> None:
+        """A graceful unload of an idle topic: its head closed empty, the record left as it was."""
+        self._close(t.head.ledger_id, t.written)
+        self.frozen.add(t.name)
+
     def delete_topic(self, t: Topic) -> None:
         """As a broker deletes a topic: its ledgers first, then its cursors' records and its own."""
         del self.topics[t.name]

@@ -1,0 +1,117 @@
+"""Pulsar's record against BookKeeper's on real ZooKeeper and etcd, with records encoded as Pulsar's brokers
+encode them, written in Pulsar's order by `PulsarChurn`: each class of finding found, each legal case not; the
+record in a metadata store of its own; Pulsar's operations racing the runs."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+from kazoo.client import KazooClient
+
+from scrutiny.config import ScanSettings
+from scrutiny.pulsar import encode
+from scrutiny.pulsar.records import LedgerInfo, schema_id_of
+from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.engines import LocalEngine
+from scrutiny.testing.churn import ChurnCluster
+from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.pulsarchurn import PulsarChurn
+from scrutiny.testing.soak import soak
+from tests.conftest import Place
+
+BOOKIES = [f"127.0.7.{n}:3181" for n in range(1, 6)]
+
+
+def settings(uri: str, **kw: object) -> ScanSettings:
+    return ScanSettings(metadata_service_uri=uri, placement_policy="none", recheck_delay=0.2,
+                        leaked_ledger_grace_period=0, **kw)  # type: ignore[arg-type]
+
+
+def found(report: object) -> set[tuple[str, int]]:
+    return {(str(v.category), v.ledger_id) for v in report.violations}  # type: ignore[attr-defined]
+
+
+def test_each_class_is_found_and_each_legal_case_is_not(place: Place) -> None:
+    cluster = ChurnCluster(place.client, place.root, place.uri, BOOKIES, 0.2, random.Random(3))
+    try:
+        pulsar = PulsarChurn(cluster, topics=0)
+        busy = pulsar.create_topic()  # every legal operation, in Pulsar's order
+        for _ in range(4):
+            pulsar.publish(busy)
+            pulsar.rollover(busy)
+            pulsar.acknowledge(busy)
+        pulsar.offload(busy)  # offloaded (complete), still in BookKeeper
+        pulsar.offload(busy)  # then deleted from it, after the record says so
+        pulsar.trim(busy)
+        pulsar.switch_cursor(busy)  # a cursor's position in a ledger of its own
+        pulsar.compact(busy)
+        pulsar.compact(busy)
+        pulsar.schema_version(busy)
+        gone = pulsar.create_topic()
+        pulsar.delete_topic(gone)
+        idle = pulsar.create_topic()
+        pulsar.unload(idle)  # its empty head closed, the record as it was: a warning only
+        writer = ClusterWriter(place.client, place.root)
+        writer.write_managed_ledger("public/default/persistent/just-created", b"")  # createIfMissing's 0 bytes
+        old = pulsar.create_topic()  # a cluster from before 2017: the record in protobuf's text format
+        text = "".join(f"ledgerInfo {{\n  ledgerId: {li.ledger_id}\n}}\n" for li in old.ledgers).encode()
+        writer.write_managed_ledger(old.managed_ledger, text)
+        faults = pulsar.inject_faults()
+        report = ScrutinyRun(settings(place.uri), LocalEngine(), record_sightings=True).execute()
+    finally:
+        cluster.close()
+    assert report.complete, report.errors
+    assert found(report) == faults | {("TOPIC_HEAD_LEDGER_CLOSED", idle.head.ledger_id)}
+    assert report.stats["pulsar_topics"] == 9 and report.stats["pulsar_leaked_ledgers"] == 1
+    leak = next(v for v in report.violations if str(v.category) == "LEAKED_LEDGER")
+    assert leak.owner is not None and leak.owner.kind == "topic" and leak.details["held_by"]
+    assert leak.details["bytes"] == 0  # the test's agents know entries, not bytes
+    # its age: from the znode's ctime on ZooKeeper; on etcd, from when first seen unnamed (this run)
+    assert leak.details["age_from"] == ("its ctime" if place.uri.startswith("zk") else "first seen unnamed")
+    missing = [v for v in report.violations if str(v.category) == "TOPIC_LEDGER_MISSING"]
+    assert {v.details["kind"] for v in missing} == {"data", "schema"}
+    assert report.exit_status() == 1
+
+
+def test_the_record_in_a_store_of_its_own(zk_server: LocalZooKeeper, zk_client: KazooClient,
+                                          zk_namespace: str) -> None:
+    """Brokers whose metadataStoreUrl is not the bookies' metadataServiceUri: the record read from there."""
+    root = f"{zk_namespace}/bk/ledgers"
+    uri = f"zk+hierarchical://{zk_server.hosts}{root}"
+    cluster = ChurnCluster(zk_client, root, uri, BOOKIES, 0.2, random.Random(4))
+    try:
+        pulsar = PulsarChurn(cluster, topics=0)
+        t = pulsar.create_topic()
+        for _ in range(3):
+            pulsar.publish(t)
+            pulsar.rollover(t)
+        elsewhere = ClusterWriter(zk_client, f"{zk_namespace}/pulsar/ledgers")
+        elsewhere.write_managed_ledger(t.managed_ledger, encode.managed_ledger([*t.ledgers, LedgerInfo(999_999, 5, 50),
+                                                                                LedgerInfo(1_000_000)]))
+        elsewhere.write_schema(schema_id_of(t.name), encode.schema_locator(t.schema))
+        pulsar_uri = f"metadata-store:zk:{zk_server.hosts}{zk_namespace}/pulsar"
+        there = ScrutinyRun(settings(uri, pulsar_metadata_uri=pulsar_uri), LocalEngine()).execute()
+        here = ScrutinyRun(settings(uri), LocalEngine()).execute()
+        topic = ScrutinyRun(settings(uri, pulsar_metadata_uri=pulsar_uri, topics=(t.name,)), LocalEngine()).execute()
+    finally:
+        cluster.close()
+    assert found(there) == found(topic) == {("TOPIC_LEDGER_MISSING", 999_999), ("TOPIC_LEDGER_MISSING", 1_000_000)}
+    assert found(here) == set()  # BookKeeper's store holds the first record, which names what it has
+    bad = subprocess.run([sys.executable, "-m", "scrutiny.cli", "scan", "--metadata-service-uri", uri,
+                          "--pulsar-metadata-uri", "zk://nowhere"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "pulsar_metadata_uri" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_pulsar_operations_racing_the_runs_raise_no_alarm(zk_server: LocalZooKeeper, zk_client: KazooClient,
+                                                          zk_namespace: str) -> None:
+    """The churn soak, short: Pulsar's rollovers, trims, offloads, cursor switches, compactions and topic
+    deletions (beside BookKeeper's own churn) aimed at the moments between a run's two looks."""
+    result = soak(zk_client, f"{zk_namespace}/ledgers", f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers",
+                  seconds=12, engines={"local": LocalEngine()}, seed=7, recheck_delay=0.3)
+    assert result.false_alarms == [] and result.incomplete_runs == 0
+    assert result.moments["pulsar_candidates"] > 0  # some finding of a first look was gone at the second
+    assert result.fault_found and result.fault_report_extra == []
+    assert sum(n for op, n in result.operations.items() if op.startswith("pulsar_")) > 50
