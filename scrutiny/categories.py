@@ -320,9 +320,10 @@ def resting_on(fact: Fact) -> frozenset[Category]:
 
 
 # Acknowledged data at risk now: what pages (deploy/prometheus: ScrutinyDataAtRisk, ScrutinyCorruptCopies,
-# ScrutinyLostBookieDataAtRisk). The console's verdict and every row say it apart from the rest.
+# ScrutinyLostBookieDataAtRisk, ScrutinyTopicDataLost). The console's verdict and every row say it apart.
 AT_RISK = frozenset({Category.NO_REPLICA_OF_AN_ENTRY, Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY,
-                     Category.CORRUPT_ENTRY, Category.DIVERGENT_COPIES})
+                     Category.CORRUPT_ENTRY, Category.DIVERGENT_COPIES, Category.TOPIC_LEDGER_MISSING,
+                     Category.TOPIC_WRITTEN_PAST_CLOSED_HEAD})
 SEVERITIES = ("critical", "error", "warning")  # worst first
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import hypothesis
 import pytest
 from kazoo.client import KazooClient
 
@@ -20,6 +21,9 @@ from scrutiny.testing.localetcd import EtcdTree, LocalEtcd
 from scrutiny.testing.localzk import LocalZooKeeper
 
 _counter = itertools.count()
+# No deadline per example: a loaded machine makes any of them slow, and timing is the benches' business
+hypothesis.settings.register_profile("scrutiny", deadline=None)
+hypothesis.settings.load_profile("scrutiny")
 
 
 @pytest.fixture(scope="session")

@@ -39,7 +39,10 @@ class AuditorCollector:
         orphans: dict[str, dict[str, int]] = {}
         lost: dict[str, dict[str, int]] = {}
         deep_pass: dict[str, int] = {}
+        leaked: dict[str, int] | None = None
         for run in runs:
+            if run.looked_at(Category.LEAKED_LEDGER) and "pulsar_leaked_ledgers" in run.stats:
+                leaked = run.stats
             if run.looked_at(Category.ORPHAN_LEDGER):
                 orphans = run.orphans
             if run.looked_at(Category.LOST_BOOKIE_RECOVERY_NOT_STARTED):
@@ -85,6 +88,13 @@ class AuditorCollector:
         yield from _blast_families(blast)
         yield from _orphan_families(orphans)
         yield from _lost_families(lost)
+        if leaked is not None:
+            yield GaugeMetricFamily(f"{PREFIX}leaked_ledgers", "ledgers Pulsar created that no topic, cursor, schema "
+                                    "or compaction names, older than the grace, last full run",
+                                    value=leaked["pulsar_leaked_ledgers"])
+            yield GaugeMetricFamily(f"{PREFIX}leaked_bytes", "the bytes their bookies store for them (DbLedgerStorage "
+                                    "agents; a lower bound where some are unknown), last full run",
+                                    value=leaked.get("pulsar_leaked_bytes", 0))
         if t.leading:
             yield from _continuous_families(self.current, self.continuous)
         reported = CounterMetricFamily(f"{PREFIX}violations_reported", "findings reported, every run",

@@ -32,7 +32,8 @@ def verdict(found: Iterable[Violation], checked: bool, complete: bool = True) ->
     if counts["critical"]:
         its = "its" if counts["critical"] == 1 else "their"
         return Verdict("HEALTH_ERR", f"acknowledged data at risk now: {plural(counts['critical'], 'ledger')} "
-                       f"below {its} ack quorum, without a copy, or with a corrupt copy", counts)
+                       f"below {its} ack quorum, without a copy, with a corrupt copy, or needed by a topic and gone",
+                       counts)
     if not checked:
         return Verdict("UNKNOWN", "no complete full run yet: nothing is known about the ledgers", counts)
     if counts["error"] or counts["warning"]:

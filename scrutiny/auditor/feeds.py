@@ -13,6 +13,7 @@ about 14 s of CPU an hour (0.3 ms each).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
 log = logging.getLogger(__name__)
 RECONNECT_SECONDS = 2.0
+STOP_SECONDS = 10
 FEED_SILENT_SECONDS = 660.0  # two heartbeats missed (scrutiny.agent.HEARTBEAT_SECONDS), and a minute
 KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS = 30_000, 10_000  # a ping every 30 s, answered within 10 s or the stream fails
 
@@ -67,10 +69,15 @@ class AgentFeeds:
             await asyncio.gather(*tasks, return_exceptions=True)
 
         if self._loop.is_running():
-            asyncio.run_coroutine_threadsafe(cancel_all(), self._loop).result(timeout=10)
+            try:
+                asyncio.run_coroutine_threadsafe(cancel_all(), self._loop).result(timeout=STOP_SECONDS)
+            except concurrent.futures.TimeoutError:  # a loaded machine: the loop's thread dies with the process
+                log.warning("the agents' feeds did not end within %d s: leaving them to end on their own",
+                            STOP_SECONDS)
             self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
+        self._thread.join(timeout=STOP_SECONDS)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     async def _follow(self, bookie: str) -> None:
         feed = f"agent {bookie}"

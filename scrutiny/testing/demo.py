@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +41,9 @@ from scrutiny.metadata import (
     parse_metadata_service_uri,
 )
 from scrutiny.orphans import Sightings
+from scrutiny.pulsar import encode
+from scrutiny.pulsar.owners import owner_from_custom_metadata
+from scrutiny.pulsar.records import LedgerInfo, Position, managed_ledger_of
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import make_engine
@@ -234,6 +237,7 @@ def build_demo_cluster(client: KazooClient, root: str, store_dir: Path, healthy:
     expect(Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY, 9014, f"WQ 3: {bookie(LOST)}'s copies count as gone")
 
     ledgers += _deep_scrub_faults(demo, store_dir, now)
+    ledgers += _pulsar_faults(writer, ledgers, lambda md: healthy_copies(md), expect, rng, now)
 
     # Mixed formats for the healthy ledgers; v3 for the faults (v1 has no ack quorum: AQ = WQ there).
     writer.write_ledgers(ledgers, version=lambda m: 3 if m.ledger_id >= 9000 else 1 + m.ledger_id % 3)
@@ -255,6 +259,52 @@ def build_demo_cluster(client: KazooClient, root: str, store_dir: Path, healthy:
                        for m in ledgers)
     demo.store_files = store.write_all(store_dir)
     return demo
+
+
+def _pulsar_faults(writer: ClusterWriter, ledgers: list[LedgerMetadata], copies: Callable[[LedgerMetadata], None],
+                   expect: Callable[[Category, int, str], None], rng: random.Random, now: int) -> list[LedgerMetadata]:
+    """Pulsar's records: each demo topic lists the ledgers its keys give it; then topics of their own with one
+    fault each of the classes Pulsar's record against BookKeeper's finds."""
+    by_topic: dict[str, list[LedgerInfo]] = {}
+    for md in ledgers:
+        owner = owner_from_custom_metadata(md.custom_metadata)
+        if owner is not None and owner.kind == "topic" and md.closed:
+            by_topic.setdefault(owner.name, []).append(LedgerInfo(md.ledger_id, md.last_entry_id + 1, md.length))
+    for topic, listed in by_topic.items():
+        listed.sort(key=lambda li: li.ledger_id)
+        writer.write_managed_ledger(managed_ledger_of(topic), encode.managed_ledger(listed, compression="ZLIB"))
+
+    def ledger(lid: int, topic: str, last: int, state: LedgerState = LedgerState.CLOSED, ctime: int = now
+               ) -> LedgerMetadata:
+        md = LedgerMetadata(lid, state, 3, 2, 2, last, (last + 1) * 1024, (Segment(0, _healthy_ensemble(rng, 3)),),
+                            ctime=ctime, custom_metadata=encode.ledger_keys("topic", topic))
+        copies(md)
+        return md
+
+    def record(topic: str, listed: list[LedgerInfo], cursor: Position | None = None) -> None:
+        writer.write_managed_ledger(managed_ledger_of(topic), encode.managed_ledger(listed, "LZ4"),
+                                    {"orders-sub": encode.cursor(-1, cursor)} if cursor else None)
+
+    payments, orders, audit, idle = (f"persistent://public/demo/{t}" for t in ("payments", "orders", "audit", "idle"))
+    out = [ledger(9101, payments, 99), ledger(9103, payments, -1, LedgerState.OPEN)]
+    record(payments, [LedgerInfo(9101, 100, 102400), LedgerInfo(9102, 80, 81920), LedgerInfo(9103)],
+           Position(9101, 104))
+    expect(Category.TOPIC_LEDGER_MISSING, 9102, f"{payments} still lists ledger 9102; BookKeeper deleted it")
+    expect(Category.CURSOR_POSITION_NOT_IN_TOPIC, 9101,
+           "subscription orders-sub acknowledged entry 104 of a ledger of 100 entries")
+    out += [ledger(9104, orders, 99), ledger(9105, orders, -1, LedgerState.OPEN)]
+    record(orders, [LedgerInfo(9104, 98, 100352), LedgerInfo(9105)])
+    expect(Category.TOPIC_ENTRY_COUNT_MISMATCH, 9104, "the record says 98 entries, BookKeeper's close 100")
+    out.append(ledger(9106, audit, 49))
+    record(audit, [LedgerInfo(9106)], Position(9106, 60))
+    expect(Category.TOPIC_WRITTEN_PAST_CLOSED_HEAD, 9106,
+           "recovery closed the head at entry 49; a subscription acknowledged entry 60")
+    out.append(ledger(9107, idle, -1))
+    record(idle, [LedgerInfo(9107)])
+    expect(Category.TOPIC_HEAD_LEDGER_CLOSED, 9107, "an idle topic unloaded: its empty head closed")
+    out.append(ledger(9108, payments, 49, ctime=now - TWO_DAYS_MS))
+    expect(Category.LEAKED_LEDGER, 9108, f"{payments} trimmed ledger 9108 two days ago; its delete failed")
+    return out
 
 
 def _deep_scrub_faults(demo: DemoCluster, store_dir: Path, now: int) -> list[LedgerMetadata]:

@@ -54,7 +54,8 @@ def a_run(kind: str = "full", whole: bool = True) -> FinishedRun:
                   Violation(Category.LOST_BOOKIE_RECOVERY_NOT_STARTED, 12, ("b4:3181",), {"below_ack_quorum": True}),
                   Violation(Category.LOST_BOOKIE_RECOVERY_NOT_STARTED, 13, ("b4:3181",), {"below_ack_quorum": False})]
     report = Report("r1", "s", "f", True, {"checked": 40}, Findings(violations),
-                    stats={"first_pass_ms": 1500, "bookie_calls_failed": 3, "underreplicated_marks": 2},
+                    stats={"first_pass_ms": 1500, "bookie_calls_failed": 3, "underreplicated_marks": 2,
+                           "pulsar_leaked_ledgers": 1, "pulsar_leaked_bytes": 4096},
                     blast_radius={"bookies": {"b1:3181": {"ledgers_below_aq": 5, "ledgers_without_a_copy": 1,
                                                           "topics_below_aq": 2, "topics_without_a_copy": 1}},
                                   "racks": {}})

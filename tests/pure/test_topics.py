@@ -160,12 +160,12 @@ def test_leaked_ledgers() -> None:
     rec = record([LedgerInfo(2, 10, 100), LedgerInfo(3)], {"s": encode.cursor(5)},
                  {"public/default/orders": encode.schema_locator([(0, 6)])})
     bk = BookKeeperLedgers.of([
-        ledger(1, ctime=0),  # trimmed from the record long ago, its delete failed: leaked
+        ledger(1, ctime=1),  # trimmed from the record long ago, its delete failed: leaked
         ledger(2), ledger(3, closed=False), ledger(5, kind="cursor", cursor="s", closed=False),
         ledger(6, 0, kind="schema"),
         ledger(7, ctime=95_000),  # unnamed for less than the grace: a rollover or a trim under way
-        ledger(8, kind="", ctime=0),  # not Pulsar's (or too old to say): never a leak
-        ledger(9, kind="compacted-topic", closed=False, ctime=0),  # a compaction writing it
+        ledger(8, kind="", ctime=1),  # not Pulsar's (or too old to say): never a leak
+        ledger(9, kind="compacted-topic", closed=False, ctime=1),  # a compaction writing it
         ledger(10, kind="schema", ctime=-1),  # no ctime (etcd): its age from when first seen unnamed
     ])
     suspects = unnamed(rec, bk)

@@ -136,7 +136,11 @@ def test_bad_rescan_requests(cluster: tuple[DemoCluster, str], tmp_path: Path, r
         with pytest.raises(grpc.RpcError) as err:
             stub(auditor.address).Rescan(request_)
         assert err.value.code().name == code and words in (err.value.details() or "")
-        assert auditor.status().queued_runs == 0 and not auditor.last
+        # refused: no rescan queued, going or done (continuous scrutiny's full run, at each leadership the
+        # session's losses under load give it, is another matter)
+        st = auditor.status()
+        accepted = [*auditor.queue.queued, *st.last, *((st.current,) if st.current else ())]
+        assert not [t for t in accepted if t.kind == "rescan"]
     finally:
         auditor.stop()
 
