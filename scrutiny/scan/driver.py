@@ -196,38 +196,28 @@ class ScrutinyRun:
             raise
 
     def finish(self, pending: PendingRun) -> Report:
-        """Re-check the potentially faulty ledgers, re-read before reporting, age the marks, report."""
+        """Re-check the potentially faulty ledgers, re-read before reporting, the reverse check, Pulsar's record,
+        age the marks, attach the owners, report. Once the store is found unavailable the steps after it are
+        not tried (each would wait its retry deadline again); the report is incomplete either way."""
+        steps: tuple[tuple[str, Callable[[PendingRun], None]], ...] = (
+            ("re-check and re-read before reporting", self._recheck_and_verify),
+            ("the reverse check (what the bookies hold)", self._holdings),
+            ("holding Pulsar's record against BookKeeper's", self._topics),
+            ("the lost bookies' sightings", self._lost_bookies),
+            ("re-reading the under-replication marks before reporting", self._age_marks),
+            ("reading the ledgers' owners", lambda p: attach_owners(p, self.settings)))
+        unavailable = False
         try:
-            t0 = time.monotonic()
-            self._recheck(pending, pending.faulty)
-            pending.stats["recheck_ms"] = int((time.monotonic() - t0) * 1000)
-            t0 = time.monotonic()
-            self._verify(pending)
-            pending.stats["verify_ms"] = int((time.monotonic() - t0) * 1000)
-        except MetadataStoreUnavailable as exc:
-            # Findings that could not be re-read are not presented as a complete report.
-            pending.errors.append(f"re-check and re-read before reporting: {exc}")
-        try:
-            self._holdings(pending)
-        except MetadataStoreUnavailable as exc:
-            pending.errors.append(f"the reverse check (what the bookies hold): {exc}")
-        try:
-            self._topics(pending)
-        except MetadataStoreUnavailable as exc:
-            pending.errors.append(f"holding Pulsar's record against BookKeeper's: {exc}")
-        pending.stats["lost_bookies"] = len(pending.unregistered)
-        if self.record_sightings:
-            record_lost_bookies(pending, self.run_id)
-        try:
-            aged = [m for lid, m in pending.marks.items() if pending.scope is None or lid in pending.scope]
-            pending.findings.add(aged_marks(pending.store, aged, self.settings.underreplicated_grace_period,
-                                            pending.stats))
-        except MetadataStoreUnavailable as exc:
-            pending.errors.append(f"re-reading the under-replication marks before reporting: {exc}")
-        try:
-            attach_owners(pending, self.settings)
-        except MetadataStoreUnavailable as exc:
-            pending.errors.append(f"reading the ledgers' owners: {exc}")
+            for what, step in steps:
+                if unavailable:
+                    pending.errors.append(f"{what}: not tried, the metadata store is unavailable")
+                    continue
+                try:
+                    step(pending)
+                except MetadataStoreUnavailable as exc:
+                    # Findings that could not be re-read are not presented as a complete report.
+                    pending.errors.append(f"{what}: {exc}")
+                    unavailable = True
         finally:
             if pending.store is not self.store:
                 pending.store.close()
@@ -247,6 +237,24 @@ class ScrutinyRun:
             log.warning("run %s: %d more findings, in the report only", self.run_id, total - len(worst))
         log.info("%s run %s counts %s", self.kind, self.run_id, json.dumps(report.counts, sort_keys=True))
         return report
+
+    def _recheck_and_verify(self, pending: PendingRun) -> None:
+        t0 = time.monotonic()
+        self._recheck(pending, pending.faulty)
+        pending.stats["recheck_ms"] = int((time.monotonic() - t0) * 1000)
+        t0 = time.monotonic()
+        self._verify(pending)
+        pending.stats["verify_ms"] = int((time.monotonic() - t0) * 1000)
+
+    def _lost_bookies(self, pending: PendingRun) -> None:
+        pending.stats["lost_bookies"] = len(pending.unregistered)
+        if self.record_sightings:
+            record_lost_bookies(pending, self.run_id)
+
+    def _age_marks(self, pending: PendingRun) -> None:
+        aged = [m for lid, m in pending.marks.items() if pending.scope is None or lid in pending.scope]
+        pending.findings.add(aged_marks(pending.store, aged, self.settings.underreplicated_grace_period,
+                                        pending.stats))
 
     def _recheck(self, pending: PendingRun, faulty: Silences) -> None:
         """BP-34's delayed re-check, as many looks as it takes (at most `verify_rounds`): a bookie silent

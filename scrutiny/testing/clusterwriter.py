@@ -64,6 +64,13 @@ class ClusterWriter:
                       batch: int = 500, in_flight: int = 8) -> int:
         """Create ledger znodes (a batch per transaction); returns how many were written."""
         pick = version if callable(version) else (lambda _md: version)
+        return self.write_nodes(((ledger_path(self.layout, self.root, md.ledger_id),
+                                  encode_ledger_metadata(md, pick(md))) for md in ledgers), batch, in_flight)
+
+    def write_nodes(self, items: Iterable[tuple[str, bytes]], batch: int = 500, in_flight: int = 8,
+                    parents: bool = False) -> int:
+        """Create znodes (a batch per transaction, a few in flight); returns how many were written. `parents`:
+        they will have children (Pulsar's managed ledgers, their cursors), so they are not made again."""
         pending: deque[Any] = deque()
         written = 0
 
@@ -71,27 +78,29 @@ class ClusterWriter:
             results = pending.popleft().get()
             bad = [r for r in results if isinstance(r, Exception)]
             if bad:
-                raise RuntimeError(f"ledger batch failed: {bad[0]!r}")
+                raise RuntimeError(f"node batch failed: {bad[0]!r}")
 
-        def flush(items: list[tuple[str, bytes]]) -> None:
-            self._ensure_parents(p for p, _ in items)
+        def flush(chunk: list[tuple[str, bytes]]) -> None:
+            self._ensure_parents(p for p, _ in chunk)
             tx = self.client.transaction()
-            for p, data in items:
+            for p, data in chunk:
                 tx.create(p, data)
             if len(pending) >= in_flight:
                 settle()
             pending.append(tx.commit_async())
+            if parents:
+                self._known_parents.update(p for p, _ in chunk)
 
-        items: list[tuple[str, bytes]] = []
-        for md in ledgers:
-            items.append((ledger_path(self.layout, self.root, md.ledger_id), encode_ledger_metadata(md, pick(md))))
-            if len(items) >= batch:
-                flush(items)
-                written += len(items)
-                items = []
-        if items:
-            flush(items)
-            written += len(items)
+        chunk: list[tuple[str, bytes]] = []
+        for item in items:
+            chunk.append(item)
+            if len(chunk) >= batch:
+                flush(chunk)
+                written += len(chunk)
+                chunk = []
+        if chunk:
+            flush(chunk)
+            written += len(chunk)
         while pending:
             settle()
         return written
@@ -143,20 +152,20 @@ class ClusterWriter:
 
     def write_managed_ledger(self, name: str, data: bytes, cursors: Mapping[str, bytes] | None = None) -> None:
         """Pulsar's record of a managed ledger (a topic), beside the ledgers root, and its cursors (by node name)."""
-        base = self._managed_ledger(name)
+        base = self.managed_ledger_path(name)
         self._put(base, data)
         for cursor, value in (cursors or {}).items():
             self._put(f"{base}/{cursor}", value)
 
     def write_cursor(self, name: str, node: str, data: bytes) -> None:
-        self._put(f"{self._managed_ledger(name)}/{node}", data)
+        self._put(f"{self.managed_ledger_path(name)}/{node}", data)
 
-    def _managed_ledger(self, name: str) -> str:
+    def managed_ledger_path(self, name: str) -> str:
         return f"{self.root.rsplit('/', 1)[0]}/managed-ledgers/{name}"
 
     def delete_managed_ledger(self, name: str, cursors: Iterable[str] = ()) -> None:
         """A topic's record gone, its cursors (by node name) first."""
-        base = self._managed_ledger(name)
+        base = self.managed_ledger_path(name)
         for cursor in cursors:
             self.client.delete(f"{base}/{cursor}")
         self.client.delete(base)

@@ -96,6 +96,10 @@ class LocalZooKeeper(LocalServer):
         if shutil.which("java") is None:
             raise LocalZooKeeperError("no `java` on PATH: run `make setup`")
         self.port = port or free_port()
+        # A port picked here may be taken by another process before the server binds it (the tests run on
+        # several workers): until the server has served once, it starts again on another.
+        self._pick_port = port is None and not tls_keystore
+        self._log_mark = 0
         self.heap = heap  # about 0.6 KB per znode: a million ledgers want 2g
         self.tls_keystore, self.tls_truststore = tls_keystore, tls_truststore
         self.secure_port = free_port() if tls_keystore else None
@@ -161,6 +165,33 @@ class LocalZooKeeper(LocalServer):
     def start(self, timeout: float = 30.0, wait: bool = True) -> None:
         if self._proc is not None and self._proc.poll() is None:
             return
+        for _ in range(3):
+            self._spawn()
+            if not wait:
+                return
+            try:
+                self.wait_serving(timeout)
+            except LocalZooKeeperError:
+                if not (self._pick_port and self._lost_its_port()):
+                    raise
+                self.port = free_port()
+                continue
+            self._pick_port = False  # clients know this port now: a restart keeps it
+            return
+        raise LocalZooKeeperError(f"ZooKeeper found no free port to bind; see {self.workdir}/zookeeper.log")
+
+    def _lost_its_port(self) -> bool:
+        """Did the server just started fail to bind its port (its log since the start says so)?"""
+        log = self.workdir / "zookeeper.log"
+        if not log.exists():
+            return False
+        with log.open("rb") as f:
+            f.seek(self._log_mark)
+            return b"Address already in use" in f.read()
+
+    def _spawn(self) -> None:
+        log = self.workdir / "zookeeper.log"
+        self._log_mark = log.stat().st_size if log.exists() else 0
         cfg = self._write_config()
         jars = CLASSPATH_JARS + (TLS_JARS if self.tls_keystore else ())
         cp = ":".join(str(JAVA_DIR / j) for j in jars)
@@ -173,8 +204,6 @@ class LocalZooKeeper(LocalServer):
         out = open(self.workdir / "stdout.log", "ab")  # noqa: SIM115 - the child keeps it open
         self._proc = processes.spawn(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
-        if wait:
-            self.wait_serving(timeout)
 
     def wait_serving(self, timeout: float = 30.0) -> None:
         assert self._proc is not None

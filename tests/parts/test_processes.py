@@ -1,10 +1,12 @@
 """The test tooling's, the benches' and the demo's children die with their parent, however it ends: a parent
-killed with SIGKILL (no handler, no atexit) leaves neither its ZooKeeper nor its agents running."""
+killed with SIGKILL (no handler, no atexit) leaves neither its ZooKeeper nor its agents running. A test server
+whose picked port another worker took first starts on another."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,6 +15,7 @@ import psutil
 import pytest
 
 from scrutiny.testing import processes
+from scrutiny.testing.localzk import LocalZooKeeper, LocalZooKeeperError
 
 PARENT = """
 import sys, threading
@@ -49,3 +52,27 @@ def test_run_is_subprocess_run_with_a_bound() -> None:
     assert (done.returncode, done.stdout.strip()) == (0, "X")
     with pytest.raises(subprocess.TimeoutExpired):
         processes.run([sys.executable, "-c", "import time; time.sleep(60)"], timeout=0.5)
+
+
+def test_a_test_server_whose_port_was_taken_meanwhile_starts_on_another() -> None:
+    """Three workers pick free ports at once: one may bind the port another picked before its server does."""
+    zk = LocalZooKeeper()
+    picked = zk.port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", picked))
+        squatter.listen()
+        try:
+            zk.start()
+            assert zk.port != picked and zk.running
+            moved = zk.port
+            zk.restart()  # once it has served, its clients know the port: it keeps it
+            assert zk.port == moved
+        finally:
+            zk.close()
+    fixed = LocalZooKeeper(port=moved)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", moved))
+        squatter.listen()
+        with pytest.raises(LocalZooKeeperError, match="exited"):  # a port the caller chose: no other
+            fixed.start(timeout=20)
+    fixed.close()
