@@ -78,6 +78,22 @@ class BookKeeperLedgers:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def positions(self, ledger_ids: np.ndarray) -> np.ndarray:
+        """Where each of these ledgers is in the columns, -1 for one BookKeeper's metadata lacks."""
+        at = np.searchsorted(self.ids, ledger_ids)
+        inside = at < len(self.ids)
+        hit = np.zeros(len(ledger_ids), dtype=bool)
+        hit[inside] = self.ids[at[inside]] == ledger_ids[inside]
+        return np.where(hit, at, -1)
+
+    def closed_entries(self, positions: np.ndarray) -> np.ndarray:
+        """BookKeeper's entries (lastEntryId + 1) of the ledgers at these positions, -1 where absent or open."""
+        found = positions >= 0
+        at = positions[found]
+        out = np.full(len(positions), -1, dtype=np.int64)
+        out[found] = np.where(self.flags[at] & _CLOSED, self.last_entry[at] + 1, -1)
+        return out
+
     def get(self, ledger_id: int) -> LedgerFact | None:
         i = int(np.searchsorted(self.ids, ledger_id))
         if i == len(self.ids) or self.ids[i] != ledger_id:
@@ -89,9 +105,11 @@ class BookKeeperLedgers:
         return LedgerFact(int(self.ids[i]), bool(f & _CLOSED), int(self.last_entry[i]), int(self.ctime[i]),
                           TAGS[f & 0x0F], int(self.owner[i]))
 
-    def tagged(self) -> list[LedgerFact]:
-        """Every ledger Pulsar's keys say Pulsar created for a topic, a cursor, a compaction or a schema."""
-        return [self._fact(int(i)) for i in np.flatnonzero(self.flags & 0x0F)]
+    def tagged_except(self, named: np.ndarray) -> list[LedgerFact]:
+        """Every ledger Pulsar's keys say Pulsar created for a topic, a cursor, a compaction or a schema, but
+        those in `named`."""
+        tagged = np.flatnonzero(self.flags & 0x0F)
+        return [self._fact(int(i)) for i in tagged[~np.isin(self.ids[tagged], named)]]
 
     def of_owner(self, tag: str, name: str, above: int) -> list[LedgerFact]:
         """The ledgers tagged for this owner, with ids above `above` (a hash matches: confirm by reading)."""

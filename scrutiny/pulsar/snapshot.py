@@ -8,6 +8,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
 from scrutiny.errors import MetadataError
 from scrutiny.pulsar.owners import Owner
 from scrutiny.pulsar.records import CursorRecord, ManagedLedgerRecord, SchemaRecord, schema_id_of, url_decoded
@@ -116,6 +118,26 @@ class PulsarRecord:
         for s in self.schemas.values():
             for version, lid in s.versions:
                 yield Need(lid, "schema", s.schema_id, version=version)
+
+    def needed_ids(self) -> np.ndarray:
+        """The ids of `needs()`, without building a Need each (a million of them in a large cluster)."""
+        ids: list[int] = []
+        for t in self.topics.values():
+            ids += [li.ledger_id for li in t.managed_ledger.ledgers if not li.gone_on_purpose]
+            for c in t.cursors.values():
+                ids += [lid for lid in (c.ledger_id, c.compacted_ledger) if lid is not None and lid >= 0]
+        for s in self.schemas.values():
+            ids += [lid for _, lid in s.versions]
+        return np.array(ids, dtype=np.int64)
+
+    def closed_counts(self) -> tuple[list[TopicRecord], np.ndarray, np.ndarray]:
+        """Every ledger the record gives entries for (closed by its broker) and BookKeeper still holds (not
+        offloaded and deleted): the topics in order, and per ledger its topic's index, its id and its entries."""
+        topics = list(self.topics.values())
+        rows = [(i, li.ledger_id, li.entries) for i, t in enumerate(topics) for li in t.managed_ledger.ledgers
+                if li.entries is not None and not li.gone_on_purpose]
+        a = np.array(rows, dtype=np.int64).reshape(-1, 3)
+        return topics, a[:, 0], a[:, 1:]
 
     def named(self) -> dict[int, Need]:
         """Ledger id -> the first need naming it."""

@@ -49,6 +49,9 @@ OPERATION_TIMEOUT = 10.0  # seconds one request may wait for an answer before it
 MULTI_BYTES = 256 * 1024
 MULTI_MAX_OPS = 1000
 MULTI_IN_FLIGHT = 4
+# Small records (Pulsar's cursors and managed ledgers, a few dozen bytes each) may go more to a batch, as long as
+# the request itself (its paths) stays as far under the cap as the answers do.
+SMALL_MAX_OPS = 8000
 
 
 ReadOp = type[GetData | GetChildren]
@@ -129,7 +132,10 @@ class ZooKeeperRequests:
         self.requests = 0  # requests sent (a multiRead is one)
         # What one answer costs, per kind of read, learned from the answers (a full leaf bucket's
         # listing is ~100 KiB): the first batches are small, later ones sized to MULTI_BYTES.
-        self._answer_bytes: dict[int, float] = {GetData.type: 512.0, GetChildren.type: 64 * 1024.0}
+        # per kind of read: (op, small); the ledger tree's buckets have thousands of children, a record none
+        self._answer_bytes: dict[tuple[int, bool], float] = {
+            (GetData.type, False): 512.0, (GetChildren.type, False): 64 * 1024.0,
+            (GetData.type, True): 128.0, (GetChildren.type, True): 128.0}
 
     def call(self, start: Callable[..., Any], *args: Any) -> Any:
         """One request (an asynchronous kazoo call), retried across connection loss and session
@@ -196,32 +202,36 @@ class ZooKeeperRequests:
         while pending:
             yield drain_one()
 
-    def get_many(self, paths: Iterable[str]) -> Iterator[tuple[str, tuple[bytes, Any] | None]]:
+    def get_many(self, paths: Iterable[str], small: bool = False) -> Iterator[tuple[str, tuple[bytes, Any] | None]]:
+        """Each path's data and stat (None: no such node), in order. `small`: records of a few dozen bytes."""
         if self.multi_read:
-            return self._multi(paths, GetData)
+            return self._multi(paths, GetData, small)
         return self._pipelined(paths, self.client.get_async)
 
-    def children_many(self, paths: Iterable[str]) -> Iterator[tuple[str, list[str] | None]]:
+    def children_many(self, paths: Iterable[str], small: bool = False) -> Iterator[tuple[str, list[str] | None]]:
         if self.multi_read:
-            return self._multi(paths, GetChildren)
+            return self._multi(paths, GetChildren, small)
         return self._pipelined(paths, self.client.get_children_async)
 
-    def _batches(self, paths: Iterable[str], op: ReadOp) -> Iterator[list[str]]:
-        """Batches sized by the bytes their answers are expected to take (learned per kind of read)."""
+    def _batches(self, paths: Iterable[str], op: ReadOp, small: bool) -> Iterator[list[str]]:
+        """Batches sized by the bytes their answers are expected to take (learned per kind of read), and by
+        the bytes of their paths."""
         def most() -> int:
-            return max(1, min(MULTI_MAX_OPS, int(MULTI_BYTES / self._answer_bytes[op.type])))
+            cap = SMALL_MAX_OPS if small else MULTI_MAX_OPS
+            return max(1, min(cap, int(MULTI_BYTES / self._answer_bytes[op.type, small])))
 
         batch: list[str] = []
-        limit = most()
+        limit, size = most(), 0
         for path in paths:
             batch.append(path)
-            if len(batch) >= limit:
+            size += len(path) + 8
+            if len(batch) >= limit or size >= MULTI_BYTES:
                 yield batch
-                batch, limit = [], most()
+                batch, limit, size = [], most(), 0
         if batch:
             yield batch
 
-    def _multi(self, paths: Iterable[str], op: ReadOp) -> Iterator[tuple[str, Any]]:
+    def _multi(self, paths: Iterable[str], op: ReadOp, small: bool = False) -> Iterator[tuple[str, Any]]:
         """Reads in multiRead batches, a few batches in flight, in order; per-op errors per path
         (NONODE: None, as on the single path)."""
         pending: deque[tuple[list[str], Any]] = deque()
@@ -257,10 +267,10 @@ class ZooKeeperRequests:
                     raise got
                 size += 80 + (len(got[0] or b"") if op is GetData else sum(len(c) + 4 for c in got))
                 yield path, got
-            learned = self._answer_bytes[op.type]
-            self._answer_bytes[op.type] = max(0.8 * learned + 0.2 * size / len(batch), size / len(batch), 16)
+            learned = self._answer_bytes[op.type, small]
+            self._answer_bytes[op.type, small] = max(0.8 * learned + 0.2 * size / len(batch), size / len(batch), 16)
 
-        for batch in self._batches(paths, op):
+        for batch in self._batches(paths, op, small):
             if len(pending) >= min(MULTI_IN_FLIGHT, self.max_in_flight):
                 yield from drain_one()
             try:

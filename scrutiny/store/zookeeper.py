@@ -312,20 +312,22 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
             level = [base]
             for _ in range(5):
                 deeper: list[str] = []
-                for path, kids in self.children_many(level):
+                for path, kids in self.children_many(level):  # a namespace lists all its topics
                     for k in kids or []:
                         (paths if path.rsplit("/", 1)[1] == "persistent" else deeper).append(f"{path}/{k}")
                 level = deeper
             schema_paths = [schemas_base]
             for _ in range(3):  # tenant, namespace, topic
                 schema_paths = [f"{p}/{k}" for p, kids in self.children_many(schema_paths) for k in kids or []]
-        cursor_paths = [f"{p}/{c}" for p, kids in self.children_many(paths) for c in kids or []]
+        # a topic's cursors, and a cursor's record: a few dozen bytes each, learned apart from the tree's
+        cursor_paths = [f"{p}/{c}" for p, kids in self.children_many(paths, small=True) for c in kids or []]
         cursors: dict[str, dict[str, bytes]] = {}
-        for path, got in self.get_many(cursor_paths):
+        for path, got in self.get_many(cursor_paths, small=True):
             if got is not None:
                 name, cursor = path.removeprefix(f"{base}/").rsplit("/", 1)
                 cursors.setdefault(name, {})[cursor] = got[0]
         # read after their cursors: a topic deleted meanwhile has no record, and its cursors are dropped
+        # (a record lists every ledger of its topic: its size is learned, as the ledgers' are)
         records = {path.removeprefix(f"{base}/"): got[0] for path, got in self.get_many(paths) if got is not None}
         schemas = {path.removeprefix(f"{schemas_base}/"): got[0] for path, got in self.get_many(schema_paths)
                    if got is not None}
