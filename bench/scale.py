@@ -41,7 +41,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,15 +99,17 @@ def synthetic_ledgers(count: int, entries: int, seed: int = 7) -> Iterator[Ledge
         yield LedgerMetadata(lid, LedgerState.CLOSED, e, wq, 2, entries - 1, entries * 1024, segs, ctime=1)
 
 
-def build(client: KazooClient, root: str, count: int, entries: int, store_dir: Path) -> dict[str, list[int]]:
-    """Write the cluster and the stores; return each bookie's ledgers (the floor asks for exactly those)."""
+def build(client: KazooClient, root: str, count: int, entries: int, store_dir: Path,
+          shape: Callable[[LedgerMetadata], LedgerMetadata] = lambda md: md) -> dict[str, list[int]]:
+    """Write the cluster and the stores; return each bookie's ledgers (the floor asks for exactly those).
+    `shape`: each ledger as written (Pulsar's keys in its custom metadata, say)."""
     w = ClusterWriter(client, root)
     w.init_cluster()
     store = SyntheticStoreWriter()
     held: dict[str, list[int]] = {}
 
     def ledgers() -> Iterator[LedgerMetadata]:
-        for md in synthetic_ledgers(count, entries):
+        for md in map(shape, synthetic_ledgers(count, entries)):
             for b in md.bookies:
                 store.add(b, md.ledger_id, expected_share(md, b))
                 held.setdefault(b, []).append(md.ledger_id)

@@ -24,12 +24,9 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from bench import scale
 from bench.common import start_agents, stop_agents, table
-from bench.scale import BOOKIES, bookie, rack_of, synthetic_ledgers
-from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
-from scrutiny.entrysources.synthetic import SyntheticStoreWriter
-from scrutiny.metadata import BookieRegistration, LedgerMetadata
 from scrutiny.pulsar import encode
 from scrutiny.pulsar.records import LedgerInfo, Position, managed_ledger_of
 from scrutiny.scan.driver import ScrutinyRun
@@ -46,21 +43,9 @@ def topic_name(t: int) -> str:
 
 def build(client: KazooClient, root: str, topics: int, per_topic: int, store_dir: Path) -> dict[str, list[int]]:
     """The ledgers (topic t owns ledgers t * per_topic ..), the bookies' stores, the topics' records."""
+    held = scale.build(client, root, topics * per_topic, ENTRIES, store_dir, lambda md: dataclasses.replace(
+        md, custom_metadata=encode.ledger_keys("topic", topic_name(md.ledger_id // per_topic))))
     w = ClusterWriter(client, root)
-    w.init_cluster()
-    store = SyntheticStoreWriter()
-    held: dict[str, list[int]] = {}
-
-    def ledgers() -> Iterator[LedgerMetadata]:
-        for md in synthetic_ledgers(topics * per_topic, ENTRIES):
-            md = dataclasses.replace(md, custom_metadata=encode.ledger_keys("topic", topic_name(
-                md.ledger_id // per_topic)))
-            for b in md.bookies:
-                store.add(b, md.ledger_id, expected_share(md, b))
-                held.setdefault(b, []).append(md.ledger_id)
-            yield md
-
-    w.write_ledgers(ledgers(), batch=1000, in_flight=8)
 
     def records() -> Iterator[tuple[str, bytes]]:
         for t in range(topics):
@@ -76,10 +61,6 @@ def build(client: KazooClient, root: str, topics: int, per_topic: int, store_dir
 
     w.write_nodes(records(), batch=1000, parents=True)
     w.write_nodes(cursors(), batch=1000)
-    w.write_racks({bookie(n): rack_of(n) for n in range(BOOKIES)}, f"{root.rsplit('/', 1)[0]}/bookies")
-    for n in range(BOOKIES):
-        w.register_bookie(BookieRegistration(bookie(n), False))
-    store.write_all(store_dir)
     return held
 
 

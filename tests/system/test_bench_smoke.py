@@ -13,6 +13,7 @@ from bench import (
     deepscrub,
     driver_findings,
     pipeline,
+    topics,
     zkreads,
     zkwatch,
 )
@@ -30,6 +31,11 @@ def test_zookeeper_and_agent_benches_run() -> None:
     assert [r["ledgers"] for r in rows] == [300, 300, 300]
     rows = zkwatch.run(200, slow_rate=20, slow_seconds=1, rounds=1)  # every notification arrived, or it waits 30 s
     assert [str(r["what"]).startswith("a notification") for r in rows] == [False, True, True]
+
+
+def test_topics_bench_runs() -> None:
+    row = topics.run(100, 5, rounds=1)  # every run complete and clean, the phase read every topic
+    assert row["ledgers"] == 500 and row["zk requests (on)"] >= row["zk requests (off)"]
 
 
 def test_agent_watch_bench_runs() -> None:
