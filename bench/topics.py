@@ -3,7 +3,7 @@
 A cluster of `--topics` topics, each with `--ledgers-per-topic` closed ledgers tagged as Pulsar tags them and
 two cursors with their positions inline (the managed-ledger and cursor records encoded as Pulsar encodes them,
 half of them LZ4-compressed), 30 bookie agents on synthetic stores, one ZooKeeper. The full run with the
-topics phase (`pulsar_check`) and without it, alternately (`--rounds` each, on one SparkSession): the
+topics phase (`pulsar_check`) and without it, alternately (`--rounds` each, on one engine, Spark on `local[2]`): the
 medians of their seconds and of the ZooKeeper requests each made (the server's own packet counter), and the
 ratios. Every run must be complete and find nothing.
 
@@ -30,7 +30,7 @@ from scrutiny.config import ScanSettings
 from scrutiny.pulsar import encode
 from scrutiny.pulsar.records import LedgerInfo, Position, managed_ledger_of
 from scrutiny.scan.driver import ScrutinyRun
-from scrutiny.scan.engines import SparkEngine, spark_session
+from scrutiny.scan.engines import Engine, SparkEngine, spark_session
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper, packets_received
 
@@ -64,7 +64,8 @@ def build(client: KazooClient, root: str, topics: int, per_topic: int, store_dir
     return held
 
 
-def run(topics: int, per_topic: int, rounds: int) -> dict[str, Any]:
+def run(topics: int, per_topic: int, rounds: int, engine: Engine | None = None) -> dict[str, Any]:
+    """`engine`: Spark on local[2] (the process's session, left running for the caller) unless given."""
     count = topics * per_topic
     row: dict[str, Any] = {"topics": topics, "ledgers": count}
     heap = "3g" if count > 300_000 else "1g"
@@ -77,7 +78,7 @@ def run(topics: int, per_topic: int, rounds: int) -> dict[str, Any]:
         held = build(client, root, topics, per_topic, Path(tmp))
         row["build s"] = time.perf_counter() - t0
         agents = start_agents(held, Path(tmp), uri)
-        session = spark_session("local[2]")
+        engine = engine or SparkEngine(session=spark_session("local[2]"))
         try:
             seconds: dict[bool, list[float]] = {True: [], False: []}
             requests: dict[bool, list[int]] = {True: [], False: []}
@@ -87,7 +88,7 @@ def run(topics: int, per_topic: int, rounds: int) -> dict[str, Any]:
                     settings = ScanSettings(metadata_service_uri=uri, recheck_delay=1.0, pulsar_check=pulsar)
                     received = packets_received(zk.port)
                     t0 = time.perf_counter()
-                    report = ScrutinyRun(settings, SparkEngine(session=session)).execute()
+                    report = ScrutinyRun(settings, engine).execute()
                     seconds[pulsar].append(time.perf_counter() - t0)
                     requests[pulsar].append(packets_received(zk.port) - received)
                     assert report.complete and not report.violations, (report.errors[:3], report.counts)
@@ -101,7 +102,6 @@ def run(topics: int, per_topic: int, rounds: int) -> dict[str, Any]:
                     "topics phase s": statistics.median(phase), "zk requests (off)": req_off,
                     "zk requests (on)": req_on, "requests on / off": req_on / req_off}
         finally:
-            session.stop()
             stop_agents(agents)
             client.stop()
             client.close()
@@ -114,7 +114,11 @@ def main() -> None:
     p.add_argument("--ledgers-per-topic", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3, help="full runs with and without the topics phase, each")
     a = p.parse_args()
-    print(table([run(a.topics, a.ledgers_per_topic, a.rounds)]), flush=True)
+    session = spark_session("local[2]")
+    try:
+        print(table([run(a.topics, a.ledgers_per_topic, a.rounds, SparkEngine(session=session))]), flush=True)
+    finally:
+        session.stop()
 
 
 if __name__ == "__main__":

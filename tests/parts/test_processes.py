@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from scrutiny.testing import processes
-from scrutiny.testing.localzk import LocalZooKeeper, LocalZooKeeperError
+from scrutiny.testing.localzk import LocalZooKeeper, LocalZooKeeperError, free_port
 
 PARENT = """
 import sys, threading
@@ -69,9 +69,9 @@ def test_a_test_server_whose_port_was_taken_meanwhile_starts_on_another() -> Non
             assert zk.port == moved
         finally:
             zk.close()
-    fixed = LocalZooKeeper(port=moved)
+    fixed = LocalZooKeeper(port=free_port())  # (not `moved`: the closed server's connections keep it a while)
     with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", moved))
+        squatter.bind(("127.0.0.1", fixed.port))
         squatter.listen()
         with pytest.raises(LocalZooKeeperError, match="exited"):  # a port the caller chose: no other
             fixed.start(timeout=20)
