@@ -1,7 +1,8 @@
 """The churn soak, short and seeded: back-to-back scans on both engines while the cluster does only
 legal BookKeeper operations aimed at the re-check and re-read moments (recoveries leaving residue past
-the close, deletes collected later among them). Nothing may be reported; the faults injected at the end
-(a lost copy, an orphan, adds past a close) must be found. (`make soak` runs it for ten minutes.)"""
+the close, deletes collected later among them) and Pulsar's topics roll over, trim and acknowledge.
+Nothing may be reported; the faults injected at the end (a lost copy, an orphan, adds past a close, and
+one of each class the topic's record shows) must be found. (`make soak` runs it for ten minutes.)"""
 
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.soak import soak
 
 pytestmark = pytest.mark.soak
-FAULTS = {"LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", "ORPHAN_LEDGER", "ENTRIES_PAST_THE_CLOSE",
-          "LOST_BOOKIE_RECOVERY_NOT_STARTED"}
+BOOKKEEPER_FAULTS = {"LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", "ORPHAN_LEDGER", "ENTRIES_PAST_THE_CLOSE",
+                     "LOST_BOOKIE_RECOVERY_NOT_STARTED"}
+# the churn's Pulsar topics get one of each class the topic's record can show; full runs only
+PULSAR_FAULTS = {"TOPIC_LEDGER_MISSING", "CURSOR_POSITION_NOT_IN_TOPIC", "TOPIC_ENTRY_COUNT_MISMATCH",
+                 "TOPIC_WRITTEN_PAST_CLOSED_HEAD", "LEAKED_LEDGER"}
+FAULTS = BOOKKEEPER_FAULTS | PULSAR_FAULTS
 
 
 def test_churn_soak_reports_nothing_then_finds_the_fault(zk_server: LocalZooKeeper, zk_client: KazooClient,
@@ -36,6 +41,7 @@ def test_churn_soak_reports_nothing_then_finds_the_fault(zk_server: LocalZooKeep
     # a bookie whose session was renewed was seen gone (its agent answering) and never reported
     assert ops["session_expiry"] and result.moments["lost_bookies"], summary
     assert ops["recover_with_residue"], summary
+    assert ops["pulsar_trim"] and ops["pulsar_acknowledge"] and result.moments["pulsar_candidates"], summary
     assert result.moments["potentially_faulty"], summary  # the churn did reach the re-check moments
     # ... and the reverse check's: residue past a close, ledgers held and absent awaiting collection
     assert result.moments["ledgers_with_residue_past_the_close"] and result.moments["orphan_candidates"], summary
@@ -44,7 +50,7 @@ def test_churn_soak_reports_nothing_then_finds_the_fault(zk_server: LocalZooKeep
     # continuous scrutiny beside the runs: nothing during the churn, every fault it can see found by itself
     assert result.continuous_false_alarms == [], json.dumps(result.continuous_false_alarms[:5], indent=1)
     assert result.continuous_found and result.continuous_missed == 0, summary
-    assert {f.split()[0] for f in result.continuous_expected} == FAULTS - {"ORPHAN_LEDGER"}, summary
+    assert {f.split()[0] for f in result.continuous_expected} == BOOKKEEPER_FAULTS - {"ORPHAN_LEDGER"}, summary
 
 
 def test_churn_soak_on_etcd(etcd_server: LocalEtcd, etcd_tree: EtcdTree, spark_engine: object) -> None:
@@ -62,7 +68,7 @@ def test_churn_soak_on_etcd(etcd_server: LocalEtcd, etcd_tree: EtcdTree, spark_e
     # continuous scrutiny on etcd's watch (resumable from a revision) and the agents' feeds
     assert result.continuous_false_alarms == [] and result.continuous_found, summary
     assert result.continuous_missed == 0, summary
-    assert {f.split()[0] for f in result.continuous_expected} == FAULTS - {"ORPHAN_LEDGER"}, summary
+    assert {f.split()[0] for f in result.continuous_expected} == BOOKKEEPER_FAULTS - {"ORPHAN_LEDGER"}, summary
 
 
 def test_auditor_soak_threads_and_fds_stay_flat(zk_server: LocalZooKeeper, zk_client: KazooClient,
