@@ -1,6 +1,7 @@
 """What continuous scrutiny's feeds named and is still to look at, each due at its time (now, after the
-write-cache grace, after the lost-bookie delay), in two lanes: ledgers, and bookies (every ledger of one: a
-pass over the whole metadata, which a look at a few ledgers never waits for)."""
+write-cache grace, after the lost-bookie delay), in three lanes: ledgers, bookies (every ledger of one: a
+pass over the whole metadata, which a look at a few ledgers never waits for) and Pulsar's topics (a topic's
+record against BookKeeper's)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-LEDGERS, BOOKIES = LANES = ("ledgers", "bookies")
+LEDGERS, BOOKIES, TOPICS = LANES = ("ledgers", "bookies", "topics")
 
 
 @dataclass(frozen=True)
@@ -20,9 +21,7 @@ class Due:
 
 
 class Backlog:
-    """What the feeds named, each due at its time (now, after the write-cache grace, after the lost-bookie
-    delay), in two lanes: ledgers, and bookies (every ledger of one: a pass over the whole metadata, which a
-    look at a few ledgers never waits for); and how many of each are being looked at."""
+    """What the feeds named, each due at its time, in its lane; and how many of each are being looked at."""
 
     def __init__(self, pokes: dict[str, Callable[[], None]]) -> None:
         self._lock = threading.Lock()
@@ -42,10 +41,11 @@ class Backlog:
                 due[lid] = Due(max(at_ms, old.at_ms) if old else at_ms, why)
         self._pokes[LEDGERS]()
 
-    def add_bookie(self, bookie: str, at_ms: int, why: str) -> None:
+    def add_named(self, lane: str, name: str, at_ms: int, why: str) -> None:
+        """A bookie, or a topic: its look due then (as last asked)."""
         with self._lock:
-            self._due[BOOKIES][bookie] = Due(at_ms, why)
-        self._pokes[BOOKIES]()
+            self._due[lane][name] = Due(at_ms, why)
+        self._pokes[lane]()
 
     def forget(self, ledger_id: int) -> None:
         with self._lock:

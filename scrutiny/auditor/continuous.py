@@ -1,11 +1,13 @@
 """Continuous scrutiny on the auditor's leader: learn from the bookies and the metadata what changed, and
 check only that, with the same BP-34 steps as any run.
 
-Two feeds: every agent's WatchHoldings stream (ledgers gone from a bookie's index, an entry log removed
-under ledgers that still need it, a bookie back empty), and the metadata store's watch (a ledger closed or
-its ensemble changed, deleted, marked or unmarked, a bookie's registration gone or back). What they name is
-batched, and each batch is a scoped run (`ScrutinyRun.execute(ledger_ids=...)`: re-check, re-read, marks,
-registrations, as every run) whose findings update the current state (`CurrentState`). A feed that may have
+Three feeds: every agent's WatchHoldings stream (ledgers gone from a bookie's index, an entry log removed
+under ledgers that still need it, a bookie back empty), the metadata store's watch (a ledger closed or its
+ensemble changed, deleted, marked or unmarked, a bookie's registration gone or back), and the watch on
+Pulsar's records (`TopicFeed`: a managed ledger, a cursor or a schema changed; a topic's ledger deleted or
+closed). What they name is batched, and each batch is a scoped run (`ScrutinyRun.execute(ledger_ids=...)`,
+or a topic run: re-check, re-read, marks, registrations, as every run) whose findings update the current
+state (`CurrentState`). A feed that may have
 missed something (a reconnection to ZooKeeper, an agent restarted, changes no longer kept) and a mass event
 (more ledgers at once than `continuous_max_ledgers_per_second` allows) schedule a full run instead, the
 safety net. The agents' cursors are kept in the store: a new leader goes on where the last one stopped.
@@ -22,15 +24,17 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from scrutiny.auditor.backlog import BOOKIES, LANES, LEDGERS, Backlog, Due
+from scrutiny.auditor.backlog import BOOKIES, LANES, LEDGERS, TOPICS, Backlog, Due
 from scrutiny.auditor.currentstate import CurrentState
-from scrutiny.auditor.cursors import CURSORS, Cursors
+from scrutiny.auditor.cursors import Cursors, KeptCursors
 from scrutiny.auditor.feeds import AgentFeeds
+from scrutiny.auditor.gonebookies import GoneBookies
+from scrutiny.auditor.topicfeed import TopicFeed
 from scrutiny.bookieclient import EndpointResolver
 from scrutiny.categories import Category, Phase, in_phase
 from scrutiny.config import AuditorSettings, ScanSettings
-from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
 from scrutiny.metadata import TreeChange
+from scrutiny.pulsar.owners import topic_of_owner
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
@@ -42,6 +46,8 @@ from scrutiny.v1 import bookie_pb2
 log = logging.getLogger(__name__)
 Msg = bookie_pb2.HoldingsChange
 LOOKED_AT: tuple[Category, ...] = in_phase(Phase.LEDGERS) + in_phase(Phase.MARKS)  # what a scoped run finds
+# ... and a look at a topic (a leak is no topic's: full runs find them, as orphans)
+TOPICS_LOOKED_AT = tuple(c for c in in_phase(Phase.TOPICS) if c is not Category.LEAKED_LEDGER)
 AGENTS_EVERY_SECONDS = 60.0  # how often the leader lists the agents (sooner when a registration or feed moved)
 AGENTS_AT_MOST_EVERY_SECONDS = 5.0  # ... but never more often: an agent down for long is not a storm of listings
 FACTS_OF = {"registration": (REGISTRATIONS, AGENTS), "cookie": (REGISTRATIONS,),  # what each change spoils
@@ -57,23 +63,22 @@ class Continuous:
         self.stats: Counter[str] = Counter()
         self.feeds: dict[str, str] = {}  # feed -> "up" | "down" | "unavailable"
         self._lock = threading.Lock()
-        self._gone: dict[str, int] = {}  # bookie -> when the watch saw its registration go (ms)
-        self._cursors: dict[str, tuple[str, int]] = {}  # bookie -> (feed id, last sequence looked at)
+        self.gone = GoneBookies(self.scan)
+        self._kept = KeptCursors()  # how far the feeds were looked at, as the store keeps it
         self._seen: dict[str, tuple[str, int]] = {}  # ... last sequence taken note of
         self._stop = threading.Event()
         # something to look at (or, for the ledgers' loop, cursors moved): each lane's loop wakes only then
         self._pokes = {lane: threading.Event() for lane in LANES}
         self.backlog = Backlog({lane: e.set for lane, e in self._pokes.items()})
-        self._recording = threading.Lock()
         self._agents_moved = threading.Event()  # a registration or an agent's feed changed: list the agents again
         self._threads: list[threading.Thread] = []
         self._watch: TreeWatchHandle | None = None
-        self._position = ""
         self._store: MetadataStore | None = None
         self.facts: FactsCache | None = None  # the facts the looks start on, kept between changes
         self.fact_reads: Counter[str] = Counter()  # ... how often each part was read, every leadership together
         self._feeds: AgentFeeds | None = None
         self._resolver = EndpointResolver(self.scan.bookie_endpoints, default_port=self.scan.agent_default_port)
+        self.topics = TopicFeed(self.scan, self._look_at_topic, lambda why: self._gap("pulsar", why))
 
     def _ms(self) -> int:
         return int(self.now() * 1000)
@@ -89,12 +94,10 @@ class Continuous:
         self._stop.clear()
         self._agents_moved.clear()
         self._store, self.facts = store, FactsCache(store, reads=self.fact_reads)
-        stored = CURSORS.read(store)
-        self._cursors, position = dict(stored.agents), stored.metadata
-        self._seen = dict(self._cursors)
+        stored = self._kept.read(store)
+        position, self._seen = stored.metadata, dict(stored.agents)
         self.state.watching(self._ms())
         self._watch = store.watch_tree(self._on_tree, lambda why: self._gap("metadata", why), position)
-        self._position = position
         self.facts.keeping = self._watch is not None  # unwatched, no fact is known to stay true
         self.feeds["metadata"] = "up" if self._watch is not None else "unavailable"
         if self._watch is not None and not (position and self._watch.position()):
@@ -102,13 +105,16 @@ class Continuous:
             self._gap("metadata", "a new leader's watch starts now; what changed before it is unknown")
         else:  # etcd's resumes where the last leader stopped; the agents' feeds too
             self.schedule_full("the new leader's current state (it keeps no findings across leaders)")
+        if pulsar := self.topics.start(store):  # Pulsar's records: watched from now (the full run covers before)
+            self.feeds["pulsar"] = pulsar
         s = self.scan
         self._feeds = AgentFeeds(self._resolver.address, lambda b: self._seen.get(b, ("", 0)), self._on_agent,
                                  lambda _: self._agents_moved.set(), self.feeds,
                                  channel_credentials(s.bookie_tls_ca, s.bookie_tls_cert, s.bookie_tls_key),
                                  s.bookie_max_message_bytes)
         for target, name, args in ((self._follow_agents, "continuous-agents", ()), (self._work, "continuous",
-                                   (LEDGERS,)), (self._work, "continuous-bookies", (BOOKIES,))):
+                                   (LEDGERS,)), (self._work, "continuous-bookies", (BOOKIES,)),
+                                  (self._work, "continuous-topics", (TOPICS,))):
             t = threading.Thread(target=target, args=args, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -119,6 +125,7 @@ class Continuous:
             poke.set()
         self._agents_moved.set()
         self.state.stopped_watching()
+        self.topics.stop()  # its watches were added after the tree's
         if self._watch is not None:
             self._watch.close()
             self._watch = None
@@ -145,7 +152,10 @@ class Continuous:
         self.backlog.add(ledger_ids, self._ms() + int(after_s * 1000), why)
 
     def _look_at_bookie(self, bookie: str, why: str, after_s: float = 0.0) -> None:
-        self.backlog.add_bookie(bookie, self._ms() + int(after_s * 1000), why)
+        self.backlog.add_named(BOOKIES, bookie, self._ms() + int(after_s * 1000), why)
+
+    def _look_at_topic(self, topic: str, why: str, after_s: float = 0.0) -> None:
+        self.backlog.add_named(TOPICS, topic, self._ms() + int(after_s * 1000), why)
 
     def _on_tree(self, change: TreeChange) -> None:
         """On the store's own thread: take note only."""
@@ -156,20 +166,20 @@ class Continuous:
             if change.event == "deleted":
                 self.backlog.forget(change.ledger_id)
                 self.state.forget([change.ledger_id], self._ms())
+                self.topics.ledger_changed(change.ledger_id, "was deleted")  # a record may still name it
             elif change.event == "changed":  # closed, or its ensemble changed: once the write cache is flushed
                 self._look([change.ledger_id], "its metadata changed", s.write_cache_grace_seconds)
+                self.topics.ledger_changed(change.ledger_id, "was closed or changed", s.write_cache_grace_seconds)
         elif change.what == "mark":
             self._look([change.ledger_id], f"its under-replication mark was {change.event}")
         elif change.what != "registration":
             return
         elif change.event == "deleted":  # a registration gone: BookKeeper marks its ledgers after the delay
-            with self._lock:
-                self._gone.setdefault(change.bookie_id, self._ms())
+            self.gone.went(change.bookie_id, self._ms())
             self._look_at_bookie(change.bookie_id, f"{change.bookie_id}'s registration went away",
                                  s.lost_bookie_recovery_delay + s.lost_bookie_grace_period + 1)
         elif change.event == "created":
-            with self._lock:
-                self._gone.pop(change.bookie_id, None)
+            self.gone.back(change.bookie_id)
             self._agents_moved.set()  # a bookie back, or a new one: its agent may be new too
             self._look_at_bookie(change.bookie_id, f"{change.bookie_id} registered again")
 
@@ -238,21 +248,23 @@ class Continuous:
             except Exception:
                 log.exception("continuous scrutiny: a batch failed; its %s wait for the next", lane)
 
-    def _cursors_now(self) -> tuple[dict[str, tuple[str, int]], str]:
+    def _cursors_now(self) -> Cursors:
         with self._lock:
-            return dict(self._seen), self._watch.position() if self._watch is not None else ""
+            return Cursors(dict(self._seen), self._watch.position() if self._watch is not None else "")
 
     def batch(self, lane: str = LEDGERS) -> None:
         """What is due now in this lane, looked at with BP-34's steps; the current state updated."""
         most = max(1, int(self.settings.continuous_max_ledgers_per_second * self.settings.continuous_batch_seconds))
         cursors = self._cursors_now()  # before the take: what they name is taken, or still waits
-        due, mass = self.backlog.take(lane, self._ms(), most if lane == LEDGERS else math.inf)
+        due, mass = self.backlog.take(lane, self._ms(), math.inf if lane == BOOKIES else most)
         try:
             if mass:
                 self.stats["degraded"] += 1
-                self.schedule_full(f"{mass} ledgers changed at once (continuous_max_ledgers_per_second)")
+                self.schedule_full(f"{mass} {lane} changed at once (continuous_max_ledgers_per_second)")
             if due and lane == LEDGERS:
                 self._look_at_ledgers(due)
+            elif due and lane == TOPICS:
+                self._look_at_topics(due)
             elif due:
                 self._look_at_bookies(due)
         finally:
@@ -268,12 +280,29 @@ class Continuous:
         self.state.looked_again(due, report.violations, self._ms(),
                                 {lid: f"continuous: {d.why}" for lid, d in due.items()}, LOOKED_AT)
 
+    def _look_at_topics(self, due: dict[str, Due]) -> None:
+        """These topics' records against BookKeeper's metadata of their ledgers (a topic run)."""
+        topics = sorted(due)
+        try:
+            self.topics.refresh(topics)
+        except Exception as exc:  # the map waits for the next look; the run reads the records itself
+            log.info("continuous scrutiny: cannot read the records of %d topics now: %s", len(topics), exc)
+        report = self._scoped(replace(self.scan, topics=tuple(topics)))
+        if report is None:
+            for topic, d in due.items():
+                self._look_at_topic(topic, d.why, self.settings.continuous_batch_seconds)
+            return
+        how = {v.ledger_id: f"continuous: {due[t].why}" for v in report.violations
+               if v.owner is not None and (t := topic_of_owner(v.owner)) in due}
+        self.stats["topics_checked"] += len(topics)
+        self.state.looked_again_topics(due, report.violations, self._ms(), how, TOPICS_LOOKED_AT)
+
     def _look_at_bookies(self, due: dict[str, Due]) -> None:
         """Every ledger of these bookies, in one pass over the metadata."""
         again = self.settings.continuous_batch_seconds
-        self._sight_lost_bookies()
+        self.gone.record(self._store)
         for bookie, d in list(due.items()):
-            wait = self._until_lost_bookie_due(bookie)
+            wait = self.gone.until_due(bookie, self._ms(), self.facts)
             if wait > 0:  # the cluster's lostBookieRecoveryDelay is longer than the setting: not yet
                 self._look_at_bookie(bookie, d.why, wait)
                 del due[bookie]
@@ -288,43 +317,20 @@ class Continuous:
                for v in report.violations}
         self.state.looked_again_bookies(due, report.violations, self._ms(), how, LOOKED_AT)
         if report.stats.get("lost_bookie_ledgers_not_yet_due"):  # its sighting is later than the watch's
-            with self._lock:
-                gone = due.keys() & self._gone.keys()
-            for bookie in gone:
+            for bookie in self.gone.among(due.keys()):
                 self._look_at_bookie(bookie, due[bookie].why, max(again, self.scan.lost_bookie_grace_period))
 
-    def _until_lost_bookie_due(self, bookie: str) -> float:
-        """Seconds until the lost-bookie check is due for a bookie whose registration went (0: due, or not
-        gone): the cluster's lostBookieRecoveryDelay when it has one, as a run reads it, and the grace."""
-        with self._lock:
-            gone = self._gone.get(bookie)
-        if gone is None or self.facts is None:
-            return 0.0
-        try:
-            delay = self.facts.facts().recovery_delay
-        except Exception:  # the run itself will say whether it is due
-            return 0.0
-        delay = self.scan.lost_bookie_recovery_delay if delay is None else delay
-        return (gone - self._ms()) / 1000 + delay + self.scan.lost_bookie_grace_period + 1
-
-    def _record_cursors_if_settled(self, at: tuple[dict[str, tuple[str, int]], str]) -> None:
+    def _record_cursors_if_settled(self, at: Cursors) -> None:
         """Record how far the feeds were read when everything they had named by then is looked at (nothing
-        waits in either lane): a new leader goes on from there."""
-        cursors, position = at
-        with self._recording:
-            if len(self.backlog) or (cursors, position) == (self._cursors, self._position) or self._store is None:
-                return
-            try:
-                CURSORS.write(self._store, Cursors(cursors, position))
-                self._cursors, self._position = cursors, position
-            except Exception as exc:  # kept next time; a new leader meanwhile re-reads a little more
-                log.info("continuous scrutiny: cannot record the cursors now: %s", exc)
+        waits in any lane): a new leader goes on from there."""
+        if not len(self.backlog) and self._store is not None:
+            self._kept.record(self._store, at)
 
-    def _scoped(self, **scope: Any) -> Report | None:
-        """A run over these ledgers (or one bookie's), as any run; None when it could not complete (the
-        caller looks again at the next batch)."""
+    def _scoped(self, scan: ScanSettings | None = None, **scope: Any) -> Report | None:
+        """A run over these ledgers (or one bookie's, or some topics'), as any run; None when it could not
+        complete (the caller looks again at the next batch)."""
         try:
-            report = ScrutinyRun(self.scan, LocalEngine(), kind="continuous", sleep=self._pause,
+            report = ScrutinyRun(scan or self.scan, LocalEngine(), kind="continuous", sleep=self._pause,
                                  store=self._store, facts=self.facts.facts if self.facts else None).execute(**scope)
         except Exception as exc:  # the store away for a moment: nothing it was to look at is dropped
             log.info("continuous scrutiny: a look failed (%s): trying again", exc)
@@ -337,24 +343,7 @@ class Continuous:
         self.stats["store_reads"] += report.stats.get("store_reads", 0)
         return report
 
-    def _sight_lost_bookies(self) -> None:
-        with self._lock:
-            gone = dict(self._gone)
-        if gone and self._store is not None:
-            sight_lost_bookies(self._store, gone)
-
     def _pause(self, seconds: float) -> None:
         """A run's delayed re-check waits (its facts read afresh after), cut short when the leader steps down."""
         self._stop.wait(seconds)
 
-
-def sight_lost_bookies(store: MetadataStore, gone: dict[str, int]) -> None:
-    """The watch saw when each registration went (`gone`, ms): the lost-bookie sightings a run reads (the
-    earlier of that and what runs recorded), so that the lost-bookie check counts its delay from then."""
-    try:
-        seen = LOST_BOOKIE_SIGHTINGS.read(store)
-        merged = {**seen, **{b: min(t, seen.get(b, t)) for b, t in gone.items()}}
-        if merged != seen:
-            LOST_BOOKIE_SIGHTINGS.write(store, merged)
-    except Exception as exc:  # the runs' own sightings then: later, never early
-        log.info("continuous scrutiny: cannot record when registrations went: %s", exc)

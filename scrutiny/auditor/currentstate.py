@@ -17,6 +17,7 @@ from typing import Any
 
 from scrutiny.categories import REGISTRY, Category, Fact, severity_of
 from scrutiny.checks import Violation
+from scrutiny.pulsar.owners import topic_of_owner
 from scrutiny.times import iso
 
 # What continuous mode looks at: what the bookies hold and who is registered (placement, the durability
@@ -120,6 +121,16 @@ class CurrentState:
         return self._looked_again_where(lambda c: bool(named & {*c.violation.bookies,
                                                                  *c.violation.details.get("lost_bookies", ())}),
                                         found, now_ms, found_by, categories)
+
+    def looked_again_topics(self, topics: Collection[str], found: Iterable[Violation], now_ms: int,
+                            found_by: str | Mapping[int, str], categories: Collection[Category]) -> tuple[int, int]:
+        """A look at these topics' records: what concerns one of them and is not found again is cleared; what
+        is new is added."""
+        named = set(topics)
+        fresh = [v for v in found if v.owner is not None and topic_of_owner(v.owner) in named]
+        return self._looked_again_where(lambda c: c.violation.owner is not None
+                                        and topic_of_owner(c.violation.owner) in named, fresh, now_ms, found_by,
+                                        categories)
 
     def replaced(self, found: Iterable[Violation], now_ms: int, found_by: str,
                  categories: Collection[Category]) -> tuple[int, int]:

@@ -4,12 +4,16 @@ a new leader goes on from there (an unreadable record: every feed followed from 
 from __future__ import annotations
 
 import json
+import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from scrutiny.errors import DataError
 from scrutiny.records import LeaderRecord
+from scrutiny.store import MetadataStore
 
+log = logging.getLogger(__name__)
 FORMAT = 1
 
 
@@ -38,3 +42,26 @@ def parse_cursors(data: bytes) -> Cursors:
 
 CURSORS = LeaderRecord("continuous-cursors", parse_cursors, Cursors.to_bytes, Cursors,
                        "every feed is followed from now, after a full run")
+
+
+class KeptCursors:
+    """The cursors as last read from the store or recorded there; recorded again only when they moved."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.recorded = Cursors()
+
+    def read(self, store: MetadataStore) -> Cursors:
+        with self._lock:
+            self.recorded = CURSORS.read(store)
+            return self.recorded
+
+    def record(self, store: MetadataStore, cursors: Cursors) -> None:
+        with self._lock:
+            if cursors == self.recorded:
+                return
+            try:
+                CURSORS.write(store, cursors)
+                self.recorded = cursors
+            except Exception as exc:  # kept next time; a new leader meanwhile re-reads a little more
+                log.info("continuous scrutiny: cannot record the cursors now: %s", exc)

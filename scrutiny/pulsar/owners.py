@@ -54,3 +54,8 @@ def owner_from_custom_metadata(custom: tuple[tuple[str, bytes], ...]) -> Owner |
     if "application" in keys:
         return Owner("other", keys["application"] + (f"/{component}" if component else ""))
     return None
+
+
+def topic_of_owner(owner: Owner) -> str:
+    """The topic whose records name a ledger of this owner (a schema's: the topic of its schema id)."""
+    return f"persistent://{owner.name}" if owner.kind == "schema" else owner.name

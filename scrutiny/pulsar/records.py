@@ -58,6 +58,21 @@ def schema_id_of(topic: str) -> str:
     return base if sep and index.isdigit() else name
 
 
+def topic_of_path(managed_ledgers_root: str, schemas_root: str, path: str) -> str | None:
+    """The topic a record's node concerns (a managed ledger, one of its cursors, a schema: the topic of that
+    schema id); None for the nodes above them (tenants, namespaces, domains)."""
+    if path.startswith(managed_ledgers_root + "/"):
+        parts = path[len(managed_ledgers_root) + 1:].split("/")
+        for at in (2, 3):  # tenant/ns/persistent/<topic>, or the v1 property/cluster/ns/persistent/<topic>
+            if len(parts) > at + 1 and parts[at] == "persistent":
+                return topic_of("/".join(parts[:at + 2]))
+        return None
+    if path.startswith(schemas_root + "/"):
+        parts = path[len(schemas_root) + 1:].split("/")
+        return f"persistent://{'/'.join(parts)}" if len(parts) == 3 and all(parts) else None
+    return None
+
+
 _PRINTABLE = bytes(range(32, 127)) + b"\t\n\r"
 M = TypeVar("M", bound=Message)
 

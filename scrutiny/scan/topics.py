@@ -21,7 +21,7 @@ from scrutiny.checks.topics import check_topics, leaked, unnamed
 from scrutiny.config import ScanSettings
 from scrutiny.orphans import Sightings
 from scrutiny.pulsar.ledgers import BookKeeperLedgers, LedgerFact
-from scrutiny.pulsar.owners import PULSAR_KINDS, Owner, owner_from_custom_metadata
+from scrutiny.pulsar.owners import PULSAR_KINDS, Owner, owner_from_custom_metadata, topic_of_owner
 from scrutiny.pulsar.snapshot import PulsarRecord
 from scrutiny.records import LeaderRecord
 from scrutiny.store import LedgerRead, MetadataStore, open_store
@@ -49,11 +49,6 @@ def pulsar_store(store: MetadataStore, settings: ScanSettings) -> Iterator[Metad
         yield other
     finally:
         other.close()
-
-
-def topic_of_owner(owner: Owner) -> str:
-    """The topic whose records name a ledger of this owner (a schema's: the topic of its schema id)."""
-    return f"persistent://{owner.name}" if owner.kind == "schema" else owner.name
 
 
 def _key(v: Violation) -> tuple[str, int]:

@@ -108,6 +108,20 @@ class TreeWatchHandle(Protocol):
     def close(self) -> None: ...
 
 
+class Watches:
+    """Several watches as one (a store watching two trees)."""
+
+    def __init__(self, watches: list[TreeWatchHandle]) -> None:
+        self.watches = watches
+
+    def position(self) -> str:
+        return ""
+
+    def close(self) -> None:
+        for w in reversed(self.watches):  # the last added first (ZooKeeper's wrap the connection's reader)
+            w.close()
+
+
 class MetadataStore(ABC):
     reads: int = 0  # requests sent, for the run's statistics
     peak_in_flight: int = 0
@@ -203,6 +217,12 @@ class MetadataStore(ABC):
         happens (`on_change`, called on the store's own thread: take note only), and each time some may have
         been missed (`on_gap`), until closed; from `resume` (a position an earlier watch gave) where the store
         can; None where this store cannot watch (then only runs look)."""
+        return None
+
+    def watch_topics(self, on_topic: Callable[[str], None], on_gap: Callable[[str], None]) -> TreeWatchHandle | None:
+        """Every change to a Pulsar record kept here (a managed ledger, a cursor, a schema), as the topic it
+        concerns (`on_topic`, called on the store's own thread: take note only), and each time some may have
+        been missed (`on_gap`), from now until closed; None where this store cannot watch."""
         return None
 
     @abstractmethod

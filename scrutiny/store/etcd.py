@@ -47,7 +47,7 @@ from scrutiny.metadata import (
     tree_change,
     ur_mark_path,
 )
-from scrutiny.pulsar.records import managed_ledger_of, schema_id_of
+from scrutiny.pulsar.records import managed_ledger_of, schema_id_of, topic_of_path
 from scrutiny.pulsar.snapshot import StoredRecords
 from scrutiny.store import (
     Election,
@@ -56,6 +56,7 @@ from scrutiny.store import (
     MetadataStore,
     Registration,
     Registrations,
+    Watches,
     decode_marks,
     parse_recovery_delay,
 )
@@ -354,7 +355,24 @@ class EtcdStore(MetadataStore):
                    resume: str = "") -> EtcdTreeWatch:
         """etcd's watch, from the revision after `resume` (or now): ordered and gap-free while etcd keeps
         that history; a broken stream resumes from the last revision seen, a compacted one is a gap."""
-        return EtcdTreeWatch(self.kv, self.root, on_change, on_gap, int(resume) if resume.isdigit() else 0)
+        root = self.root
+
+        def event(kind: str, key: str) -> None:
+            change = tree_change(root, kind, key)
+            if change is not None:
+                on_change(change)
+
+        return EtcdTreeWatch(self.kv, root, event, on_gap, int(resume) if resume.isdigit() else 0)
+
+    def watch_topics(self, on_topic: Callable[[str], None], on_gap: Callable[[str], None]) -> Watches:
+        ml, schemas = self.uri.managed_ledgers_path, self.uri.schemas_path
+
+        def event(kind: str, key: str) -> None:
+            topic = topic_of_path(ml, schemas, key)
+            if topic is not None:
+                on_topic(topic)
+
+        return Watches([EtcdTreeWatch(self.kv, prefix, event, on_gap, 0) for prefix in (ml, schemas)])
 
     def on_session_lost(self, callback: Callable[[], None]) -> None:
         self.session.on_lost(callback)
@@ -425,12 +443,13 @@ class EtcdElection:
 
 
 class EtcdTreeWatch:
-    """A watch of every key below the ledgers root, on its own thread, resumed from the last revision seen
-    when the stream breaks (etcd replays what changed meanwhile); a compacted start revision is a gap."""
+    """A watch of every key below a prefix (the ledgers root, Pulsar's records), as (event, key) on `on_event`,
+    on its own thread, resumed from the last revision seen when the stream breaks (etcd replays what changed
+    meanwhile); a compacted start revision is a gap."""
 
-    def __init__(self, kv: EtcdKV, root: str, on_change: Callable[[TreeChange], None],
+    def __init__(self, kv: EtcdKV, root: str, on_event: Callable[[str, str], None],
                  on_gap: Callable[[str], None], after: int) -> None:
-        self.kv, self.root, self.on_change, self.on_gap = kv, root, on_change, on_gap
+        self.kv, self.root, self.on_event, self.on_gap = kv, root, on_event, on_gap
         self._stop = threading.Event()
         self._seen = after or kv.revision()  # every change up to this revision is accounted for
         self._thread = threading.Thread(target=self._run, name="etcd-watch", daemon=True)
@@ -449,9 +468,7 @@ class EtcdTreeWatch:
                         self.on_gap(f"etcd compacted its history past revision {batch.compact_revision - 1}")
                         break  # a new watch from now
                     for kind, key, _ in batch.events:
-                        change = tree_change(self.root, kind, key)
-                        if change is not None:
-                            self.on_change(change)
+                        self.on_event(kind, key)
                     if batch.events:
                         self._seen = max(self._seen, batch.events[-1][2])
                     elif not batch.created:  # progress: nothing below the root changed up to the store's revision

@@ -42,7 +42,7 @@ from scrutiny.metadata import (
     tree_change,
     ur_mark_path,
 )
-from scrutiny.pulsar.records import managed_ledger_of, schema_id_of
+from scrutiny.pulsar.records import managed_ledger_of, schema_id_of, topic_of_path
 from scrutiny.pulsar.snapshot import StoredRecords
 from scrutiny.store import (
     Election,
@@ -52,6 +52,7 @@ from scrutiny.store import (
     MetadataStoreUnavailable,
     Registration,
     Registrations,
+    Watches,
     chunk_ids,
     decode_marks,
     parse_recovery_delay,
@@ -368,6 +369,20 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
                 on_change(change)
 
         return TreeWatch(self.client, root, event, on_gap, timeout=OPERATION_TIMEOUT)
+
+    def watch_topics(self, on_topic: Callable[[str], None], on_gap: Callable[[str], None]) -> Watches | None:
+        """Persistent recursive watches on the managed ledgers and the schemas (3.6+, as `watch_tree`)."""
+        if not self.multi_read:
+            return None
+        ml, schemas = self.uri.managed_ledgers_path, self.uri.schemas_path
+
+        def event(kind: str, path: str) -> None:
+            topic = topic_of_path(ml, schemas, path)
+            if topic is not None:
+                on_topic(topic)
+
+        return Watches([TreeWatch(self.client, root, event, on_gap, timeout=OPERATION_TIMEOUT)
+                        for root in (ml, schemas)])
 
     def on_session_lost(self, callback: Callable[[], None]) -> None:
         def listener(state: str) -> None:  # on kazoo's event thread: only flag, never block

@@ -76,7 +76,8 @@ class PulsarChurn:
         self.cluster.writer.update_ledger(md)
         self.metadata[lid] = md
 
-    def _delete(self, lid: int) -> None:
+    def delete_ledger(self, lid: int) -> None:
+        """Deleted from BookKeeper's metadata, and collected from its bookies."""
         md = self.metadata.pop(lid, None)
         if md is None:
             return
@@ -86,7 +87,7 @@ class PulsarChurn:
 
     # -- the records, as the broker writes them -------------------------------------------------------
 
-    def _record(self, t: Topic) -> None:
+    def write_record(self, t: Topic) -> None:
         self.cluster.writer.write_managed_ledger(t.managed_ledger,
                                                  encode.managed_ledger(t.ledgers, self.rng.choice(COMPRESSIONS)))
 
@@ -104,7 +105,7 @@ class PulsarChurn:
         t = Topic(f"persistent://public/default/churn-{self._made}")
         self.cluster.writer.write_managed_ledger(t.managed_ledger, b"")  # createIfMissing writes 0 bytes first
         t.ledgers.append(LedgerInfo(self._ledger(encode.ledger_keys("topic", t.name))))
-        self._record(t)
+        self.write_record(t)
         for sub in ("sub-a", "sub-b"):
             t.cursors[sub] = Cursor(mark_delete=Position(t.head.ledger_id, -1))
             self._cursor(t, sub)
@@ -125,7 +126,7 @@ class PulsarChurn:
         t.ledgers[-1] = LedgerInfo(head, t.written, t.written * 100)
         t.ledgers.append(LedgerInfo(new))
         t.written = 0
-        self._record(t)
+        self.write_record(t)
 
     def acknowledge(self, t: Topic) -> None:
         """An inline cursor's mark-delete moved forward, within what was written."""
@@ -150,8 +151,8 @@ class PulsarChurn:
                 c.mark_delete = Position(second.ledger_id, -1)
                 self._cursor(t, sub)
         t.ledgers.pop(0)
-        self._record(t)
-        self._delete(first.ledger_id)
+        self.write_record(t)
+        self.delete_ledger(first.ledger_id)
 
     def offload(self, t: Topic) -> None:
         """A closed ledger offloaded (complete); on a later step, past the deletion lag, marked deleted from
@@ -159,14 +160,14 @@ class PulsarChurn:
         for i, li in enumerate(t.ledgers[:-1]):
             if li.offloaded and not li.bookkeeper_deleted:
                 t.ledgers[i] = dataclasses.replace(li, bookkeeper_deleted=True)
-                self._record(t)
-                self._delete(li.ledger_id)
+                self.write_record(t)
+                self.delete_ledger(li.ledger_id)
                 return
         closed = [i for i, li in enumerate(t.ledgers[:-1]) if not li.offloaded]
         if closed:
             i = closed[0]
             t.ledgers[i] = dataclasses.replace(t.ledgers[i], offloaded=True)
-            self._record(t)
+            self.write_record(t)
 
     def switch_cursor(self, t: Topic) -> None:
         """A cursor's position moved into a new ledger of its own (or back inline), the old ledger deleted."""
@@ -179,7 +180,7 @@ class PulsarChurn:
             c.ledger_id = self._ledger(encode.ledger_keys("cursor", t.name, sub))
         self._cursor(t, sub)
         if old >= 0:
-            self._delete(old)
+            self.delete_ledger(old)
 
     def schema_version(self, t: Topic) -> None:
         lid = self._ledger(encode.ledger_keys("schema", schema_id=schema_id_of(t.name)))
@@ -195,7 +196,7 @@ class PulsarChurn:
         t.cursors.setdefault(COMPACTION_CURSOR, Cursor())
         self._cursor(t, COMPACTION_CURSOR)
         if old >= 0:
-            self._delete(old)
+            self.delete_ledger(old)
 
     def unload(self, t: Topic) -> None:
         """A graceful unload of an idle topic: its head closed empty, the record left as it was."""
@@ -207,7 +208,7 @@ class PulsarChurn:
         del self.topics[t.name]
         for lid in [li.ledger_id for li in t.ledgers] + [c.ledger_id for c in t.cursors.values()] + [t.compacted]:
             if lid >= 0:
-                self._delete(lid)
+                self.delete_ledger(lid)
         self.cluster.writer.delete_managed_ledger(t.managed_ledger, [encode.cursor_node(s) for s in t.cursors])
 
     def step(self) -> None:
@@ -248,9 +249,9 @@ class PulsarChurn:
             self.frozen |= {t.name for t in ts}
             lost, schema_lost, past, short, under, leak = (ts[0], ts[0], ts[1], ts[2], ts[3], ts[4])
             lost_ledger = lost.ledgers[1].ledger_id
-            self._delete(lost_ledger)
+            self.delete_ledger(lost_ledger)
             schema_ledger = schema_lost.schema[-1][1]
-            self._delete(schema_ledger)
+            self.delete_ledger(schema_ledger)
             target = past.ledgers[0]
             assert target.entries is not None
             past.cursors["sub-a"] = Cursor(mark_delete=Position(target.ledger_id, target.entries + 2))
@@ -258,13 +259,13 @@ class PulsarChurn:
             counted = short.ledgers[1]
             assert counted.entries is not None
             short.ledgers[1] = dataclasses.replace(counted, entries=counted.entries - 1)
-            self._record(short)
+            self.write_record(short)
             head = under.head.ledger_id
             self._close(head, under.written - 2)  # recovered short of what the broker had written on
             under.cursors["sub-b"] = Cursor(mark_delete=Position(head, under.written - 1))
             self._cursor(under, "sub-b")
             leaked = leak.ledgers.pop(0).ledger_id
-            self._record(leak)  # and its delete failed
+            self.write_record(leak)  # and its delete failed
         return {("TOPIC_LEDGER_MISSING", lost_ledger), ("TOPIC_LEDGER_MISSING", schema_ledger),
                 ("CURSOR_POSITION_NOT_IN_TOPIC", target.ledger_id), ("TOPIC_ENTRY_COUNT_MISMATCH", counted.ledger_id),
                 ("TOPIC_WRITTEN_PAST_CLOSED_HEAD", head), ("LEAKED_LEDGER", leaked)}

@@ -20,7 +20,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from scrutiny.auditor.continuous import LOOKED_AT, Continuous
+from scrutiny.auditor.continuous import LOOKED_AT, TOPICS_LOOKED_AT, Continuous
 from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.categories import Category
 from scrutiny.config import AuditorSettings, ScanSettings
@@ -132,10 +132,12 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
         faults = cluster.inject_faults()
         result.faults = sorted(f"{c} {lid}" for c, lid in faults)
         # What continuous mode sees by itself: a copy gone (the agent's feed); with the store's watch also a
-        # close with adds past it, and a registration gone (its ledgers after the lost-bookie delay); neither
-        # orphans nor Pulsar's records (full runs only)
+        # close with adds past it, and a registration gone (its ledgers after the lost-bookie delay); with the
+        # watch on Pulsar's records too, each topic's fault; neither orphans nor leaks (full runs only)
+        following = watcher.feeds.get("metadata") == "up"
         seen = {f for f in faults if f[0] == "LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"
-                or (watcher.feeds.get("metadata") == "up" and Category(f[0]) in LOOKED_AT)}
+                or (following and Category(f[0]) in LOOKED_AT)
+                or (following and watcher.feeds.get("pulsar") == "up" and Category(f[0]) in TOPICS_LOOKED_AT)}
         result.continuous_expected = sorted(f"{c} {lid}" for c, lid in seen)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not seen <= _keys(state):

@@ -20,6 +20,7 @@ from scrutiny.pulsar.records import (
     SchemaRecord,
     schema_id_of,
     topic_of,
+    topic_of_path,
 )
 from scrutiny.pulsar.snapshot import PulsarRecord, StoredRecords
 from scrutiny.store import LedgerRead
@@ -80,6 +81,18 @@ def test_names_as_pulsar_encodes_them() -> None:
     assert encode.cursor_node("my#sub") == "my%23sub"
     rec = record([LedgerInfo(1)], {"my%23sub": encode.cursor(-1, Position(1, -1))})
     assert set(rec.topics[ML].cursors) == {"my#sub"}
+
+
+def test_the_topic_a_changed_node_concerns() -> None:
+    """What continuous mode's watch on Pulsar's records makes of a path."""
+    ml, schemas = "/managed-ledgers", "/schemas"
+    assert topic_of_path(ml, schemas, "/managed-ledgers/t/ns/persistent/a+b") == "persistent://t/ns/a b"
+    assert topic_of_path(ml, schemas, "/managed-ledgers/t/ns/persistent/a/my%23sub") == "persistent://t/ns/a"
+    assert topic_of_path(ml, schemas, "/managed-ledgers/p/c/ns/persistent/a") == "persistent://p/c/ns/a"  # v1
+    assert topic_of_path(ml, schemas, "/schemas/t/ns/orders") == "persistent://t/ns/orders"
+    for above in ("/managed-ledgers/t", "/managed-ledgers/t/ns/persistent", "/schemas/t/ns", "/ledgers/L0001",
+                  "/managed-ledgers-x/t/ns/persistent/a"):
+        assert topic_of_path(ml, schemas, above) is None
 
 
 def test_one_bad_record_is_named_and_the_others_read() -> None:

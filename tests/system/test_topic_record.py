@@ -4,17 +4,22 @@ record in a metadata store of its own; Pulsar's operations racing the runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import subprocess
 import sys
+import time
 
 from kazoo.client import KazooClient
 
-from scrutiny.config import ScanSettings
+from scrutiny.auditor.continuous import TOPICS_LOOKED_AT, Continuous
+from scrutiny.auditor.currentstate import CurrentState
+from scrutiny.config import AuditorSettings, ScanSettings
 from scrutiny.pulsar import encode
 from scrutiny.pulsar.records import LedgerInfo, schema_id_of
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
+from scrutiny.store import open_store
 from scrutiny.testing.churn import ChurnCluster
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
@@ -115,3 +120,77 @@ def test_pulsar_operations_racing_the_runs_raise_no_alarm(zk_server: LocalZooKee
     assert result.moments["pulsar_candidates"] > 0  # some finding of a first look was gone at the second
     assert result.fault_found and result.fault_report_extra == []
     assert sum(n for op, n in result.operations.items() if op.startswith("pulsar_")) > 50
+    # continuous mode beside the runs: nothing while Pulsar churns, each topic's fault found by itself
+    assert result.continuous_false_alarms == [] and result.continuous_found, result.summary()
+    assert {f.split()[0] for f in result.continuous_expected} >= {"TOPIC_LEDGER_MISSING", "TOPIC_ENTRY_COUNT_MISMATCH"}
+
+
+def test_continuous_mode_follows_the_topics_records(place: Place) -> None:
+    """The watch on Pulsar's records and the ledger -> topic map, with no full run: Pulsar's legal operations
+    raise nothing; each fault a topic's look can see is found by itself (a listed ledger deleted in
+    BookKeeper's metadata names its topic through the map); a record put right clears its finding."""
+    cluster = ChurnCluster(place.client, place.root, place.uri, BOOKIES, 0.2, random.Random(5))
+    state, full_runs = CurrentState(), []
+    s = settings(place.uri, lost_bookie_check=False)
+    watcher = Continuous(s, AuditorSettings(continuous_batch_seconds=0.2), state, full_runs.append)
+    store = open_store(s)
+
+    def settled(deadline: float = 60) -> None:
+        end = time.monotonic() + deadline
+        while time.monotonic() < end and (watcher.pending() or not watcher.topics.mapped()):
+            time.sleep(0.1)
+        assert watcher.pending() == 0, "continuous mode did not settle"
+
+    try:
+        pulsar = PulsarChurn(cluster, topics=0)
+        busy = pulsar.create_topic()
+        for _ in range(3):
+            pulsar.publish(busy)
+            pulsar.rollover(busy)
+        watcher.start(store)
+        assert watcher.feeds["pulsar"] == "up"
+        settled()
+        for op in (pulsar.acknowledge, pulsar.trim, pulsar.rollover, pulsar.offload, pulsar.offload,
+                   pulsar.switch_cursor, pulsar.compact, pulsar.schema_version):
+            op(busy)
+        pulsar.delete_topic(pulsar.create_topic())
+        time.sleep(1)  # the watches' events arrive
+        settled()
+        assert state.findings() == [] and watcher.stats["topics_checked"] > 0
+
+        def found_now() -> set[tuple[str, int]]:
+            return {(str(c.violation.category), c.violation.ledger_id) for c in state.findings()}
+
+        def wait_for(wanted: set[tuple[str, int]]) -> None:
+            end = time.monotonic() + 60
+            while time.monotonic() < end and not wanted <= found_now():
+                time.sleep(0.2)
+
+        # a listed ledger deleted, the record left as it was: the map names its topic
+        lost = busy.ledgers[-2].ledger_id
+        pulsar.delete_ledger(lost)
+        wait_for({("TOPIC_LEDGER_MISSING", lost)})
+        now = {(str(c.violation.category), c.violation.ledger_id): c for c in state.findings()}
+        assert list(now) == [("TOPIC_LEDGER_MISSING", lost)]
+        assert now["TOPIC_LEDGER_MISSING", lost].found_by == f"continuous: ledger {lost} was deleted"
+        faults = {f for f in pulsar.inject_faults() if f[0] in TOPICS_LOOKED_AT} | {("TOPIC_LEDGER_MISSING", lost)}
+        wait_for(faults)
+        now = {(str(c.violation.category), c.violation.ledger_id): c for c in state.findings()}
+        assert set(now) == faults
+        assert all(c.found_by.startswith("continuous: ") for c in now.values())
+        # the one short count put right in the record
+        short = next(lid for k, lid in faults if k == "TOPIC_ENTRY_COUNT_MISMATCH")
+        topic = next(t for t in pulsar.topics.values() if short in {li.ledger_id for li in t.ledgers})
+        at = next(i for i, li in enumerate(topic.ledgers) if li.ledger_id == short)
+        entries = topic.ledgers[at].entries
+        assert entries is not None
+        topic.ledgers[at] = dataclasses.replace(topic.ledgers[at], entries=entries + 1)
+        pulsar.write_record(topic)
+        end = time.monotonic() + 60
+        while time.monotonic() < end and ("TOPIC_ENTRY_COUNT_MISMATCH", short) in found_now():
+            time.sleep(0.2)
+        assert any(r.was.violation.ledger_id == short for r in state.resolved())
+    finally:
+        watcher.stop()
+        store.close()
+        cluster.close()
