@@ -13,6 +13,7 @@ from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.auditor.ledgerview import ledger_view, metadata_json
 from scrutiny.auditor.runqueue import Ticket
 from scrutiny.auditor.service import status_json
+from scrutiny.auditor.topicview import topic_name_of, topic_view
 from scrutiny.errors import RequestError
 from scrutiny.httpserver import Request, Response
 
@@ -57,6 +58,9 @@ class ConsoleApi(Asking):
         md = view["metadata"]
         return json_response(200, {**view, "metadata": metadata_json(md) if md else None,
                            "segments": [dataclasses.asdict(seg) for seg in view["segments"]]})
+
+    def api_topic(self, req: Request) -> Response:
+        return json_response(200, topic_view(self.api, topic_name_of(req.query.get("name", ""))))
 
     def api_blast(self, req: Request) -> Response:
         _, run = self.run(req)

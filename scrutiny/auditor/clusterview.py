@@ -1,6 +1,6 @@
 """What the console asks the cluster live, apart from the runs: the run history the leaders keep in the
-store, the bookies registered now and their racks, one ledger's metadata, and what each of its bookies
-holds of it now (one short call each)."""
+store, the bookies registered now and their racks, one ledger's metadata, what each of its bookies holds
+of it now (one short call each), and one topic's record in Pulsar's metadata store."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from scrutiny.checks import BookieAnswer
 from scrutiny.config import ScanSettings
 from scrutiny.errors import StoreError
 from scrutiny.metadata import LedgerMetadata
+from scrutiny.pulsar.snapshot import PulsarRecord
+from scrutiny.scan.topics import pulsar_store
 from scrutiny.store import LedgerRead, MetadataStore
 
 
@@ -43,3 +45,12 @@ class ClusterView:
             client.retries = 0  # a page waits for one look, not for backoffs
             got = client.fetch_many({b: [md.ledger_id] for b in md.bookies}, deadline)
         return {b: a.get(md.ledger_id) for b, a in got.items()}
+
+    def topic(self, topic: str) -> tuple[PulsarRecord, dict[int, LedgerRead]]:
+        """The topic's record (its managed ledger, cursors and schema), and BookKeeper's metadata of each
+        ledger it names."""
+        store = self._store()
+        with pulsar_store(store, self._scan()) as pulsar:
+            record = PulsarRecord.decode(pulsar.pulsar_records([topic]))
+        ids = sorted({n.ledger_id for n in record.needs()})
+        return record, {r.ledger_id: r for r in store.read_ledgers(ids)}

@@ -19,6 +19,7 @@ from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.auditor.ledgerview import finding_row, ledger_view
 from scrutiny.auditor.runkinds import KINDS
 from scrutiny.auditor.service import Status
+from scrutiny.auditor.topicview import topic_name_of, topic_view
 from scrutiny.categories import CATEGORY_NAMES, REGISTRY, SEVERITIES, Category, severity_of, spec, worst_first
 from scrutiny.httpserver import Request, Response
 from scrutiny.report import Report
@@ -93,6 +94,10 @@ class ConsolePages(Asking):
             w.writerow([v.ledger_id, v.category, severity_of(v.category, v.details), v.owner.kind if v.owner else "",
                         v.owner.name if v.owner else "", " ".join(v.bookies), json.dumps(v.details)])
         return Response(200, "text/csv; charset=utf-8", out.getvalue().encode())
+
+    def page_topic(self, req: Request) -> Response:
+        view = topic_view(self.api, topic_name_of(req.query.get("name", "")))
+        return html(200, "topic", view["topic"], **view)
 
     def page_ledger(self, req: Request) -> Response:
         view = ledger_view(self.api, ledger_id_of(req.path), ask=True)

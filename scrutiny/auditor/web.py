@@ -39,7 +39,8 @@ class AuditorWeb:
             ("GET", "/blast-radius"): pages.page_blast, ("GET", "/api/v1/status"): json_api.api_status,
             ("GET", "/api/v1/report"): json_api.api_report, ("GET", "/api/v1/current"): json_api.api_current,
             ("GET", "/api/v1/blast-radius"): json_api.api_blast, ("GET", "/api/v1/bookies"): json_api.api_bookies,
-            ("GET", "/api/v1/history"): json_api.api_history,
+            ("GET", "/api/v1/history"): json_api.api_history, ("GET", "/topics"): pages.page_topic,
+            ("GET", "/api/v1/topics"): json_api.api_topic,
             ("POST", "/api/v1/rescan"): json_api.api_rescan, ("POST", "/api/v1/whatif"): json_api.api_whatif}
         self.ledger_page, self.ledger_api = pages.page_ledger, json_api.api_ledger
 
@@ -56,7 +57,8 @@ class AuditorWeb:
                     raise HttpError(405, f"{req.method} is not served at {path} (only {', '.join(allow)})", allow)
                 if path.startswith("/api/") or path == "/ledgers":
                     raise HttpError(404, f"no such call: {path} (the API: /api/v1/status, report, current, "
-                                         "ledgers/<id>, bookies, history, blast-radius; POST rescan, whatif)")
+                                         "ledgers/<id>, topics?name=, bookies, history, blast-radius; "
+                                         "POST rescan, whatif)")
                 return None
             if req.method == "POST" or self.reads_need_token:  # the pages too: they show what the API does
                 self._authenticate(req)

@@ -32,6 +32,8 @@ from scrutiny.metadata import (
     UnderreplicationMark,
     parse_metadata_service_uri,
 )
+from scrutiny.pulsar import encode
+from scrutiny.pulsar.records import LedgerInfo, Position
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
@@ -414,6 +416,35 @@ def test_the_findings_page_one_row_a_topic_a_rack_field_and_the_run_it_shows(tro
     _, home = c.get("/", html=True)
     new = home.split('id="new"')[1].split("</table>")[0] if 'id="new"' in home else ""
     assert "kind=full" not in new
+
+
+def test_a_topics_page_lists_its_ledgers_healthy_at_fault_or_missing(healthy: Console) -> None:
+    """A topic's record (ledgers 1, 3 and 5, one deleted from BookKeeper, a cursor) beside BookKeeper's
+    metadata: each ledger's status on the page and in the JSON; continuous mode finds the missing one by
+    itself; a name that is no topic is a 400, a topic nobody knows a 404."""
+    c = healthy
+    c.holdings[B2].drop(3)
+    c.writer.write_managed_ledger("public/console/persistent/t1",
+                                  encode.managed_ledger([LedgerInfo(1, 30, 3000), LedgerInfo(3, 30, 3000),
+                                                         LedgerInfo(5, 30, 3000), LedgerInfo(9, 30, 3000)]),
+                                  {"sub-a": encode.cursor(-1, Position(5, 10))})
+    wait_for(lambda: any(f["category"] == "TOPIC_LEDGER_MISSING" for f in c.get("/api/v1/current")[1]["violations"]),
+             60)
+    c.full_run()
+    status, doc = c.get("/api/v1/topics?name=persistent://public/console/t1")
+    assert status == 200 and doc["managed_ledger"] == "public/console/persistent/t1" and doc["cursors"] == ["sub-a"]
+    assert {r["ledger_id"]: r["status"] for r in doc["ledgers"]} == {1: "healthy", 3: "at fault", 5: "healthy",
+                                                                     9: "missing"}
+    now = {(f["category"], f["ledger_id"]): f for f in doc["current"]}
+    assert set(now) == {("TOPIC_LEDGER_MISSING", 9), ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 3)}
+    assert now["TOPIC_LEDGER_MISSING", 9]["found_by"].startswith("continuous: ")
+    status, page = c.get("/topics?name=public/console/t1", html=True)
+    assert status == 200 and 'class="missing"' in page and 'href="/ledgers/3"' in page and "sub-a" in page
+    _, findings = c.get("/findings?kind=rescan", html=True)
+    assert 'href="/topics?name=persistent%3A%2F%2Fpublic%2Fconsole%2Ft1"' in findings
+    assert c.get("/api/v1/topics?name=persistent://public/console/nothing-here")[0] == 404
+    status, doc = c.get("/api/v1/topics?name=persistent://only-a-tenant")
+    assert status == 400 and "not persistent://tenant/namespace/name" in doc["error"]
 
 
 def test_the_history_chart_draws_equal_series_once_and_one_run_in_the_middle() -> None:
