@@ -7,10 +7,10 @@ ensemble changed, deleted, marked or unmarked, a bookie's registration gone or b
 Pulsar's records (`TopicFeed`: a managed ledger, a cursor or a schema changed; a topic's ledger deleted or
 closed). What they name is batched, and each batch is a scoped run (`ScrutinyRun.execute(ledger_ids=...)`,
 or a topic run: re-check, re-read, marks, registrations, as every run) whose findings update the current
-state (`CurrentState`). A feed that may have
-missed something (a reconnection to ZooKeeper, an agent restarted, changes no longer kept) and a mass event
-(more ledgers at once than `continuous_max_ledgers_per_second` allows) schedule a full run instead, the
-safety net. The agents' cursors are kept in the store: a new leader goes on where the last one stopped.
+state (`CurrentState`). A feed that may have missed something (a reconnection to ZooKeeper, an agent
+restarted, changes no longer kept) and a mass event (more ledgers at once than
+`continuous_max_ledgers_per_second` allows) schedule a full run instead, the safety net. The agents'
+cursors are kept in the store: a new leader goes on where the last one stopped.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Continuous:
         self.stats: Counter[str] = Counter()
         self.feeds: dict[str, str] = {}  # feed -> "up" | "down" | "unavailable"
         self._lock = threading.Lock()
-        self.gone = GoneBookies(self.scan)
+        self._gone = GoneBookies(self.scan)
         self._kept = KeptCursors()  # how far the feeds were looked at, as the store keeps it
         self._seen: dict[str, tuple[str, int]] = {}  # ... last sequence taken note of
         self._stop = threading.Event()
@@ -175,11 +175,11 @@ class Continuous:
         elif change.what != "registration":
             return
         elif change.event == "deleted":  # a registration gone: BookKeeper marks its ledgers after the delay
-            self.gone.went(change.bookie_id, self._ms())
+            self._gone.went(change.bookie_id, self._ms())
             self._look_at_bookie(change.bookie_id, f"{change.bookie_id}'s registration went away",
                                  s.lost_bookie_recovery_delay + s.lost_bookie_grace_period + 1)
         elif change.event == "created":
-            self.gone.back(change.bookie_id)
+            self._gone.back(change.bookie_id)
             self._agents_moved.set()  # a bookie back, or a new one: its agent may be new too
             self._look_at_bookie(change.bookie_id, f"{change.bookie_id} registered again")
 
@@ -300,9 +300,9 @@ class Continuous:
     def _look_at_bookies(self, due: dict[str, Due]) -> None:
         """Every ledger of these bookies, in one pass over the metadata."""
         again = self.settings.continuous_batch_seconds
-        self.gone.record(self._store)
+        self._gone.record(self._store)
         for bookie, d in list(due.items()):
-            wait = self.gone.until_due(bookie, self._ms(), self.facts)
+            wait = self._gone.until_due(bookie, self._ms(), self.facts)
             if wait > 0:  # the cluster's lostBookieRecoveryDelay is longer than the setting: not yet
                 self._look_at_bookie(bookie, d.why, wait)
                 del due[bookie]
@@ -317,7 +317,7 @@ class Continuous:
                for v in report.violations}
         self.state.looked_again_bookies(due, report.violations, self._ms(), how, LOOKED_AT)
         if report.stats.get("lost_bookie_ledgers_not_yet_due"):  # its sighting is later than the watch's
-            for bookie in self.gone.among(due.keys()):
+            for bookie in self._gone.among(due.keys()):
                 self._look_at_bookie(bookie, due[bookie].why, max(again, self.scan.lost_bookie_grace_period))
 
     def _record_cursors_if_settled(self, at: Cursors) -> None:
