@@ -88,6 +88,9 @@ def _scan_flags(p: argparse.ArgumentParser) -> None:
                    help="do not hold Pulsar's record (managed ledgers, cursors, schemas) against BookKeeper's")
     p.add_argument("--leaked-ledger-grace-period", type=int, metavar="SECONDS",
                    help="LEAKED_LEDGER once a ledger Pulsar created, named by nothing, is this old (default 3600)")
+    p.add_argument("--auditor-ledger-verification-percentage", type=int, metavar="PERCENT",
+                   help="the cluster's auditorLedgerVerificationPercentage (default 0): which losses its "
+                        "autorecovery can see, as each finding's remedy says")
     p.add_argument("--lost-bookie-grace-period", type=int, metavar="SECONDS",
                    help="LOST_BOOKIE_RECOVERY_NOT_STARTED once a bookie has been seen unregistered for "
                         "lostBookieRecoveryDelay plus this long and its ledgers are not marked (default 300; "

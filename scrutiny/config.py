@@ -93,6 +93,9 @@ class ScanSettings(ClusterSettings):
     pulsar_check: bool = True
     pulsar_metadata_uri: str = ""  # Pulsar's metadata store (brokers' metadataStoreUrl) where it is not BookKeeper's
     leaked_ledger_grace_period: int = 3600  # seconds a Pulsar ledger is unnamed (by ctime) before LEAKED_LEDGER
+    # BookKeeper's auditorLedgerVerificationPercentage, as the cluster runs with it: which losses its
+    # autorecovery can see (each finding's remedy says)
+    auditor_ledger_verification_percentage: int = 0
     # a bookie gone from the registrations: its ledgers must be marked under-replicated after this long
     lost_bookie_check: bool = True
     lost_bookie_recovery_delay: int = 0  # BookKeeper's lostBookieRecoveryDelay, where the store keeps none
@@ -137,6 +140,8 @@ class ScanSettings(ClusterSettings):
             (self.recheck_delay >= 0, "recheck_delay", "0 or more seconds"),
             (self.orphan_grace_period >= 0, "orphan_grace_period", "0 or more seconds"),
             (self.leaked_ledger_grace_period >= 0, "leaked_ledger_grace_period", "0 or more seconds"),
+            (0 <= self.auditor_ledger_verification_percentage <= 100, "auditor_ledger_verification_percentage",
+             "0 .. 100, as BookKeeper's auditorLedgerVerificationPercentage"),
             (self.lost_bookie_recovery_delay >= 0, "lost_bookie_recovery_delay", "0 or more seconds"),
             (self.lost_bookie_grace_period >= 0, "lost_bookie_grace_period", "0 or more seconds"),
             (self.bookie_deadline_seconds > 0, "bookie_deadline_seconds", "more than 0"),

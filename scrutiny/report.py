@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from scrutiny.categories import REGISTRY, Category, spec, worst_first
 from scrutiny.checks import Violation
+from scrutiny.checks.remedy import RepairContext, remedy
 from scrutiny.errors import EXIT_CLEAN, EXIT_INCOMPLETE, EXIT_VIOLATIONS
 from scrutiny.findings import Findings
 from scrutiny.pulsar.owners import Owner
@@ -51,6 +52,11 @@ class Report:
     stats: dict[str, int] = field(default_factory=dict)
     # full runs: {"bookies": {id: figures}, "racks": {...}}, figures of what would fall below AQ were it down
     blast_radius: dict[str, dict[str, dict[str, int]]] | None = None
+    repair: RepairContext = field(default_factory=RepairContext)  # what each finding's remedy depends on
+
+    def finding_json(self, v: Violation) -> dict[str, Any]:
+        """A finding as the report gives it: with its remedy under this run's repair context."""
+        return {**v.to_json(), "remedy": remedy(v, self.repair).to_json()}
 
     @property
     def counts(self) -> dict[str, int]:
@@ -75,7 +81,7 @@ class Report:
                              for v in doc.get("violations", []))
         return cls(doc["run_id"], doc["started_at"], doc["finished_at"], bool(doc["complete"]),
                    dict(doc.get("ledgers", {})), violations, list(doc.get("errors", [])), dict(doc.get("stats", {})),
-                   doc.get("blast_radius"))
+                   doc.get("blast_radius"), RepairContext.from_json(doc.get("repair", {})))
 
     def exit_status(self) -> int:
         if not self.complete:
@@ -106,8 +112,9 @@ class Report:
             "owners": self.owners,
             "errors": list(self.errors),
             "stats": dict(self.stats),
+            "repair": self.repair.to_json(),
             **({"blast_radius": self.blast_radius} if self.blast_radius is not None else {}),
-            **({"violations": [v.to_json() for v in self.violations]} if violations else {}),
+            **({"violations": [self.finding_json(v) for v in self.violations]} if violations else {}),
         }
 
     def write_json(self, out: TextIO) -> None:
@@ -117,7 +124,7 @@ class Report:
         out.write(head[:-2] + ',\n  "violations": [')
         first = True
         for v in self.violations:
-            out.write(("\n    " if first else ",\n    ") + json.dumps(v.to_json()))
+            out.write(("\n    " if first else ",\n    ") + json.dumps(self.finding_json(v)))
             first = False
         out.write("]\n}\n" if first else "\n  ]\n}\n")
 
@@ -157,6 +164,7 @@ class Report:
                 lines.append(f"  ledger {v.ledger_id}{owner}: {v.category}"
                              + (f" bookies {', '.join(v.bookies)}" if v.bookies else ""))
                 lines += ["    " + d for d in spec(v.category).describe(v.details)]
+                lines += ["    " + d for d in remedy(v, self.repair).lines()]
         if self.errors:
             lines.append("")
             lines.append("the run could not look at everything:")

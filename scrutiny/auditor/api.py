@@ -47,11 +47,11 @@ class ConsoleApi(Asking):
             return json_response(200, run.report_json())
         doc = run.to_json(violations=False)
         if not ({"category", "topic", "bookie", "rack", "page", "page_size"} & req.query.keys()):
-            return json_response(200, {**doc, "violations": [v.to_json() for v in run.violations]})
+            return json_response(200, {**doc, "violations": [run.finding_json(v) for v in run.violations]})
         total, found = self.filtered(req, run)
         page, size = page_of(req)
         return json_response(200, {**doc, "total": total, "page": page, "page_size": size,
-                           "violations": [v.to_json() for v in found]})
+                           "violations": [run.finding_json(v) for v in found]})
 
     def api_ledger(self, req: Request) -> Response:
         view = ledger_view(self.api, ledger_id_of(req.path), ask=req.query.get("ask") == "1")

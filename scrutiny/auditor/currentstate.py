@@ -17,6 +17,7 @@ from typing import Any
 
 from scrutiny.categories import REGISTRY, Category, Fact, severity_of
 from scrutiny.checks import Violation
+from scrutiny.checks.remedy import RepairContext, remedy
 from scrutiny.pulsar.owners import topic_of_owner
 from scrutiny.times import iso
 
@@ -31,10 +32,10 @@ class Current:
     detected_ms: int
     found_by: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, repair: RepairContext | None = None) -> dict[str, Any]:
         v = self.violation
         return {**v.to_json(), "severity": severity_of(v.category, v.details), "detected_at": iso(self.detected_ms),
-                "found_by": self.found_by}
+                "found_by": self.found_by, "remedy": remedy(v, repair or RepairContext()).to_json()}
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class CurrentState:
         self.baseline_kind = ""  # ... and its kind: a full run, or a rescan of every ledger
         self.watching_since_ms = 0  # continuous mode has seen every change since then (0: not watching)
         self.missed = 0
+        self.repair = RepairContext()  # the remedies' context, as the last full run read it
 
     def watching(self, since_ms: int) -> None:
         """Continuous mode (re)started, or found a gap in a feed: it has seen every change only from now on."""
@@ -71,7 +73,8 @@ class CurrentState:
         with self._lock:
             self.watching_since_ms = 0
 
-    def full_run(self, found: Iterable[Violation], started_ms: int, finished_ms: int, kind: str = "full") -> int:
+    def full_run(self, found: Iterable[Violation], started_ms: int, finished_ms: int, kind: str = "full",
+                 repair: RepairContext | None = None) -> int:
         """A complete whole-cluster run (a full run, a rescan of every ledger, a deep run): the new state; the
         findings continuous mode missed (counted)."""
         with self._lock:
@@ -87,6 +90,7 @@ class CurrentState:
                                    else kind)
             self._resolved.extend(Resolved(c, finished_ms, kind) for k, c in self._found.items() if k not in new)
             self._found, self.baseline_ms, self.baseline_kind = new, started_ms, kind
+            self.repair = repair or self.repair
             self.previous_full_ms, self.last_full_ms = self.last_full_ms, finished_ms
             self.missed += missed
             return missed
@@ -175,4 +179,5 @@ class CurrentState:
         return {"continuous": feeds is not None, "feeds": feeds or {},
                 "watching_since": iso(self.watching_since_ms) if self.watching_since_ms else None,
                 "full_run_started_at": iso(self.baseline_ms) if self.baseline_ms else None, "missed": self.missed,
-                "counts": dict(self.counts()), "total": len(found), "violations": [f.to_json() for f in found[:most]]}
+                "counts": dict(self.counts()), "total": len(found),
+                "violations": [f.to_json(self.repair) for f in found[:most]]}

@@ -11,6 +11,7 @@ from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.auditor.runkinds import KINDS
 from scrutiny.categories import REGISTRY, severity_of, spec
 from scrutiny.checks import Violation
+from scrutiny.checks.remedy import RepairContext, remedy
 from scrutiny.errors import ScrutinyError, one_line
 from scrutiny.metadata import LedgerMetadata, LedgerState
 from scrutiny.pulsar.owners import owner_from_custom_metadata
@@ -27,9 +28,10 @@ def ledger_view(api: WebApi, ledger_id: int, ask: bool) -> dict[str, Any]:
     for kind in KINDS:
         run = api.last_run(kind)
         if isinstance(run, Report):
-            findings += [{**finding_row(v), "run": f"{kind} {run.run_id}"}
+            findings += [{**finding_row(v, repair=run.repair), "run": f"{kind} {run.run_id}"}
                          for v in run.violations.worst(len(REGISTRY), ledger_id=ledger_id)[1]]
-    current = [finding_row(c.violation, c) for c in api.current.findings() if c.violation.ledger_id == ledger_id]
+    current = [finding_row(c.violation, c, api.current.repair) for c in api.current.findings()
+               if c.violation.ledger_id == ledger_id]
     md = read.metadata
     if md is None and read.error is None and not findings and not current:
         raise HttpError(404, f"no such ledger: {ledger_id} is not in the metadata, and no finding names it")
@@ -51,14 +53,16 @@ def ledger_view(api: WebApi, ledger_id: int, ask: bool) -> dict[str, Any]:
             "segments": segments, "asked": asked, "findings": findings, "current": current, "owner": owner}
 
 
-def finding_row(v: Violation, current: Any = None) -> dict[str, Any]:
-    """One finding as the templates draw it."""
+def finding_row(v: Violation, current: Any = None, repair: RepairContext | None = None) -> dict[str, Any]:
+    """One finding as the templates draw it, with its remedy under `repair` (the run's, or the last full run's
+    for the current state's)."""
     owner = v.owner.name if v.owner and v.owner.name else (v.owner.kind if v.owner else "")
     return {"ledger_id": v.ledger_id, "category": str(v.category), "severity": severity_of(v.category, v.details),
             "owner": owner, "topic": v.owner.name if v.owner and v.owner.kind == "topic" else "",
             "bookies": v.bookies, "lines": spec(v.category).describe(v.details),
             "detected_at": iso(current.detected_ms) if current is not None else "",
-            "found_by": current.found_by if current is not None else ""}
+            "found_by": current.found_by if current is not None else "",
+            "remedy": remedy(v, repair or RepairContext()).to_json()}
 
 
 def checked_state(md: LedgerMetadata | None, read: LedgerRead, full: Report | RunSummary | None,

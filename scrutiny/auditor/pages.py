@@ -56,7 +56,8 @@ class ConsolePages(Asking):
         feeds = sorted(Counter(now["feeds"].values()).items()) if now else []
         return html(200, "home", "scrutiny", status=s, leader_link=leader_link(s, req), verdict=verdict, runs=runs,
                      now=now, feeds=feeds, baseline_kind=state.baseline_kind or "full",
-                     new=[finding_row(c.violation, c) for c in found if c.detected_ms > since][:50] if since else [],
+                     new=[finding_row(c.violation, c, state.repair) for c in found
+                          if c.detected_ms > since][:50] if since else [],
                      resolved=state.resolved(since)[:50] if since else [], since=iso(since) if since else "",
                      chart=console.chart(history), deep=deep_progress(self.api.last_run("deep")),
                      recent=[p for p in history if p.kind in console.WHOLE_RUNS][-5:][::-1], refresh=REFRESH_SECONDS)
@@ -74,7 +75,7 @@ class ConsolePages(Asking):
         query = {k: v for k, v in req.query.items() if k not in ("page", "page_size")}
         return html(200, "findings", f"{kind} findings", kind=kind, run=run, total=total, q=q,
                      rack=req.query.get("rack", ""), categories=worst_first(),
-                     rows=[finding_row(v, detected.get((v.category, v.ledger_id))) for v in found],
+                     rows=[finding_row(v, detected.get((v.category, v.ledger_id)), run.repair) for v in found],
                      topics=run.violations.per_topic(50, q["category"], q["topic"], q["bookie"]), nav=nav, page=page,
                      summary=None, csv=link("/findings.csv", query),
                      json=link("/api/v1/report", {**query, "page_size": "1000"}))

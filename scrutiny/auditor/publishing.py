@@ -56,7 +56,8 @@ class Publisher:
                           and not ticket.bookie_id, finished_ms=ticket.finished_ms, ran_by=ran_by)
         self._each("published", run)
         if report.complete and run.whole_cluster and ticket.kind in (FULL, RESCAN, DEEP):
-            missed = self.current.full_run(report.violations, ticket.started_ms, ticket.finished_ms, ticket.kind)
+            missed = self.current.full_run(report.violations, ticket.started_ms, ticket.finished_ms, ticket.kind,
+                                           report.repair)
             if missed:
                 log.warning("run %s: %d findings continuous scrutiny should have made", ticket.run_id, missed)
         elif report.complete and run.whole_cluster:  # the marks' age: every mark was looked at

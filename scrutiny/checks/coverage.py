@@ -13,7 +13,15 @@ import numpy as np
 
 from scrutiny.categories import Category
 from scrutiny.checks.answers import BookieAnswer, Outcome
-from scrutiny.checks.shares import expected_k, expected_share, share_columns, share_rows, sweep
+from scrutiny.checks.shares import (
+    expected_k,
+    expected_share,
+    in_intervals,
+    share_columns,
+    share_rows,
+    stored_ends,
+    sweep,
+)
 from scrutiny.checks.violation import MAX_DETAIL_RANGES, Violation
 from scrutiny.codec import (
     Intervals,
@@ -108,6 +116,7 @@ def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> C
     invalid: dict[str, str] = {}
     # (missing bookies, copies) -> per-residue k-intervals, per segment (for the details)
     findings: list[tuple[frozenset[str], int, list[Intervals]]] = []
+    shares_lacking: list[dict[str, Any]] = []  # per bookie and fragment: what BookKeeper's checker would see
     for seg, lo, hi in md.segment_ranges():
         missing: list[list[Intervals]] = []  # [position][residue]
         for pos, b in enumerate(seg.ensemble):
@@ -127,6 +136,7 @@ def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> C
                 subtract([expected_k(r, e, lo, hi)], held[r]) if (pos - r) % e < wq else []
                 for r in range(e)
             ])
+        shares_lacking += lacking_shares(seg.ensemble, missing, e, wq, lo, hi)
         by_kind: dict[tuple[frozenset[str], int], list[Intervals]] = {}
         for r in range(e):
             positions = [(r + w) % e for w in range(wq)]
@@ -151,10 +161,27 @@ def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> C
                                    "ensemble_size": e, "under_covered": ranges[:MAX_DETAIL_RANGES]}
         if len(ranges) > MAX_DETAIL_RANGES:
             details["under_covered_truncated"] = len(ranges) - MAX_DETAIL_RANGES
+        details["shares_lacking"] = shares_lacking[:MAX_DETAIL_RANGES]
         if unavailable or invalid or limbo:
             details["unknown_bookies"] = sorted(unavailable | set(invalid) | limbo)
         violation = Violation(category, md.ledger_id, tuple(bookies), details, md.znode_version)
     return CoverageResult(least, violation, frozenset(unavailable), invalid, frozenset(limbo))
+
+
+def lacking_shares(ensemble: Sequence[str], missing: list[list[Intervals]], e: int, wq: int, lo: int,
+                   hi: int) -> list[dict[str, Any]]:
+    """Each bookie of a fragment (entries lo..hi) that lacks some of its share: how many entries, and whether
+    it lacks the first or the last one it should store, the only two BookKeeper's `LedgerChecker` reads at
+    its default verification percentage (0)."""
+    out = []
+    for pos, b in enumerate(ensemble):
+        lacking = sum(k1 - k0 + 1 for ivs in missing[pos] for k0, k1 in ivs)
+        ends = stored_ends(e, wq, pos, lo, hi)
+        if lacking and ends is not None:
+            out.append({"bookie": b, "first_entry": lo, "last_entry": hi, "entries_lacking": lacking,
+                        "checker_reads": list(ends),
+                        "lacking_ends": [x for x in dict.fromkeys(ends) if in_intervals(x, e, missing[pos])]})
+    return out
 
 
 def coverage_category(least: int, aq: int, wq: int) -> Category | None:

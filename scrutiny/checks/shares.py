@@ -24,6 +24,22 @@ def expected_k(r: int, e: int, lo: int, hi: int) -> tuple[int, int]:
     return -((r - lo) // e), (hi - r) // e
 
 
+def stored_ends(e: int, wq: int, pos: int, lo: int, hi: int) -> tuple[int, int] | None:
+    """The first and the last entry of lo..hi that ensemble position `pos` stores (None: none), the two that
+    BookKeeper's `LedgerChecker` reads of each bookie's share of a fragment at verification percentage 0."""
+    residues = [r for r in range(e) if (pos - r) % e < wq]
+    firsts = [f for r in residues if (f := lo + (r - lo) % e) <= hi]
+    lasts = [x for r in residues if (x := hi - (hi - r) % e) >= lo]
+    return (min(firsts), max(lasts)) if firsts else None
+
+
+def in_intervals(entry: int, e: int, per_residue: Sequence[Intervals]) -> bool:
+    """Is this entry among per-residue k-intervals (entry = k*E + r)?"""
+    r = entry % e
+    k = (entry - r) // e
+    return any(k0 <= k <= k1 for k0, k1 in per_residue[r])
+
+
 def sweep(per_position: Sequence[Intervals]) -> list[tuple[int, int, frozenset[int]]]:
     """Elementary k-intervals, ascending, where a non-empty, constant set of the positions' intervals covers
     them (of entries each position misses, for coverage; holds, past the close)."""

@@ -25,6 +25,7 @@ import numpy as np
 from scrutiny.bookieclient import BookieClient, HoldingsClient
 from scrutiny.categories import Category, Fact, resting_on
 from scrutiny.checks import Violation, check_underreplication_age
+from scrutiny.checks.remedy import RepairContext
 from scrutiny.config import ScanSettings
 from scrutiny.findings import Findings
 from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
@@ -79,6 +80,7 @@ class PendingRun:
     unregistered: set[str] = field(default_factory=set)  # bookies named by checked ledgers, registered at no look
     bookkeeper: list[BookKeeperLedgers] = field(default_factory=list)  # the first pass's ledgers in brief (`pulsar`)
     pulsar_topics: tuple[str, ...] | None = None  # the topics whose record the run holds (None: every topic's)
+    replication_disabled: bool | None = None  # at the start: each finding's remedy depends on it
 
     def absorb(self, result: RangeResult, first_look: bool = True) -> None:
         """One range's result. Ledgers looked at again were counted at their first look: only their
@@ -110,9 +112,7 @@ class ScrutinyRun:
         self.facts = facts  # the facts the run starts on (continuous scrutiny's, kept between changes); else read
         self.record_sightings = record_sightings  # the auditor keeps the orphan sightings from run to run
         self.kind = kind  # named in every log line of the run: the auditor runs several kinds
-        self.engine = engine or make_engine(settings)
-        self.progress = progress
-        self.sleep = sleep
+        self.engine, self.progress, self.sleep = engine or make_engine(settings), progress, sleep
         self.run_id = run_id or uuid.uuid4().hex[:12]
 
     def execute(self, ledger_ids: Iterable[int] | None = None, only_bookies: Collection[str] = (),
@@ -179,7 +179,8 @@ class ScrutinyRun:
             ctx = RunContext(s, locations, marked, facts.agent_addresses, started, only, without=gone,
                              blast_radius=blast, holdings=whole and s.orphan_check, lost=lost, pulsar=held)
             pending = PendingRun(store, started, ctx, marks, set(wanted) if scoped else None, facts.registered,
-                                 racks_from_store, pulsar_topics=None if whole else tuple(s.topics))
+                                 racks_from_store, pulsar_topics=None if whole else tuple(s.topics),
+                                 replication_disabled=facts.replication_disabled)
             pending.errors += problems
             pending.stats["underreplicated_marks"] = len(marks)
             ranges = store.ranges_of(wanted) if scoped else store.ledger_ranges()
@@ -229,6 +230,7 @@ class ScrutinyRun:
                                   + (HOLDINGS_STATS if pending.ctx.holdings else ())
                                   + (PULSAR_STATS if pending.ctx.pulsar else ())),
             blast_radius=blast_radius_json(pending.blast) if pending.ctx.blast_radius else None,
+            repair=RepairContext(self.settings.auditor_ledger_verification_percentage, pending.replication_disabled),
         )
         total, worst = report.violations.worst(LOGGED_FINDINGS)
         for v in worst:
@@ -493,9 +495,10 @@ def check_marks(settings: ScanSettings, run_id: str | None = None) -> Report:
     with open_store(settings) as store:
         marks, problems = store.underreplication_marks()
         found = aged_marks(store, marks.values(), settings.underreplicated_grace_period, stats)
+        repair = RepairContext(settings.auditor_ledger_verification_percentage, store.replication_disabled())
     report = Report(run_id=run_id or uuid.uuid4().hex[:12], started_at=iso(started), finished_at=iso(now_ms()),
                     complete=not problems, ledgers={k: 0 for k in LEDGER_COUNTERS} | {"seen": len(marks)},
                     violations=Findings(found), errors=problems,
-                    stats=with_every_stat({"underreplicated_marks": len(marks), **stats}, MARKS_STATS))
+                    stats=with_every_stat({"underreplicated_marks": len(marks), **stats}, MARKS_STATS), repair=repair)
     log.info("underreplication run %s counts %s", report.run_id, json.dumps(report.counts, sort_keys=True))
     return report

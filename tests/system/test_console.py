@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from kazoo.client import KazooClient
 
@@ -179,6 +180,18 @@ def test_a_ledgers_page_says_healthy_at_fault_not_checked_or_missing(healthy: Co
     assert lacking["missing"] == [[a, a + 1] for a in range(0, 28, 3)]  # B2's share (position 1 of 3, WQ 2): all
     status, page = c.get("/ledgers/3", html=True)
     assert status == 200 and "at fault" in page and 'class="missing"' in page and "sev-critical" in page
+    # its remedy: B2's whole share gone, the first entry its checker reads among it
+    fix = doc["current"][0]["remedy"]
+    assert fix["commands"] == [f"bin/bookkeeper shell recover {B2} -l 3"] and fix["autorecovery"] == "yes"
+    assert f"recover {B2} -l 3</code>" in page and "autorecovery, if marked" in page
+    # one copy lost mid-share: BookKeeper's checker (percentage 0) reads only the share's ends, both held
+    c.holdings[B1].drop(4)
+    c.holdings[B1].put(4, np.setdiff1d(share(md(4), B1), [3]))
+    c.full_run()
+    _, report = c.get("/api/v1/report?kind=rescan")
+    assert report["repair"]["auditor_ledger_verification_percentage"] == 0
+    fix = next(v["remedy"] for v in report["violations"] if v["ledger_id"] == 4)
+    assert fix["autorecovery"] == "no" and fix["commands"] == [f"bin/bookkeeper shell recover {B1} -l 4"]
     status, doc = c.get("/api/v1/ledgers/50")
     assert doc["checked"] == "not checked yet" and "open" in doc["why"]
     # closed after the last full run: not checked yet until a look
