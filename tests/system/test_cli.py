@@ -50,7 +50,8 @@ def test_scan_json_on_spark_follows_the_contract(demo: tuple[DemoCluster, str], 
                                       "skipped_underreplicated", "deleted_during_run"}
     assert report["complete"] is True and report["started_at"].endswith("Z")
     assert {(v["category"], v["ledger_id"]) for v in report["violations"]} == cluster.expected
-    assert set(report["violations"][0]) == {"category", "ledger_id", "bookies", "details", "owner"}
+    assert set(report["violations"][0]) == {"category", "ledger_id", "bookies", "details", "owner", "remedy"}
+    assert report["repair"] == {"auditor_ledger_verification_percentage": 0, "replication_disabled": False}
     assert report["counts"]["BOOKIE_UNAVAILABLE"] == 2 and report["counts"]["PLACEMENT_POLICY_SOFTLY_ADHERING"] == 0
 
 
