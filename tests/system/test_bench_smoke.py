@@ -63,7 +63,10 @@ def test_pipeline_bench_runs_both_ways() -> None:
 def test_agent_index_bench_runs_against_its_native_floor() -> None:
     (row,) = agent_index.run([100_000], 100, 1)  # builds the C floor against Debian's librocksdb (make setup)
     assert row["index keys"] == 100_000 and row["native floor us/entry"] > 0 and row["agent us/entry"] > 0
-    assert row["with budget: entries/s"] <= row["budget entries/s"] * 1.2
+    # what the limit promises over any stretch of time: the rate, and at most 0.1 s of it as credit (a
+    # loaded machine refills it between calls); an unbounded agent lists three times the budget
+    budget, n, wall = row["budget entries/s"], row["with budget: entries"], row["with budget: seconds"]
+    assert n <= budget * (wall + 0.1) * 1.05, row
 
 
 def test_driver_findings_bench_runs(spark_engine: object) -> None:
