@@ -1,4 +1,5 @@
-"""The benchmarks keep working (tiny sizes; no timing is asserted here)."""
+"""The benchmarks keep working (tiny sizes; no speed is asserted here, only the agent budget's bound,
+which a slow machine only loosens)."""
 
 from __future__ import annotations
 
