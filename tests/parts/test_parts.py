@@ -4,6 +4,7 @@ settings sections, the category registry, and a second metadata store as one mod
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import threading
 import time
@@ -179,9 +180,14 @@ def test_leadership_fails_over_and_keeps_the_cadence(zk_server: LocalZooKeeper, 
         assert list(due) == ["full"] and due["full"] > time.strftime("%Y-%m-%dT%H", time.gmtime(time.time() + 3000))
         scheduler.shutdown(wait=False)
         parts[0].stop()
-        wait_for(parts[1].leading.is_set, 20)
-        wait_for(lambda: events[-1:] == ["+b:1"], 5)  # its callback runs just after `leading` is set
-        assert events == ["+a:1", "-a:1", "+b:1"]
+        # b takes over. On a loaded machine either session may also be lost on the way (4 s): the node then
+        # steps down and stands again. What is promised: b ends up leading, each node's callbacks alternate
+        # (elected, deposed, ...), and a, stopped, leads no more.
+        wait_for(lambda: parts[1].leading.is_set() and events[-1:] == ["+b:1"], 30, lambda: str(events))
+        for name in ("a:1", "b:1"):
+            mine = [e[0] for e in events if e[1:] == name]
+            assert mine[0] == "+" and all(x != y for x, y in itertools.pairwise(mine)), events
+        assert [e for e in events if e.endswith("a:1")][-1] == "-a:1" and events[0] == "+a:1", events
     finally:
         for p in parts:
             p.stop()
