@@ -204,11 +204,7 @@ def test_failover_keeps_the_cadence_and_the_alerts(cluster: tuple[DemoCluster, s
         a, b = f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"
         wait_for(lambda: _status(a) is not None and _status(a).role == auditor_pb2.LEADER)
         wait_for(lambda: any(r.kind == "full" and r.finished_at for r in _status(a).last_runs), 60)
-        run = next(r for r in _status(a).last_runs if r.kind == "full")
-        ran_at = datetime.fromisoformat(run.started_at)
-        before = scrape(metric_ports[0])
-        age_before = sample(before, "scrutiny_last_complete_run_age_seconds", '{kind="full"}')
-        gauges = _violation_gauges(before)
+        gauges = _violation_gauges(scrape(metric_ports[0]))
         assert gauges["scrutiny_violations{category=\"NO_REPLICA_OF_AN_ENTRY\"}"] == 1
         assert gauges["auditor_NUM_LEDGERS_HAVING_NO_REPLICA_OF_AN_ENTRY"] == 1
         second = auditor_process(configs[1], logs[1])
@@ -224,6 +220,15 @@ def test_failover_keeps_the_cadence_and_the_alerts(cluster: tuple[DemoCluster, s
         redirect = auditor_pb2.RescanResponse()
         assert refusal.details[0].Unpack(redirect) and redirect.leader_address == a
         assert dict(err.value.trailing_metadata() or ())["leader-address"] == a  # type: ignore[attr-defined]
+        # what the new leader must inherit: the last full run the first completed. Its start schedules a full
+        # run and, on ZooKeeper, the watch's gap another (a busy machine may lose a session and add more), so
+        # take it once the first is quiet, just before it is killed (a run takes longer than that moment).
+        wait_for(lambda: _quiet(a), 60)
+        run = next(r for r in _status(a).last_runs if r.kind == "full")
+        ran_at = datetime.fromisoformat(run.started_at)
+        before = scrape(metric_ports[0])
+        age_before = sample(before, "scrutiny_last_complete_run_age_seconds", '{kind="full"}')
+        assert _violation_gauges(before) == gauges
         reap(first)
         killed_at = time.time()
         t0 = time.monotonic()
@@ -267,6 +272,12 @@ def _violation_gauges(metrics: str) -> dict[str, float]:
     return {m.group(1): float(m.group(2)) for m in re.finditer(
         r"^((?:scrutiny_violations|auditor_NUM_\w+|scrutiny_bookie_unavailable_ledgers|scrutiny_blast_radius_\w+)"
         r"(?:\{[^}]*\})?) (\S+)$", metrics, re.M)}
+
+
+def _quiet(address: str) -> bool:
+    """No run going on, queued or awaiting its re-check."""
+    s = _status(address)
+    return s is not None and not s.current_run.run_id and s.queued_runs == 0 and s.runs_awaiting_recheck == 0
 
 
 def _status(address: str) -> auditor_pb2.GetStatusResponse | None:
