@@ -3,7 +3,8 @@
 (`scrutiny.checks.topics`). Every finding rests on facts read twice: the records it concerns are read again
 no sooner than the re-check delay after the first read, then BookKeeper's metadata of every ledger they
 name, in that order (a ledger is created before a record names it and deleted after it is dropped from one),
-and only a finding the fresh facts give again is reported."""
+then those records once more (a topic's deletion removes its ledgers first, its record after), and only a
+finding the fresh facts give again is reported."""
 
 from __future__ import annotations
 
@@ -108,7 +109,15 @@ class TopicsPhase:
         ids |= {f.ledger_id for t in again.topics.values() for f in bookkeeper.of_owner("topic", t.topic, -1)}
         fresh = BookKeeperLedgers.of(self.store.read_ledgers(sorted(ids)))
         first = {_key(v) for v in found}
-        return [v for v in check_topics(again, fresh) if _key(v) in first]
+        kept = [v for v in check_topics(again, fresh) if _key(v) in first]
+        if not kept:
+            return []
+        # A broker deletes a topic's ledgers before its record: read after the ledgers, the record must still
+        # say the same (a topic deleted meanwhile has none)
+        last = PulsarRecord.decode(pulsar.pulsar_records(sorted({topic_of_owner(v.owner) for v in kept
+                                                                 if v.owner is not None})))
+        still = {_key(v) for v in check_topics(last, fresh)}
+        return [v for v in kept if _key(v) in still]
 
     def _leaks_again(self, pulsar: MetadataStore, leaks: list[LedgerFact], unnamed_since: dict[int, int],
                      stats: Counter[str]) -> list[Violation]:

@@ -9,6 +9,8 @@ import random
 import subprocess
 import sys
 import time
+from collections import Counter
+from typing import Any, cast
 
 from kazoo.client import KazooClient
 
@@ -16,10 +18,12 @@ from scrutiny.auditor.continuous import TOPICS_LOOKED_AT, Continuous
 from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.config import AuditorSettings, ScanSettings
 from scrutiny.pulsar import encode
+from scrutiny.pulsar.ledgers import BookKeeperLedgers
 from scrutiny.pulsar.records import LedgerInfo, schema_id_of
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
-from scrutiny.store import open_store
+from scrutiny.scan.topics import TopicsPhase
+from scrutiny.store import MetadataStore, open_store
 from scrutiny.testing.churn import ChurnCluster
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
@@ -194,3 +198,40 @@ def test_continuous_mode_follows_the_topics_records(place: Place) -> None:
         watcher.stop()
         store.close()
         cluster.close()
+
+
+class DeletesBeforeReading:
+    """A store that, the first time BookKeeper's metadata is read again, lets a broker delete a topic first
+    (its ledgers, then its record): between the second look's record and its ledgers."""
+
+    def __init__(self, store: MetadataStore, delete: Any) -> None:
+        self.store, self.delete = store, delete
+
+    def read_ledgers(self, ids: Any) -> Any:
+        if self.delete is not None:
+            self.delete, delete = None, self.delete
+            delete()
+        return self.store.read_ledgers(ids)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def test_a_topic_deleted_between_the_second_looks_reads_is_no_finding(place: Place) -> None:
+    cluster = ChurnCluster(place.client, place.root, place.uri, BOOKIES, 0.2, random.Random(9))
+    try:
+        pulsar = PulsarChurn(cluster, topics=0)
+        doomed, kept = pulsar.create_topic(), pulsar.create_topic()
+        for t in (doomed, kept):
+            pulsar.publish(t)
+            pulsar.rollover(t)
+        doomed_ids = {li.ledger_id for li in doomed.ledgers}
+        with open_store(settings(place.uri)) as store:
+            racing = cast(MetadataStore, DeletesBeforeReading(store, lambda: pulsar.delete_topic(doomed)))
+            phase = TopicsPhase(settings(place.uri), racing, "race", sleep=lambda s: None)
+            # the first pass saw no ledger: every one the records name is a first-look candidate
+            found, problems = phase.run(BookKeeperLedgers.of([]), None, Counter())
+    finally:
+        cluster.close()
+    assert problems == [] and doomed.name not in pulsar.topics
+    assert found == [], [(str(v.category), v.ledger_id, v.ledger_id in doomed_ids) for v in found]
