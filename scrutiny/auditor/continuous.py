@@ -204,9 +204,11 @@ class Continuous:
         except Exception as exc:  # the store away for a moment: the next round
             log.info("continuous scrutiny: cannot list the agents now: %s", exc)
             return
-        assert self._feeds is not None
+        feeds = self._feeds
+        if feeds is None:  # stepping down meanwhile
+            return
         for bookie in sorted({*self._resolver.registered, *self._resolver.explicit}):
-            self._feeds.follow(bookie)
+            feeds.follow(bookie)
 
     def _on_agent(self, bookie: str, feed_id: str, msg: Any) -> None:
         if msg.kind == Msg.HEARTBEAT:

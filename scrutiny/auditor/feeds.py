@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -54,7 +55,8 @@ class AgentFeeds:
         self._thread.start()
 
     def follow(self, bookie: str) -> None:
-        self._loop.call_soon_threadsafe(self._start, bookie)
+        with contextlib.suppress(RuntimeError):  # its loop closed: stopped, the leader stepped down meanwhile
+            self._loop.call_soon_threadsafe(self._start, bookie)
 
     def _start(self, bookie: str) -> None:
         if bookie not in self._tasks:
