@@ -126,6 +126,7 @@ class BookieClient:
         self.deep_deadline = deep_deadline
         self.failed_calls = 0  # calls that ended in an error, for the run's statistics
         self._channels: dict[str, grpc.Channel] = {}
+        self._superseded: list[grpc.Channel] = []  # channels to agents that moved, closed once no call uses them
         self._no_streaming: set[str] = set()
         self._per_bookie: dict[str, threading.Semaphore] = {}
         self._lock = threading.Lock()
@@ -161,6 +162,23 @@ class BookieClient:
         if ch is not None:
             ch.close()
 
+    def learn(self, registered: Mapping[str, str]) -> None:
+        """Take the agents' newest registrations: a bookie whose agent moved is called at its new address
+        from the next call on; one no longer registered keeps its last address (an older run may still ask)."""
+        with self._lock:
+            for bookie_id, address in registered.items():
+                before = self.resolver.address(bookie_id)
+                self.resolver.registered[bookie_id] = address
+                if self.resolver.address(bookie_id) != before and bookie_id in self._channels:
+                    self._superseded.append(self._channels.pop(bookie_id))
+
+    def close_superseded(self) -> None:
+        """Close the channels `learn` replaced: call it when no call can still be using them."""
+        with self._lock:
+            old, self._superseded = self._superseded, []
+        for ch in old:
+            ch.close()
+
     def _slot(self, bookie_id: str) -> threading.Semaphore:
         with self._lock:
             return self._per_bookie.setdefault(bookie_id, threading.Semaphore(self.max_calls_per_bookie))
@@ -171,6 +189,7 @@ class BookieClient:
             for ch in self._channels.values():
                 ch.close()
             self._channels.clear()
+        self.close_superseded()
 
     def __enter__(self) -> BookieClient:
         return self

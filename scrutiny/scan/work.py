@@ -43,18 +43,20 @@ class _Resources:
 
 class ExecutorResources:
     """Metadata-store sessions and agent channels per executor process, reused by every task the process
-    runs (Spark reuses its Python workers), one set per run settings and agents: a few at once, since runs of
-    different settings can share a process (the auditor's continuous scrutiny beside a local full run). A
-    set is closed once it is among the least recently used and no task uses it."""
+    runs (Spark reuses its Python workers), one set per run settings: a few at once, since runs of different
+    settings can share a process (the auditor's continuous scrutiny beside a local full run). The agents'
+    registrations are not part of the key: a bookie joining or leaving must not open a new session and new
+    channels to every agent, so a set learns each run's addresses instead. A set is closed once it is among
+    the least recently used and no task uses it."""
 
     MOST = 4
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._sets: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], _Resources] = OrderedDict()
+        self._sets: OrderedDict[str, _Resources] = OrderedDict()
 
     def _acquire(self, ctx: RunContext) -> _Resources:
-        key = (repr(ctx.settings), tuple(sorted(ctx.agent_addresses.items())))  # settings hold dicts: unhashable
+        key = repr(ctx.settings)  # settings hold dicts: unhashable
         with self._lock:
             got = self._sets.get(key)
             if got is None:
@@ -63,6 +65,9 @@ class ExecutorResources:
                     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *older)
                 got = self._sets[key] = _Resources(open_store(ctx.settings),
                                                    BookieClient.from_settings(ctx.settings, ctx.agent_addresses))
+            elif not got.users:
+                got.client.close_superseded()
+            got.client.learn(ctx.agent_addresses)
             self._sets.move_to_end(key)
             got.users += 1
             while len(self._sets) > self.MOST:

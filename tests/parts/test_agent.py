@@ -24,10 +24,13 @@ from scrutiny import codec
 from scrutiny.agent import MESSAGE_BYTES, BookieAgent, in_messages
 from scrutiny.bookieclient import BookieClient, EndpointResolver, Outcome
 from scrutiny.bookkeeper import bookie_protocol_pb2 as bkp
+from scrutiny.config import ScanSettings
 from scrutiny.entrysources import BookieBridgeSource, DbLedgerStorageSource, SyntheticStore
 from scrutiny.entrysources.bridge import read_frame, request_frame
 from scrutiny.entrysources.synthetic import CORRUPT, SyntheticStoreWriter
 from scrutiny.retry import Backoff
+from scrutiny.scan.context import RunContext
+from scrutiny.scan.work import ExecutorResources
 from scrutiny.testing import store_at, store_on
 from scrutiny.testing.dbledgerstorage import LiveBookie, write_index
 from scrutiny.testing.localzk import LocalZooKeeper
@@ -259,6 +262,30 @@ def test_agent_registers_itself_and_the_scan_finds_it(agent: BookieAgent, zk_ser
     agent.stop(grace=0)
     with store_at(uri_text) as store:
         assert store.agent_addresses() == {}
+
+
+def test_a_runs_session_and_channels_follow_an_agent_that_moved(agent: BookieAgent, synthetic: Path,
+                                                                zk_server: LocalZooKeeper, zk_namespace: str) -> None:
+    """A bookie joining, leaving or moving its agent does not open a new session and new channels to every
+    agent (an auditor's threads grew with each, up to four sets): the next run reuses them and calls the
+    agent at its newest address."""
+    settings = ScanSettings(metadata_service_uri=f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers")
+    moved = BookieAgent(SyntheticStore(synthetic), bind="127.0.0.1:0").start()
+    resources = ExecutorResources()
+
+    def run_seeing(addresses: dict[str, str]) -> RunContext:
+        return RunContext(settings, locations={}, marked={}, agent_addresses=addresses, now_ms=0)
+
+    try:
+        with resources.use(run_seeing({"b1:3181": f"127.0.0.1:{agent.port}"})) as (store, client):
+            assert client.fetch("b1:3181", [1])[1].outcome is Outcome.ENTRIES
+        agent.stop(grace=0)
+        with resources.use(run_seeing({"b1:3181": f"127.0.0.1:{moved.port}", "b2:3181": "127.0.0.1:9"})) as again:
+            assert again == (store, client)
+            assert client.fetch("b1:3181", [1])[1].outcome is Outcome.ENTRIES
+    finally:
+        resources.close()
+        moved.stop(grace=0)
 
 
 def test_nobody_listening_is_unavailable_not_missing() -> None:
