@@ -166,6 +166,13 @@ class MetadataStore(ABC):
     def replication_disabled(self) -> bool: ...
 
     @abstractmethod
+    def mark_underreplicated(self, mark: UnderreplicationMark, metadata_version: int) -> bool:
+        """Mark a ledger under-replicated as BookKeeper's Auditor does (`marks.ur_mark_path`, its text payload),
+        in one transaction with two conditions: no mark there yet, and the ledger's metadata still at
+        `metadata_version` (not deleted, no ensemble change, not re-closed since it was judged). True if
+        written; False if either condition failed."""
+
+    @abstractmethod
     def lost_bookie_recovery_delay(self) -> int | None:
         """BookKeeper's lostBookieRecoveryDelay as the cluster keeps it (`underreplication/`), if it does."""
 

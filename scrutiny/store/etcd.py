@@ -41,6 +41,7 @@ from scrutiny.metadata import (
     decode_racks,
     decode_ur_mark,
     encode_agent_registration,
+    encode_ur_mark,
     ledger_id_of_mark,
     ledger_path,
     parse_metadata_service_uri,
@@ -261,6 +262,12 @@ class EtcdStore(MetadataStore):
 
     def replication_disabled(self) -> bool:
         return self._get(f"{self.root}/underreplication/disable") is not None
+
+    def mark_underreplicated(self, mark: UnderreplicationMark, metadata_version: int) -> bool:
+        # no parent keys: Pulsar's etcd store lists children by prefix; its version counts from 1 (Stat's 0)
+        return self.kv.create_if_unchanged(ur_mark_path(self.root, mark.ledger_id).encode(), encode_ur_mark(mark),
+                                           ledger_path(Layout.HIERARCHICAL, self.root, mark.ledger_id).encode(),
+                                           metadata_version + 1)
 
     def lost_bookie_recovery_delay(self) -> int | None:
         return parse_recovery_delay(self._get(f"{self.root}/underreplication/lostBookieRecoveryDelay"))

@@ -243,6 +243,15 @@ class EtcdKV:
             pb.RequestOp(request_put=pb.PutRequest(key=k, value=v, lease=lease)) for k, v in items])
         return self.call(f"a transaction of {len(items)} writes", lambda s: s.kv.Txn, req).succeeded
 
+    def create_if_unchanged(self, key: bytes, value: bytes, other: bytes, version: int) -> bool:
+        """Put `key` only if absent and `other` is at `version` (etcd's per-key count of writes; 0: absent)."""
+        req = pb.TxnRequest(compare=[pb.Compare(result=pb.Compare.EQUAL, target=pb.Compare.CREATE, key=key,
+                                                create_revision=0),
+                                     pb.Compare(result=pb.Compare.EQUAL, target=pb.Compare.VERSION, key=other,
+                                                version=version)],
+                            success=[pb.RequestOp(request_put=pb.PutRequest(key=key, value=value))])
+        return self.call(f"a conditional write of {key!r}", lambda s: s.kv.Txn, req).succeeded
+
     def delete(self, key: bytes, end: bytes = b"") -> int:
         got = self.call(f"a delete of {key!r}", lambda s: s.kv.DeleteRange,
                         pb.DeleteRangeRequest(key=key, range_end=end))

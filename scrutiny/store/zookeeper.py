@@ -34,6 +34,7 @@ from scrutiny.metadata import (
     decode_racks,
     decode_ur_mark,
     encode_agent_registration,
+    encode_ur_mark,
     is_ledger_child,
     ledger_id_of_mark,
     ledger_path,
@@ -238,6 +239,16 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
 
     def replication_disabled(self) -> bool:
         return self.exists(f"{self.root}/underreplication/disable")
+
+    def mark_underreplicated(self, mark: UnderreplicationMark, metadata_version: int) -> bool:
+        if metadata_version < 0:  # unknown: ZooKeeper's check would take any version
+            return False
+        path = ur_mark_path(self.root, mark.ledger_id)
+        self.client.ensure_path(path.rsplit("/", 1)[0])  # as the Auditor leaves them: empty, persistent
+        tx = self.client.transaction()
+        tx.check(ledger_path(self.layout, self.root, mark.ledger_id), metadata_version)
+        tx.create(path, encode_ur_mark(mark))
+        return not any(isinstance(r, Exception) for r in tx.commit())
 
     def lost_bookie_recovery_delay(self) -> int | None:
         got = self.get(f"{self.root}/underreplication/lostBookieRecoveryDelay")

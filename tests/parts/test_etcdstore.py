@@ -344,3 +344,24 @@ def test_the_tree_watch_resumes_where_it_stopped_and_a_compaction_is_a_gap(etcd_
         watch.close()
     finally:
         store.close()
+
+
+def test_a_mark_is_written_as_pulsars_driver_writes_it_and_only_on_the_ledger_as_judged(
+        etcd_server: LocalEtcd, etcd_tree: EtcdTree) -> None:
+    w = ClusterWriter(etcd_tree, "/ledgers")
+    w.init_cluster()
+    w.write_ledgers(closed(lid) for lid in (1, 3, 4))
+    w.update_ledger(closed(1, last=19))
+    with open_etcd(etcd_server) as store:
+        judged = {r.ledger_id: r.metadata.znode_version for r in store.read_ledgers([1, 3, 4]) if r.metadata}
+        mark = UnderreplicationMark(1, (B[0], B[1]), 1_700_000_000_000)
+        assert judged[1] == 1 and store.mark_underreplicated(mark, judged[1])
+        got = store.kv.get(b"/ledgers/underreplication/ledgers/0000/0000/0000/0001/urL0000000001")
+        assert got is not None and got.value == f'replica: "{B[0]}"\nreplica: "{B[1]}"\nctime: 1700000000000\n'.encode()
+        assert not store.mark_underreplicated(UnderreplicationMark(1, (B[2],), 1), judged[1])  # marked already
+        assert store.underreplication_mark(1) == mark
+        w.update_ledger(closed(3, last=19))
+        w.delete_ledger(4)
+        for lid in (3, 4):
+            assert not store.mark_underreplicated(UnderreplicationMark(lid, (B[0],), 1), judged[lid])
+            assert store.underreplication_mark(lid) is None

@@ -281,3 +281,29 @@ def test_a_server_without_multiread_is_detected_and_read_singly(zk_server: Local
         sid = store.client.client_id[0]
         assert [r.ledger_id for r in store.read_ledgers(range(500)) if r.metadata] == list(range(500))
         assert store.client.client_id[0] == sid and proxy.refused == 1  # its own session never risked
+
+
+def test_a_mark_is_written_as_bookkeepers_auditor_writes_it_and_only_on_the_ledger_as_judged(
+        zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str) -> None:
+    root = f"{zk_namespace}/ledgers"
+    w = ClusterWriter(zk_client, root)
+    w.init_cluster()
+    far = 2**40 + 7
+    w.write_ledgers(ledger(lid) for lid in (1, 3, 4, far))
+    with store_for(zk_server, root) as store:
+        judged = {r.ledger_id: r.metadata.znode_version for r in store.read_ledgers([1, 3, 4, far]) if r.metadata}
+        mark = UnderreplicationMark(1, ("a:3181", "b:3181"), 1_700_000_000_000)
+        assert store.mark_underreplicated(mark, judged[1])
+        data, _ = zk_client.get(f"{root}/underreplication/ledgers/0000/0000/0000/0001/urL0000000001")
+        assert data == b'replica: "a:3181"\nreplica: "b:3181"\nctime: 1700000000000\n'
+        assert store.underreplication_mark(1) == mark
+        assert not store.mark_underreplicated(UnderreplicationMark(1, ("c:3181",), 1), judged[1])  # marked already
+        assert store.underreplication_mark(1) == mark
+        w.update_ledger(ledger(3, last=19))  # an ensemble change, a recovery: not the ledger that was judged
+        w.delete_ledger(4)
+        for lid in (3, 4):
+            assert not store.mark_underreplicated(UnderreplicationMark(lid, ("a:3181",), 1), judged[lid])
+            assert store.underreplication_mark(lid) is None
+        assert not store.mark_underreplicated(UnderreplicationMark(far, ("a:3181",), 1), -1)  # version unknown
+        assert store.mark_underreplicated(UnderreplicationMark(far, ("a:3181",), 1), judged[far])
+        assert zk_client.exists(f"{root}/underreplication/ledgers/0000/0100/0000/0007/urL{far:010d}")

@@ -123,6 +123,14 @@ class MemoryStore(MetadataStore):
     def replication_disabled(self) -> bool:
         return self._check().replication_disabled
 
+    def mark_underreplicated(self, mark: UnderreplicationMark, metadata_version: int) -> bool:
+        c = self._check()
+        md = c.ledgers.get(mark.ledger_id)
+        if mark.ledger_id in c.marks or md is None or md.znode_version != metadata_version:
+            return False
+        c.marks[mark.ledger_id] = mark
+        return True
+
     def lost_bookie_recovery_delay(self) -> int | None:
         return self._check().lost_bookie_recovery_delay
 
