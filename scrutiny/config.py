@@ -227,7 +227,9 @@ def _coerce(key: str, hint: Any, value: Any, where: str) -> Any:
             item = typing.get_args(hint)[0]
             return tuple(_coerce(key, item, v, where) for v in value)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: key {key!r}: {value!r} is not a valid {_describe(hint)} ({exc})") from None
+        quote = " (YAML reads off, on, yes and no unquoted as booleans: quote it)" if isinstance(value, bool) else ""
+        raise ConfigError(f"{where}: key {key!r}: {value!r} is not a valid {_describe(hint)} ({exc}){quote}") \
+            from None
     raise ConfigError(f"{where}: key {key!r} has an unsupported type")
 
 
@@ -286,6 +288,11 @@ class AuditorSettings:
     continuous: bool = True
     continuous_batch_seconds: float = 10.0  # at most one look at what the feeds named this often (at once when idle)
     continuous_max_ledgers_per_second: float = 2000.0  # beyond it (a rack lost): a full run instead
+    # the hand-off to BookKeeper's autorecovery (`scrutiny.repair`): off, dry-run (list what it would mark), mark
+    repair: str = "off"
+    repair_interval_seconds: float = 10.0  # a hand-off of the current findings this often (the leader)
+    repair_marks_per_run: int = 20
+    repair_marks_per_minute: int = 60
 
     def validate(self) -> AuditorSettings:
         parse_host_port(self.listen, "auditor.listen", ConfigError)
@@ -295,7 +302,12 @@ class AuditorSettings:
                     "shutdown_grace_seconds"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"auditor.{key}: must not be negative")
-        for key in ("reports_keep", "max_rescan_ledgers", "max_queued_runs"):
+        if self.repair not in ("off", "dry-run", "mark"):
+            raise ConfigError(f"auditor.repair: {self.repair!r}: off, dry-run or mark")
+        if self.repair_interval_seconds <= 0:
+            raise ConfigError("auditor.repair_interval_seconds: more than 0")
+        for key in ("reports_keep", "max_rescan_ledgers", "max_queued_runs", "repair_marks_per_run",
+                    "repair_marks_per_minute"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"auditor.{key}: must be at least 1")
         if self.deep_interval_seconds and not 0 < self.deep_interval_seconds <= self.deep_pass_days * 86400:

@@ -74,6 +74,12 @@ class ConsoleApi(Asking):
     def api_history(self, req: Request) -> Response:
         return json_response(200, {"runs": [vars(p) for p in self.api.cluster.run_history()]})
 
+    def api_handoffs(self, req: Request) -> Response:
+        """The hand-off's journal (`auditor.repair`): each ledger marked for autorecovery (or that would be, in a
+        dry run, or was not and why), by whom, when, why; the newest first."""
+        h = self.api.handoff
+        return json_response(200, {"repair": h.mode, "handoffs": [x.to_json() for x in h.handed()]})
+
     def api_rescan(self, req: Request) -> Response:
         body = body_of(req)
         wait = bool(body.get("wait", False))

@@ -19,6 +19,7 @@ from scrutiny.auditor.service import Status
 from scrutiny.categories import REGISTRY
 from scrutiny.checks import Violation
 from scrutiny.httpserver import Request
+from scrutiny.repair.handoff import Handoff
 from scrutiny.report import Report
 
 MAX_PAGE_SIZE = 1000
@@ -29,6 +30,7 @@ MAX_LEDGER_ID = 2**63 - 1  # BookKeeper's ledger ids are Java longs, never negat
 class WebApi(Protocol):
     current: CurrentState
     cluster: ClusterView
+    handoff: Handoff
 
     def rescan(self, ledger_ids: list[int] | None, bookie_id: str) -> tuple[Ticket, bool]: ...
 

@@ -3,6 +3,7 @@ composition of the parts around it."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -14,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import grpc
+from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.date import DateTrigger
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -43,6 +45,7 @@ from scrutiny.errors import NotLeader, RequestError, one_line
 from scrutiny.findings import Findings
 from scrutiny.httpserver import HttpServer, HttpsFiles
 from scrutiny.metadata import parse_host_port
+from scrutiny.repair.handoff import Handoff
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun, check_marks
 from scrutiny.scan.engines import Engine, make_engine
@@ -53,6 +56,7 @@ from scrutiny.v1 import auditor_pb2_grpc
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "scrutiny.v1.Auditor"
+HANDOFF_JOB = "handoff"
 
 
 class AuditorConfig(NamedTuple):
@@ -122,6 +126,10 @@ class Auditor:
         self.publisher = Publisher(self.current)  # where finished runs go
         self.cluster = ClusterView(self._store, lambda: self.config.scan)  # what the console asks live
         # its safety net: a full run (unless one is queued or running)
+        self.handoff = Handoff(lambda: (self.config.scan, self.config.auditor),
+                               lambda: (c.violation for c in self.current.findings()), self._store,
+                               lambda: self.leadership is not None and self.leading.is_set(), lambda: self.address,
+                               self.stopping)
         self.continuous = (Continuous(self.config.scan, self.config.auditor, self.current, lambda _: self._due(FULL))
                            if settings.continuous else None)
 
@@ -217,6 +225,7 @@ class Auditor:
                 sink.leadership(leading)
         if self.leading.is_set() and self.periodic is not None:
             self.periodic.schedule(self._intervals())
+            self._schedule_handoff()
         log.info("configuration reloaded")
 
     def _serve_http(self) -> None:
@@ -247,14 +256,22 @@ class Auditor:
         assert self.periodic is not None
         self.publisher.elected(self._store(), {kind: t.finished_ms for kind, t in self.queue.last.items()})
         self.periodic.schedule(self._intervals())
+        self._schedule_handoff()
         if self.continuous is not None:
             self.continuous.start(self._store())
+
+    def _schedule_handoff(self) -> None:
+        """The hand-off to autorecovery (`scrutiny.repair`), while leading; it does nothing while `repair` is off."""
+        self.scheduler.add_job(self.handoff.tick, "interval", seconds=self.config.auditor.repair_interval_seconds,
+                               id=HANDOFF_JOB, replace_existing=True, max_instances=1, coalesce=True)
 
     def _deposed(self) -> None:
         assert self.periodic is not None
         if self.continuous is not None:
             self.continuous.stop()
         self.periodic.clear()
+        with contextlib.suppress(JobLookupError):
+            self.scheduler.remove_job(HANDOFF_JOB)
         self.publisher.deposed()
 
     def _due(self, kind: str) -> None:

@@ -98,7 +98,7 @@ def _continuous_settled(auditor: Any, timeout: float) -> None:
 def auditor_soak(client: KazooClient, root: str, hosts: str, runs: int, engine: Engine, reports_dir: str,
                  seed: int = 1, recheck_delay: float = 0.3) -> list[Sample]:
     """A leading auditor doing full runs back to back (interval 1 s) while the cluster churns; one
-    sample of its resources after each run."""
+    sample of its resources after each run. Its hand-off to autorecovery is on: legal churn marks nothing."""
     from scrutiny.auditor import Auditor
 
     uri = f"zk+hierarchical://{hosts}{root}"
@@ -107,7 +107,8 @@ def auditor_soak(client: KazooClient, root: str, hosts: str, runs: int, engine: 
     scan = ScanSettings(metadata_service_uri=uri, placement_policy="none", recheck_delay=recheck_delay,
                         underreplicated_grace_period=1, bookie_deadline_seconds=2.0, zk_session_timeout=10)
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=reports_dir, full_interval_seconds=1,
-                               underreplication_interval_seconds=0, insecure_open_rescan=True, reports_keep=5)
+                               underreplication_interval_seconds=0, insecure_open_rescan=True, reports_keep=5,
+                               repair="mark", repair_interval_seconds=0.5)
     auditor = Auditor(scan, settings, engine=engine).start()
     samples: list[Sample] = []
     with churning(cluster):
@@ -121,6 +122,8 @@ def auditor_soak(client: KazooClient, root: str, hosts: str, runs: int, engine: 
                     if last.report.violations:
                         first = next(iter(last.report.violations))
                         raise AssertionError(f"false alarm in run {seen}: {first.to_json()}")
+                    if auditor.handoff.handed():
+                        raise AssertionError(f"a hand-off under legal churn: {auditor.handoff.handed()[0].to_json()}")
                     with cluster.quiet():
                         _continuous_settled(auditor, 5.0)
                         samples.append(_usage(len(samples) + 1))

@@ -10,7 +10,9 @@ import contextlib
 import json
 import logging
 import random
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -24,6 +26,7 @@ from scrutiny.auditor.continuous import LOOKED_AT, TOPICS_LOOKED_AT, Continuous
 from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.categories import Category
 from scrutiny.config import AuditorSettings, ScanSettings
+from scrutiny.repair.handoff import Handoff
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import Engine, LocalEngine
 from scrutiny.store import open_store
@@ -53,6 +56,9 @@ class SoakResult:
     continuous_found: bool = False
     continuous_missed: int = 0
     continuous_stats: dict[str, int] = field(default_factory=dict)
+    # the hand-off to autorecovery, armed (`repair: mark`) on continuous mode's state during the churn: what it
+    # did (legal churn must never be marked)
+    handoffs_during_churn: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ops_per_minute(self) -> float:
@@ -66,7 +72,8 @@ class SoakResult:
                 "fault_found": self.fault_found, "fault_report_extra": self.fault_report_extra,
                 "continuous_false_alarms": len(self.continuous_false_alarms),
                 "continuous_expected": self.continuous_expected, "continuous_found": self.continuous_found,
-                "continuous_missed": self.continuous_missed, "continuous_stats": self.continuous_stats}
+                "continuous_missed": self.continuous_missed, "continuous_stats": self.continuous_stats,
+                "handoffs_during_churn": len(self.handoffs_during_churn)}
 
 
 def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, Engine], seed: int = 1,
@@ -101,8 +108,20 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
     watcher = Continuous(settings, AuditorSettings(continuous_batch_seconds=0.3), state, lambda why: None)
     watched = open_store(settings)  # as the auditor opens it (multiRead probed: the watch needs 3.6+)
     watcher.start(watched)
+    journal_dir = tempfile.mkdtemp(prefix="scrutiny-soak-")
+    armed = AuditorSettings(reports_dir=journal_dir, repair="mark", repair_marks_per_run=100,
+                            repair_marks_per_minute=10_000)
+    handoff = Handoff(lambda: (settings, armed),
+                      lambda: (c.violation for c in state.findings()), lambda: watched, lambda: True, lambda: "soak")
+
+    def hand_off() -> None:
+        while not stop.wait(0.3):
+            handoff.tick()
+
+    handing = threading.Thread(target=hand_off, name="handoff", daemon=True)
     t0 = time.monotonic()
     churner.start()
+    handing.start()
     try:
         names = list(engines)
         renewal_due = cluster.renewal_wanted = True  # the first run starts during a renewal
@@ -125,6 +144,8 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
             state.full_run(report.violations, int(time.time() * 1000), int(time.time() * 1000))
         stop.set()
         churner.join()
+        handing.join()
+        result.handoffs_during_churn = [h.to_json() for h in handoff.handed()]
         result.seconds = time.monotonic() - t0
         result.operations = Counter(cluster.ops)
         time.sleep(recheck_delay * 4)  # every pending garbage collection and restart is done
@@ -154,6 +175,7 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
     finally:
         stop.set()
         watcher.stop()
+        shutil.rmtree(journal_dir, ignore_errors=True)
         watched.close()
         cluster.close()
     return result
@@ -203,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         print("FALSE ALARM", json.dumps(alarm))
     if args.output:
         Path(args.output).write_text(figures)
-    return 0 if not result.false_alarms and result.fault_found and not result.fault_report_extra else 1
+    return 0 if (not result.false_alarms and result.fault_found and not result.fault_report_extra
+                 and not result.handoffs_during_churn) else 1
 
 
 if __name__ == "__main__":

@@ -310,6 +310,11 @@ def test_validate_config(tmp_path: Path) -> None:
     bad.write_text("metadata_service_uri: zk+hierarchical://127.0.0.1:2181/ledgers\n")
     res = validate(bad)
     assert res.returncode == 2 and "Rescan needs authentication" in res.stderr
+    for repair, says in (("off", "unquoted as booleans: quote it"), ("always", "off, dry-run or mark")):
+        bad.write_text("metadata_service_uri: zk+hierarchical://127.0.0.1:2181/ledgers\n"
+                       f"auditor:\n  insecure_open_rescan: true\n  repair: {repair}\n")
+        res = validate(bad)
+        assert res.returncode == 2 and "repair" in res.stderr and says in res.stderr, res.stderr
 
 
 def test_rescan_command(cluster: tuple[DemoCluster, str], tmp_path: Path) -> None:

@@ -1,0 +1,42 @@
+"""Which findings the hand-off gives to autorecovery (those its remedy says autorecovery repairs), with the
+mark's missing replicas as BookKeeper's Auditor names them, and the limits on how many at a time."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from scrutiny.categories import Category
+from scrutiny.checks import Violation
+from scrutiny.checks.remedy import RepairContext
+from scrutiny.repair.plan import MarkBudget, candidates
+from tests.pure.test_remedy import B, closed, lacking
+
+
+def test_only_what_autorecovery_repairs_with_the_bookies_to_copy_and_the_version_judged() -> None:
+    md = closed(3, 2, 2, 29)
+    first = dataclasses.replace(lacking(md, B[1], [0]), ledger_id=3, metadata_version=4)  # the first of its share
+    middle = dataclasses.replace(lacking(md, B[0], [3]), ledger_id=4, metadata_version=0)  # both ends held
+    unknown = dataclasses.replace(first, ledger_id=5, metadata_version=-1)  # never judged at a known version
+    gone = Violation(Category.LOST_BOOKIE_RECOVERY_NOT_STARTED, 6, (B[2],), {"lost_bookies": [B[2], B[0]]}, 2)
+    corrupt = Violation(Category.CORRUPT_ENTRY, 7, (B[0],), {}, 1)
+    at_0 = candidates([corrupt, gone, unknown, middle, first], RepairContext())
+    assert [(c.ledger_id, c.category, c.replicas, c.metadata_version) for c in at_0] == [
+        (3, Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY, (B[1],), 4),
+        (6, Category.LOST_BOOKIE_RECOVERY_NOT_STARTED, (B[0], B[2]), 2)]
+    assert "first and the last entry" in at_0[0].why
+    # at 100% its checker reads every entry: the mid-share loss too; with re-replication disabled, nothing
+    assert [c.ledger_id for c in candidates([middle, first], RepairContext(100))] == [3, 4]
+    assert candidates([first, gone], RepairContext(replication_disabled=True)) == []
+
+
+def test_the_budget_per_hand_off_and_per_minute() -> None:
+    budget = MarkBudget(per_run=3, per_minute=5)
+    assert budget.allowance(0.0) == 3
+    for t in (0.0, 1.0, 2.0):
+        budget.spent(t)
+    assert budget.allowance(10.0) == 2  # five a minute, three spent
+    for t in (10.0, 11.0):
+        budget.spent(t)
+    assert budget.allowance(59.0) == 0
+    assert budget.allowance(60.5) == 1  # the mark at 0.0 is a minute old
+    assert budget.allowance(71.5) == 3
