@@ -36,6 +36,7 @@ class Category(enum.StrEnum):
     TOPIC_HEAD_LEDGER_CLOSED = "TOPIC_HEAD_LEDGER_CLOSED"
     TOPIC_WRITTEN_PAST_CLOSED_HEAD = "TOPIC_WRITTEN_PAST_CLOSED_HEAD"
     LEAKED_LEDGER = "LEAKED_LEDGER"
+    UNMARKED_WITHOUT_REPAIR = "UNMARKED_WITHOUT_REPAIR"
 
 
 class Severity(enum.StrEnum):
@@ -52,6 +53,7 @@ class Phase(enum.StrEnum):
     DEEP = "deep"  # only a deep run: the stored bytes of the copies, read and verified by the agents
     HOLDINGS = "holdings"  # a whole-cluster run: what every bookie holds, against the metadata (reverse check)
     TOPICS = "topics"  # whole-cluster and topic runs: Pulsar's record of each topic against BookKeeper's metadata
+    REPAIR = "repair"  # the hand-off's follow-up of each mark it wrote, to its end (`scrutiny.repair`)
 
 
 class Fact(enum.StrEnum):
@@ -133,6 +135,12 @@ def _placement(d: Mapping[str, Any]) -> list[str]:
 
 def _age(d: Mapping[str, Any]) -> list[str]:
     return [f"marked {d['age_seconds']} s ago, grace period {d['grace_period_seconds']} s"]
+
+
+def _unmarked(d: Mapping[str, Any]) -> list[str]:
+    return [f"marked under-replicated at {d.get('marked_at')} for {', '.join(d.get('replicas', []))}, unmarked by "
+            f"{d.get('unmarked_by')} by {d.get('unmarked_seen_at')}; still {d.get('loss')}",
+            *([f"why: {d['cause']}"] if d.get("cause") else [])]
 
 
 def _reasons(d: Mapping[str, Any]) -> list[str]:
@@ -298,6 +306,9 @@ REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
     CategorySpec(Category.LEAKED_LEDGER, Phase.TOPICS, Severity.WARNING, _RECORDED,
                  "a ledger Pulsar created (its keys say so) that no topic, cursor, schema or compaction names, "
                  "older than the grace period: disk held for nothing", _leaked, rank=10.5),
+    CategorySpec(Category.UNMARKED_WITHOUT_REPAIR, Phase.REPAIR, Severity.ERROR, _ANSWERED,
+                 "a ledger scrutiny marked under-replicated was unmarked (a replication worker called it "
+                 "replicated) while the loss it was marked for remains", _unmarked, rank=1.1),
 )}
 assert set(REGISTRY) == set(Category), "every category needs its registry entry"
 CATEGORY_NAMES = frozenset(str(c) for c in REGISTRY)  # a summary from a newer auditor may name more

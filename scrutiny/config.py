@@ -293,6 +293,7 @@ class AuditorSettings:
     repair_interval_seconds: float = 10.0  # a hand-off of the current findings this often (the leader)
     repair_marks_per_run: int = 20
     repair_marks_per_minute: int = 60
+    repair_deadline_seconds: float = 600.0  # a mark it wrote still there this long is noted (and followed on)
 
     def validate(self) -> AuditorSettings:
         parse_host_port(self.listen, "auditor.listen", ConfigError)
@@ -304,8 +305,8 @@ class AuditorSettings:
                 raise ConfigError(f"auditor.{key}: must not be negative")
         if self.repair not in ("off", "dry-run", "mark"):
             raise ConfigError(f"auditor.repair: {self.repair!r}: off, dry-run or mark")
-        if self.repair_interval_seconds <= 0:
-            raise ConfigError("auditor.repair_interval_seconds: more than 0")
+        if self.repair_interval_seconds <= 0 or self.repair_deadline_seconds <= 0:
+            raise ConfigError("auditor.repair_interval_seconds and repair_deadline_seconds: more than 0")
         for key in ("reports_keep", "max_rescan_ledgers", "max_queued_runs", "repair_marks_per_run",
                     "repair_marks_per_minute"):
             if getattr(self, key) < 1:

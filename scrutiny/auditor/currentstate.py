@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scrutiny.categories import REGISTRY, Category, Fact, severity_of
+from scrutiny.categories import REGISTRY, Category, Fact, Phase, in_phase, severity_of
 from scrutiny.checks import Violation
 from scrutiny.checks.remedy import RepairContext, remedy
 from scrutiny.pulsar.owners import topic_of_owner
@@ -24,6 +24,9 @@ from scrutiny.times import iso
 # What continuous mode looks at: what the bookies hold and who is registered (placement, the durability
 # policy and the marks' age change only with the metadata, which it also follows, but a run finds them).
 WATCHED = frozenset(c for c, spec in REGISTRY.items() if Fact.ANSWERS in spec.facts)
+# The hand-off's follow-up findings (a loss a worker left unrepaired) stand while their ledger has a finding of
+# its own: no run looks for them, and the loss found again keeps them, the loss gone resolves them.
+FOLLOW_UP = frozenset(in_phase(Phase.REPAIR))
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ class CurrentState:
                     missed += 1
                 new[key] = Current(v, before.detected_ms if before else finished_ms, before.found_by if before
                                    else kind)
+            lossy = {lid for _, lid in new}
+            new.update({k: c for k, c in self._found.items() if k[0] in FOLLOW_UP and k[1] in lossy})
             self._resolved.extend(Resolved(c, finished_ms, kind) for k, c in self._found.items() if k not in new)
             self._found, self.baseline_ms, self.baseline_kind = new, started_ms, kind
             self.repair = repair or self.repair
@@ -115,6 +120,11 @@ class CurrentState:
                 how = found_by if isinstance(found_by, str) else found_by.get(v.ledger_id, "")
                 self._found[key] = Current(v, before.detected_ms if before else now_ms,
                                            before.found_by if before else how)
+            lossy = {lid for cat, lid in self._found if cat not in FOLLOW_UP}
+            for k in [k for k in self._found if k[0] in FOLLOW_UP and k[1] not in lossy]:
+                self._resolved.append(Resolved(self._found.pop(k), now_ms, found_by if isinstance(found_by, str)
+                                               else found_by.get(k[1], "")))
+                cleared.append(k)
             return added, len(cleared)
 
     def looked_again_bookies(self, bookies: Collection[str], found: Iterable[Violation], now_ms: int,

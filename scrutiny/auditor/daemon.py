@@ -24,12 +24,13 @@ from prometheus_client import CollectorRegistry
 from scrutiny.auditor.clusterview import ClusterView
 from scrutiny.auditor.collector import AuditorCollector
 from scrutiny.auditor.continuous import Continuous
-from scrutiny.auditor.currentstate import CurrentState
+from scrutiny.auditor.currentstate import FOLLOW_UP, CurrentState
 from scrutiny.auditor.deeprecord import deep_pass
 from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.auditor.leadership import Leadership, PeriodicRuns
 from scrutiny.auditor.publishing import Leading, Publisher
 from scrutiny.auditor.runkinds import (
+    CHECKED_BY_RUNS,
     DEEP,
     FULL,
     RESCAN,
@@ -129,7 +130,9 @@ class Auditor:
         self.handoff = Handoff(lambda: (self.config.scan, self.config.auditor),
                                lambda: (c.violation for c in self.current.findings()), self._store,
                                lambda: self.leadership is not None and self.leading.is_set(), lambda: self.address,
-                               self.stopping)
+                               lambda ids, found: self.current.looked_again(
+                                   ids, found, int(time.time() * 1000), "repair follow-up",
+                                   (*CHECKED_BY_RUNS, *FOLLOW_UP)), self.stopping)
         self.continuous = (Continuous(self.config.scan, self.config.auditor, self.current, lambda _: self._due(FULL))
                            if settings.continuous else None)
 

@@ -14,7 +14,8 @@ WHOLE_CLUSTER_KINDS = (FULL, UNDERREPLICATION, RESCAN, DEEP)  # the kinds whose 
 
 
 # What each kind of run looks at, for the sinks (a kind that did not look reports nothing stale).
-CHECKED_BY_RUNS = tuple(c for c in REGISTRY if c not in in_phase(Phase.WHATIF) + in_phase(Phase.DEEP))
+CHECKED_BY_RUNS = tuple(c for c in REGISTRY
+                        if c not in in_phase(Phase.WHATIF) + in_phase(Phase.DEEP) + in_phase(Phase.REPAIR))
 KIND_CATEGORIES: dict[str, tuple[Category, ...]] = {
     FULL: CHECKED_BY_RUNS, RESCAN: CHECKED_BY_RUNS, UNDERREPLICATION: in_phase(Phase.MARKS), WHATIF: tuple(REGISTRY),
     DEEP: CHECKED_BY_RUNS + in_phase(Phase.DEEP)}

@@ -156,6 +156,13 @@ def _marked_too_long(v: Violation, ctx: RepairContext) -> Remedy:
                   "cannot see, the worker unmarks it without repair")
 
 
+def _unmarked(v: Violation, ctx: RepairContext) -> Remedy:
+    bookies = list(v.details.get("replicas") or v.bookies)
+    return Remedy(f"copy {', '.join(bookies)}'s share of ledger {v.ledger_id} by hand: autorecovery called it "
+                  "replicated and will not mark it again by itself", (recover(bookies, v.ledger_id),), NO,
+                  str(v.details.get("cause") or "its worker unmarked the ledger with the loss in place"))
+
+
 def _placement(v: Violation, ctx: RepairContext) -> Remedy:
     bookies = list(v.bookies)
     return Remedy("fix the rack data first (`/bookies`, `racks`); then move one copy of each shared rack: recover "
@@ -222,6 +229,7 @@ REMEDIES: dict[Category, Callable[[Violation, RepairContext], Remedy]] = {
     Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY: _copies,
     Category.LOST_BOOKIE_RECOVERY_NOT_STARTED: _lost_bookie,
     Category.UNDERREPLICATED_ELAPSED_GRACE_PERIOD: _marked_too_long,
+    Category.UNMARKED_WITHOUT_REPAIR: _unmarked,
     Category.PLACEMENT_POLICY_NOT_ADHERING: _placement,
     Category.PLACEMENT_POLICY_SOFTLY_ADHERING: _fixed("plan capacity across zones; nothing is at risk now"),
     Category.WEAK_DURABILITY_POLICY: _weak_policy,

@@ -11,6 +11,7 @@ Nothing while re-replication is disabled. Every outcome goes to the journal: the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -23,19 +24,25 @@ from scrutiny.checks import Violation
 from scrutiny.checks.remedy import RepairContext
 from scrutiny.config import AuditorSettings, ScanSettings
 from scrutiny.metadata import UnderreplicationMark
+from scrutiny.repair.followup import Followed, unrepaired
 from scrutiny.repair.plan import (
     ALREADY_MARKED,
     CHANGED,
+    DELETED,
     DRY_RUN,
     MARKED,
     NOT_CONFIRMED,
     OFF,
+    OVERDUE,
+    REPAIRED,
+    UNREPAIRED,
     WOULD_MARK,
     Candidate,
     Handed,
     MarkBudget,
     candidates,
 )
+from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.store import MetadataStore
@@ -48,13 +55,17 @@ JOURNAL_FILE = "handoffs.jsonl"
 class Handoff:
     def __init__(self, config: Callable[[], tuple[ScanSettings, AuditorSettings]],
                  findings: Callable[[], Iterable[Violation]], store: Callable[[], MetadataStore],
-                 leading: Callable[[], bool], by: Callable[[], str], stopping: threading.Event | None = None) -> None:
+                 leading: Callable[[], bool], by: Callable[[], str],
+                 looked_again: Callable[[list[int], list[Violation]], object] = lambda ids, found: None,
+                 stopping: threading.Event | None = None) -> None:
         self.config, self.findings = config, findings  # the settings as reloaded; the current findings
         self.store, self.leading, self.by = store, leading, by
+        self.looked_again = looked_again  # what a look at the ledgers of ended marks found (the current state's)
         self.budget = MarkBudget(0, 0)
         self._settings()
         self.journal: deque[Handed] = deque(maxlen=JOURNAL_KEPT)  # the newest last
         self.stopping = stopping or threading.Event()
+        self.followed: dict[int, Followed] = {}  # the marks it wrote, until each comes to its end
         self._done: set[tuple[object, ...]] = set()  # handed off (or found marked), per metadata version
         self._unconfirmed: set[tuple[object, ...]] = set()  # journaled once; looked at again each hand-off
         self._lock = threading.Lock()
@@ -67,26 +78,24 @@ class Handoff:
             log.warning("hand-off failed (%s): trying again at the next", exc)
 
     def run(self) -> list[Handed]:
-        """One hand-off; what it did."""
+        """One hand-off: the marks it wrote followed, then the current findings handed off; what it did."""
         self._settings()
         if self.mode == OFF:
             return []
         with self._lock:
+            out = self._follow() if self.followed and self.leading() else []
             found = candidates(self.findings(), self._context())
             self._done &= {c.key for c in found}
             self._unconfirmed &= {c.key for c in found}
-            waiting = [c for c in found if c.key not in self._done]
+            waiting = [c for c in found if c.key not in self._done and c.ledger_id not in self.followed]
             if not waiting or not self.leading():
-                return []
+                return out
             store = self.store()
             if store.replication_disabled():
                 log.info("hand-off: re-replication is disabled: marking none of %d ledgers", len(waiting))
-                return []
-            out = []
+                return out
             marked = store.marked(c.ledger_id for c in waiting)
-            for c in waiting:
-                if c.ledger_id in marked:
-                    out.append(self._note(c, ALREADY_MARKED))
+            out += [self._note(c, ALREADY_MARKED) for c in waiting if c.ledger_id in marked]
             waiting = [c for c in waiting if c.ledger_id not in marked]
             allowed = self.budget.allowance(time.monotonic())
             if len(waiting) > allowed:
@@ -96,12 +105,18 @@ class Handoff:
                 out += self._confirm_and_mark(store, waiting[:allowed])
             return out
 
-    def _confirm_and_mark(self, store: MetadataStore, chosen: list[Candidate]) -> list[Handed]:
+    def _look(self, store: MetadataStore, ledger_ids: list[int]) -> Report | None:
+        """A run over these ledgers, as any run looks (None: it did not complete; the next hand-off tries again)."""
         report = ScrutinyRun(self.scan, LocalEngine(), kind="handoff", sleep=self._pause,
-                             store=store).execute(ledger_ids=[c.ledger_id for c in chosen])
+                             store=store).execute(ledger_ids=ledger_ids)
         if not report.complete:
-            log.info("hand-off: the look again did not complete (%s): trying at the next hand-off",
-                     report.errors[:1])
+            log.info("hand-off: a look did not complete (%s): trying at the next hand-off", report.errors[:1])
+            return None
+        return report
+
+    def _confirm_and_mark(self, store: MetadataStore, chosen: list[Candidate]) -> list[Handed]:
+        report = self._look(store, [c.ledger_id for c in chosen])
+        if report is None:
             return []
         again = {(c.ledger_id, c.category): c for c in candidates(report.violations, self._context())}
         out = []
@@ -121,15 +136,50 @@ class Handoff:
             mark = UnderreplicationMark(now.ledger_id, now.replicas, int(time.time() * 1000))
             written = store.mark_underreplicated(mark, now.metadata_version)
             out.append(self._note(now, MARKED if written else CHANGED, report.run_id))
+            if written:
+                self.followed[now.ledger_id] = Followed(now, mark.ctime or 0)
         return out
 
-    def _note(self, c: Candidate, outcome: str, run_id: str = "", done: bool = True) -> Handed:
+    def _follow(self, store: MetadataStore | None = None) -> list[Handed]:
+        """Each mark it wrote: still there past the deadline (noted once), or gone, and then repaired, deleted,
+        or unmarked without repair (a finding, into the current state)."""
+        store = store or self.store()
+        now_ms, out = int(time.time() * 1000), []
+        still = store.marked(list(self.followed))
+        for lid in still:
+            f = self.followed[lid]
+            if not f.overdue_noted and now_ms - f.marked_ms > self.deadline_s * 1000:
+                self.followed[lid] = dataclasses.replace(f, overdue_noted=True)
+                out.append(self._note(f.candidate, OVERDUE, seconds=(now_ms - f.marked_ms) / 1000))
+        ended = sorted(set(self.followed) - still)
+        if not ended:
+            return out
+        gone = {r.ledger_id for r in store.read_ledgers(ended) if r.deleted}
+        report = self._look(store, [lid for lid in ended if lid not in gone]) if len(gone) < len(ended) else None
+        if report is None and len(gone) < len(ended):
+            return out
+        unrepaired_found = []
+        for lid in ended:
+            f = self.followed.pop(lid)
+            seconds = (now_ms - f.marked_ms) / 1000
+            v = None if report is None or lid in gone else unrepaired(f, report.violations, now_ms, self._context())
+            if v is not None:
+                unrepaired_found.append(v)
+            outcome = DELETED if lid in gone else UNREPAIRED if v is not None else REPAIRED
+            out.append(self._note(f.candidate, outcome, report.run_id if report else "", seconds=seconds))
+        if report is not None:
+            self.looked_again([lid for lid in ended if lid not in gone], [*report.violations, *unrepaired_found])
+        return out
+
+    def _note(self, c: Candidate, outcome: str, run_id: str = "", done: bool = True,
+              seconds: float | None = None) -> Handed:
         if done:
             self._done.add(c.key)
-        h = Handed(int(time.time() * 1000), self.by(), c, outcome, run_id)
+        h = Handed(int(time.time() * 1000), self.by(), c, outcome, run_id, seconds)
         self.journal.append(h)
-        log.log(logging.WARNING if outcome == MARKED else logging.INFO, "hand-off by %s: ledger %d (%s, missing "
-                "replicas %s): %s; %s", h.by, c.ledger_id, c.category, ",".join(c.replicas), outcome, c.why)
+        log.log(logging.WARNING if outcome in (MARKED, UNREPAIRED, OVERDUE) else logging.INFO,
+                "hand-off by %s: ledger %d (%s, missing replicas %s): %s%s; %s", h.by, c.ledger_id, c.category,
+                ",".join(c.replicas), outcome, f" after {seconds:.1f} s" if seconds is not None else "", c.why)
         try:
             with self.file.open("a") as f:
                 f.write(json.dumps(h.to_json()) + "\n")
@@ -140,6 +190,7 @@ class Handoff:
     def _settings(self) -> None:
         self.scan, settings = self.config()
         self.mode, self.file = settings.repair, Path(settings.reports_dir) / JOURNAL_FILE
+        self.deadline_s = settings.repair_deadline_seconds
         self.budget.per_run, self.budget.per_minute = settings.repair_marks_per_run, settings.repair_marks_per_minute
 
     def _context(self) -> RepairContext:

@@ -27,7 +27,11 @@ ALREADY_MARKED = "already marked"
 CHANGED = "not marked: the ledger changed or was marked meanwhile"
 NOT_CONFIRMED = "not marked: a look again did not find it"
 OVER_LIMIT = "not marked yet: over the limit"
-REPLICATION_DISABLED = "not marked: re-replication is disabled"
+# ... and of a mark it wrote, followed to its end (`followup`)
+REPAIRED = "repaired: the copies are back where the metadata says"
+UNREPAIRED = "unmarked without repair"
+OVERDUE = "still marked after repair_deadline_seconds"
+DELETED = "the ledger was deleted while marked"
 
 
 @dataclass(frozen=True)
@@ -62,9 +66,14 @@ def candidate(v: Violation, ctx: RepairContext) -> Candidate | None:
 
 
 def candidates(found: Iterable[Violation], ctx: RepairContext) -> list[Candidate]:
-    """One per ledger (its first category that autorecovery repairs), by ledger id."""
+    """One per ledger (its first category that autorecovery repairs), by ledger id; none for a ledger whose
+    mark a worker already removed without repair (marked again, it would be unmarked again)."""
+    found = list(found)
+    given_up = {v.ledger_id for v in found if v.category is Category.UNMARKED_WITHOUT_REPAIR}
     out: dict[int, Candidate] = {}
     for v in found:
+        if v.ledger_id in given_up:
+            continue
         c = candidate(v, ctx)
         if c is not None:
             out.setdefault(c.ledger_id, c)
@@ -95,10 +104,12 @@ class Handed:
     by: str  # the auditor (its advertised address)
     candidate: Candidate
     outcome: str
-    run_id: str = ""  # the look again that confirmed it
+    run_id: str = ""  # the look again that confirmed it (or that followed the mark to its end)
+    seconds: float | None = None  # from the mark to its end (a repair's time)
 
     def to_json(self) -> dict[str, Any]:
         c = self.candidate
         return {"at": iso(self.at_ms), "by": self.by, "ledger_id": c.ledger_id, "category": str(c.category),
                 "replicas": list(c.replicas), "metadata_version": c.metadata_version, "why": c.why,
-                "outcome": self.outcome, "run_id": self.run_id}
+                "outcome": self.outcome, "run_id": self.run_id,
+                **({"seconds": round(self.seconds, 1)} if self.seconds is not None else {})}

@@ -58,6 +58,11 @@ class MutableHoldings:
             ids = self._ledgers.get(ledger_id)
         return None if ids is None else Holding(codec.encode(ids))
 
+    def held(self, ledger_id: int) -> np.ndarray:
+        """The entries of the ledger it holds (none: empty)."""
+        with self._lock:
+            return self._ledgers.get(ledger_id, np.array([], dtype=np.int64))
+
     def list_ledgers(self, from_id: int, limit: int) -> tuple[np.ndarray, bool]:
         with self._lock:
             ids = sorted(lid for lid in self._ledgers if lid >= from_id)

@@ -8,6 +8,7 @@ import dataclasses
 from scrutiny.categories import Category
 from scrutiny.checks import Violation
 from scrutiny.checks.remedy import RepairContext
+from scrutiny.repair.followup import Followed, unrepaired
 from scrutiny.repair.plan import MarkBudget, candidates
 from tests.pure.test_remedy import B, closed, lacking
 
@@ -40,3 +41,22 @@ def test_the_budget_per_hand_off_and_per_minute() -> None:
     assert budget.allowance(59.0) == 0
     assert budget.allowance(60.5) == 1  # the mark at 0.0 is a minute old
     assert budget.allowance(71.5) == 3
+
+
+def test_a_mark_removed_with_the_loss_in_place_says_why_and_a_repaired_one_is_no_finding() -> None:
+    md = closed(3, 2, 2, 29)
+    middle = dataclasses.replace(lacking(md, B[0], [3]), ledger_id=4, metadata_version=2)
+    [marked] = candidates([middle], RepairContext(100))
+    f = Followed(marked, 1_700_000_000_000)
+    v = unrepaired(f, [middle], 1_700_000_060_000, RepairContext(100))
+    assert v is not None and v.category is Category.UNMARKED_WITHOUT_REPAIR and v.ledger_id == 4
+    assert "at 0, BookKeeper's default" in v.details["cause"] and v.details["replicas"] == [B[0]]
+    assert v.details["marked_at"] < v.details["unmarked_seen_at"]
+    assert unrepaired(f, [], 1_700_000_060_000, RepairContext(100)) is None  # the copies back: repaired
+    # judged at 0 and still lost: the worker saw it and its copy failed
+    first = dataclasses.replace(lacking(md, B[1], [0]), ledger_id=3, metadata_version=4)
+    [c] = candidates([first], RepairContext())
+    again = unrepaired(Followed(c, 0), [first], 1, RepairContext())
+    assert again is not None and "its copy did not restore it" in again.details["cause"]
+    # a ledger already unmarked without repair is not handed off again
+    assert candidates([middle, v], RepairContext(100)) == []

@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 from kazoo.client import KazooClient
 
+from scrutiny.repair.plan import REPAIRED, UNREPAIRED
 from scrutiny.testing import store_at
 from scrutiny.testing.holdings import share
 from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.replicationworker import NOTHING_BAD, REPLICATED, ReplicationWorker
 from tests.support.helpers import wait_for
-from tests.system.test_console import B1, B2, B3, Console, md, start_cluster
+from tests.system.test_console import B1, B2, B3, B4, Console, md, start_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -42,9 +44,10 @@ def handoffs(c: Console) -> list[dict[str, object]]:
 @pytest.fixture
 def started(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, tmp_path: Path,
             request: pytest.FixtureRequest) -> Iterator[Console]:
+    auditor = {"repair_interval_seconds": 0.3, **request.param}
+    scan = {"auditor_ledger_verification_percentage": auditor.pop("percentage", 0)}
     c = start_cluster(zk_server, zk_client, zk_namespace, tmp_path, [md(lid) for lid in range(1, 7)],
-                      (B1, B2, B3), (B1, B2, B3),
-                      auditor_extra={"repair_interval_seconds": 0.3, **request.param})
+                      (B1, B2, B3, B4), (B1, B2, B3, B4), scan_extra=scan, auditor_extra=auditor)
     try:
         yield c
     finally:
@@ -87,3 +90,36 @@ def test_marks_as_the_auditor_would_within_its_limit_never_while_replication_is_
     assert "first and the last entry" in str(h["why"]) and h["run_id"]
     journal = Path(c.auditor.config.auditor.reports_dir) / "handoffs.jsonl"
     assert [json.loads(line)["ledger_id"] for line in journal.read_text().splitlines()] == [3]
+
+
+@pytest.mark.parametrize("started", [{"repair": "mark", "percentage": 100}], indirect=True)
+def test_each_mark_is_followed_to_its_end_repaired_or_unmarked_without_repair(started: Console,
+                                                                              zk_client: KazooClient) -> None:
+    """scrutiny judges as if the cluster's checker read every entry (percentage 100) and marks both losses; the
+    cluster's worker runs at 0, BookKeeper's default: it repairs the share whose first entry is gone, and unmarks
+    the mid-share loss without repair: a finding, with its cause and its command, and never marked again."""
+    c = started
+    worker = ReplicationWorker(zk_client, c.writer.root, c.holdings, percentage=0)
+    losses(c)
+    c.full_run()
+    with store_at(c.auditor.config.scan.metadata_service_uri) as store:
+        wait_for(lambda: store.marked([3, 4, 5]) == {3, 4, 5}, 30)
+        assert sorted(worker.run_once()) == [(3, REPLICATED), (4, NOTHING_BAD), (5, REPLICATED)]
+        wait_for(lambda: {h["outcome"] for h in handoffs(c) if h["ledger_id"] == 4} >= {UNREPAIRED}, 30)
+        time.sleep(1.0)  # a few more hand-offs: a ledger unmarked without repair is not marked again
+        assert store.marked([3, 4, 5]) == set()
+        md3 = next(store.read_ledgers([3])).metadata
+    assert md3 is not None and md3.segments[0].ensemble == (B1, B4, B3)  # the worker's ensemble change
+    ends = {h["ledger_id"]: h for h in handoffs(c) if h["outcome"] in (REPAIRED, UNREPAIRED)}
+    assert ends[3]["outcome"] == ends[5]["outcome"] == REPAIRED and ends[3]["seconds"] >= 0
+    assert ends[4]["outcome"] == UNREPAIRED
+    _, now = c.get("/api/v1/current")
+    found = {(v["category"], v["ledger_id"]): v for v in now["violations"]}
+    assert set(found) == {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 4), ("UNMARKED_WITHOUT_REPAIR", 4)}, set(found)
+    unmarked = found[("UNMARKED_WITHOUT_REPAIR", 4)]
+    assert "at 0, BookKeeper's default" in unmarked["details"]["cause"]
+    assert unmarked["remedy"]["commands"] == [f"bin/bookkeeper shell recover {B1} -l 4"]
+    # repaired by hand: both resolved at the next look
+    c.holdings[B1].put(4, share(md(4), B1))
+    c.full_run()
+    wait_for(lambda: c.get("/api/v1/current")[1]["violations"] == [], 30)
