@@ -301,7 +301,9 @@ class Cluster:
 class AuditorProcess:
     """`scrutiny auditor` on the bench's cluster, with continuous mode on or off."""
 
-    def __init__(self, cluster: Cluster, continuous: bool, workdir: Path) -> None:
+    def __init__(self, cluster: Any, continuous: bool, workdir: Path, scan: dict[str, Any] | None = None,
+                 auditor: dict[str, Any] | None = None) -> None:
+        """`cluster`: what has the `uri`; `scan` and `auditor`: settings besides the bench's own."""
         self.token = "bench"
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "token").write_text(self.token)
@@ -311,8 +313,9 @@ class AuditorProcess:
                   "blast_radius": False,
                   "auditor": {"listen": "127.0.0.1:0", "reports_dir": str(workdir / "reports"),
                               "token_file": str(workdir / "token"), "full_interval_seconds": 0,
-                              "underreplication_interval_seconds": 0, "continuous": continuous},
-                  "metrics": {"listen": f"127.0.0.1:{self.port}"}}
+                              "underreplication_interval_seconds": 0, "continuous": continuous,
+                              **(auditor or {})},
+                  "metrics": {"listen": f"127.0.0.1:{self.port}"}, **(scan or {})}
         path = workdir / f"auditor-{continuous}.yaml"
         path.write_text(yaml.safe_dump(config))
         self.proc = processes.spawn([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(path),

@@ -100,6 +100,10 @@ class ConsolePages(Asking):
         view = topic_view(self.api, topic_name_of(req.query.get("name", "")))
         return html(200, "topic", view["topic"], **view)
 
+    def page_handoffs(self, req: Request) -> Response:
+        h = self.api.handoff
+        return html(200, "handoffs", "hand-offs to autorecovery", mode=h.mode, handed=[x.to_json() for x in h.handed()])
+
     def page_ledger(self, req: Request) -> Response:
         view = ledger_view(self.api, ledger_id_of(req.path), ask=True)
         return html(200, "ledger", f"ledger {view['ledger_id']}", **view)

@@ -41,6 +41,7 @@ class AuditorWeb:
             ("GET", "/api/v1/blast-radius"): json_api.api_blast, ("GET", "/api/v1/bookies"): json_api.api_bookies,
             ("GET", "/api/v1/history"): json_api.api_history, ("GET", "/topics"): pages.page_topic,
             ("GET", "/api/v1/topics"): json_api.api_topic, ("GET", "/api/v1/handoffs"): json_api.api_handoffs,
+            ("GET", "/handoffs"): pages.page_handoffs,
             ("POST", "/api/v1/rescan"): json_api.api_rescan, ("POST", "/api/v1/whatif"): json_api.api_whatif}
         self.ledger_page, self.ledger_api = pages.page_ledger, json_api.api_ledger
 

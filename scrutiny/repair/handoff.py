@@ -5,8 +5,9 @@ those whose ledger is marked already, keeps what the limits allow, and looks at 
 does (their metadata, the agents, the second look). Only a finding that look finds again is marked, with the
 metadata version that look judged: the store writes the mark only if the ledger is still at that version and
 still unmarked (one transaction), so a ledger deleted, re-replicated or marked meanwhile is never marked by us.
-Nothing while re-replication is disabled. Every outcome goes to the journal: the log, `/api/v1/handoffs`, and
-`handoffs.jsonl` beside the reports.
+Nothing while re-replication is disabled. Each mark written is then followed to its end (`followup`): once a
+worker removes it, the ledger is looked at again, and the repair is verified or the loss reported. Every
+outcome goes to the journal: the log, `/api/v1/handoffs`, and `handoffs.jsonl` beside the reports.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ JOURNAL_FILE = "handoffs.jsonl"
 
 
 class Handoff:
+    """The leader's: the scheduler calls `tick`; the console lists `handed`."""
+
     def __init__(self, config: Callable[[], tuple[ScanSettings, AuditorSettings]],
                  findings: Callable[[], Iterable[Violation]], store: Callable[[], MetadataStore],
                  leading: Callable[[], bool], by: Callable[[], str],
@@ -140,10 +143,10 @@ class Handoff:
                 self.followed[now.ledger_id] = Followed(now, mark.ctime or 0)
         return out
 
-    def _follow(self, store: MetadataStore | None = None) -> list[Handed]:
+    def _follow(self) -> list[Handed]:
         """Each mark it wrote: still there past the deadline (noted once), or gone, and then repaired, deleted,
         or unmarked without repair (a finding, into the current state)."""
-        store = store or self.store()
+        store = self.store()
         now_ms, out = int(time.time() * 1000), []
         still = store.marked(list(self.followed))
         for lid in still:
@@ -155,9 +158,10 @@ class Handoff:
         if not ended:
             return out
         gone = {r.ledger_id for r in store.read_ledgers(ended) if r.deleted}
-        report = self._look(store, [lid for lid in ended if lid not in gone]) if len(gone) < len(ended) else None
-        if report is None and len(gone) < len(ended):
-            return out
+        alive = [lid for lid in ended if lid not in gone]
+        report = self._look(store, alive) if alive else None
+        if alive and report is None:
+            return out  # the look did not complete: the next hand-off follows them
         unrepaired_found = []
         for lid in ended:
             f = self.followed.pop(lid)
@@ -168,7 +172,7 @@ class Handoff:
             outcome = DELETED if lid in gone else UNREPAIRED if v is not None else REPAIRED
             out.append(self._note(f.candidate, outcome, report.run_id if report else "", seconds=seconds))
         if report is not None:
-            self.looked_again([lid for lid in ended if lid not in gone], [*report.violations, *unrepaired_found])
+            self.looked_again(alive, [*report.violations, *unrepaired_found])
         return out
 
     def _note(self, c: Candidate, outcome: str, run_id: str = "", done: bool = True,

@@ -88,6 +88,8 @@ def test_marks_as_the_auditor_would_within_its_limit_never_while_replication_is_
     [h] = handoffs(c)
     assert (h["ledger_id"], h["outcome"], h["replicas"], h["by"]) == (3, "marked", [B2], c.auditor.address)
     assert "first and the last entry" in str(h["why"]) and h["run_id"]
+    status, page = c.get("/handoffs", html=True)
+    assert status == 200 and "<b>mark</b>" in page and '<a href="/ledgers/3">3</a>' in page and f"<td>{B2}</td>" in page
     journal = Path(c.auditor.config.auditor.reports_dir) / "handoffs.jsonl"
     assert [json.loads(line)["ledger_id"] for line in journal.read_text().splitlines()] == [3]
 
