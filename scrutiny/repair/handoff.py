@@ -31,6 +31,7 @@ from scrutiny.repair.plan import (
     CHANGED,
     DELETED,
     DRY_RUN,
+    MARK,
     MARKED,
     NOT_CONFIRMED,
     OFF,
@@ -71,6 +72,7 @@ class Handoff:
         self.followed: dict[int, Followed] = {}  # the marks it wrote, until each comes to its end
         self._done: set[tuple[object, ...]] = set()  # handed off (or found marked), per metadata version
         self._unconfirmed: set[tuple[object, ...]] = set()  # journaled once; looked at again each hand-off
+        self._seen: dict[int, Candidate] = {}  # the candidates at the last hand-off
         self._lock = threading.Lock()
 
     def tick(self) -> None:
@@ -88,17 +90,22 @@ class Handoff:
         with self._lock:
             out = self._follow() if self.followed and self.leading() else []
             found = candidates(self.findings(), self._context())
+            # runs drop the finding of a ledger being repaired: one gone since the last hand-off may be marked
+            vanished = [c for lid, c in self._seen.items()
+                        if lid not in {f.ledger_id for f in found} and lid not in self.followed]
+            self._seen = {c.ledger_id: c for c in found}
             self._done &= {c.key for c in found}
             self._unconfirmed &= {c.key for c in found}
             waiting = [c for c in found if c.key not in self._done and c.ledger_id not in self.followed]
-            if not waiting or not self.leading():
+            if not (waiting or vanished) or not self.leading():
                 return out
             store = self.store()
             if store.replication_disabled():
                 log.info("hand-off: re-replication is disabled: marking none of %d ledgers", len(waiting))
                 return out
-            marked = store.marked(c.ledger_id for c in waiting)
-            out += [self._note(c, ALREADY_MARKED) for c in waiting if c.ledger_id in marked]
+            marked = store.marked(c.ledger_id for c in [*waiting, *vanished])
+            if marked:
+                out += self._marked_already([c for c in [*waiting, *vanished] if c.ledger_id in marked], store)
             waiting = [c for c in waiting if c.ledger_id not in marked]
             allowed = self.budget.allowance(time.monotonic())
             if len(waiting) > allowed:
@@ -107,6 +114,17 @@ class Handoff:
             if waiting[:allowed]:
                 out += self._confirm_and_mark(store, waiting[:allowed])
             return out
+
+    def _marked_already(self, found: list[Candidate], store: MetadataStore) -> list[Handed]:
+        """Findings BookKeeper's own Auditor marked (or an operator): followed to their end as well (seconds
+        from the mark's ctime)."""
+        now_ms = int(time.time() * 1000)
+        marks, _ = store.marks_of(c.ledger_id for c in found)
+        for c in found:
+            if self.mode == MARK:
+                mark = marks.get(c.ledger_id)
+                self.followed[c.ledger_id] = Followed(c, mark.ctime if mark and mark.ctime else now_ms)
+        return [self._note(c, ALREADY_MARKED) for c in found]
 
     def _look(self, store: MetadataStore, ledger_ids: list[int]) -> Report | None:
         """A run over these ledgers, as any run looks (None: it did not complete; the next hand-off tries again)."""

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from kazoo.client import KazooClient
 
-from scrutiny.repair.plan import REPAIRED, UNREPAIRED
+from scrutiny.metadata import UnderreplicationMark
+from scrutiny.repair.plan import ALREADY_MARKED, REPAIRED, UNREPAIRED
 from scrutiny.testing import store_at
 from scrutiny.testing.holdings import share
 from scrutiny.testing.localzk import LocalZooKeeper
@@ -69,7 +70,8 @@ def test_a_dry_run_lists_what_it_would_mark_and_marks_nothing(started: Console) 
 
 
 @pytest.mark.parametrize("started", [{"repair": "mark", "repair_marks_per_minute": 1}], indirect=True)
-def test_marks_as_the_auditor_would_within_its_limit_never_while_replication_is_disabled(started: Console) -> None:
+def test_marks_as_the_auditor_would_within_its_limit_never_while_replication_is_disabled(
+        started: Console, zk_client: KazooClient) -> None:
     c = started
     c.writer.set_replication_disabled(True)
     losses(c)
@@ -92,6 +94,12 @@ def test_marks_as_the_auditor_would_within_its_limit_never_while_replication_is_
     assert status == 200 and "<b>mark</b>" in page and '<a href="/ledgers/3">3</a>' in page and f"<td>{B2}</td>" in page
     journal = Path(c.auditor.config.auditor.reports_dir) / "handoffs.jsonl"
     assert [json.loads(line)["ledger_id"] for line in journal.read_text().splitlines()] == [3]
+    # BookKeeper's own Auditor marks ledger 5: followed to its end as well; a worker repairs both
+    c.writer.mark_underreplicated(UnderreplicationMark(5, (B3,), int(time.time() * 1000)))
+    wait_for(lambda: any(h["ledger_id"] == 5 and h["outcome"] == ALREADY_MARKED for h in handoffs(c)), 30)
+    worker = ReplicationWorker(zk_client, c.writer.root, c.holdings, percentage=0)
+    assert sorted(worker.run_once()) == [(3, REPLICATED), (5, REPLICATED)]
+    wait_for(lambda: {h["ledger_id"] for h in handoffs(c) if h["outcome"] == REPAIRED} == {3, 5}, 30)
 
 
 @pytest.mark.parametrize("started", [{"repair": "mark", "percentage": 100}], indirect=True)
