@@ -98,7 +98,10 @@ def worker_loop(worker: ReplicationWorker, stop: threading.Event) -> None:
         worker.run_once()
 
 
-def measure(cluster: Cluster, percentage: int, per_class: int, workdir: Path) -> list[dict[str, Any]]:
+def measure(cluster: Cluster, percentage: int, per_class: int, workdir: Path,
+            earlier: set[str]) -> list[dict[str, Any]]:
+    """`earlier`: the full runs of the auditors before (this one inherits their summaries): its own is waited for,
+    and added."""
     auditor = AuditorProcess(cluster, True, workdir, scan={"auditor_ledger_verification_percentage": percentage},
                              auditor={"repair": "mark"})
     stop = threading.Event()
@@ -106,7 +109,8 @@ def measure(cluster: Cluster, percentage: int, per_class: int, workdir: Path) ->
                                                                           cluster.holdings, percentage), stop))
     try:
         say(f"percentage {percentage}: the election's full run")
-        auditor.full_run("full", 3600)
+        wait(lambda: bool(set(auditor.runs("full")) - earlier), 3600, "the election's full run")
+        earlier.update(auditor.runs("full"))
         worker.start()
         lost: dict[int, tuple[str, int]] = {}  # ledger -> (class, when, ms)
         for _ in range(per_class):
@@ -166,7 +170,8 @@ def main() -> None:
         cluster = Cluster(a.ledgers, seed=7)
         say(f"the cluster: {len(cluster.ledgers):,} ledgers in {cluster.built_s:.0f} s")
         try:
-            rows = [r for pct in (0, 100) for r in measure(cluster, pct, a.per_class, Path(tmp) / str(pct))]
+            earlier: set[str] = set()
+            rows = [r for pct in (0, 100) for r in measure(cluster, pct, a.per_class, Path(tmp) / str(pct), earlier)]
         finally:
             cluster.close()
     if a.output:

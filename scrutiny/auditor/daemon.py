@@ -41,6 +41,7 @@ from scrutiny.auditor.runqueue import Later, RunQueue, Ticket
 from scrutiny.auditor.service import AuditorServicer, Authenticator, Status
 from scrutiny.auditor.sinks import ReportFiles, ReportSink, RunTallies, StatsdSink
 from scrutiny.auditor.web import AuditorWeb
+from scrutiny.checks.remedy import RepairContext
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings, StatsdSettings
 from scrutiny.errors import NotLeader, RequestError, one_line
 from scrutiny.findings import Findings
@@ -124,6 +125,8 @@ class Auditor:
         self.leadership: Leadership | None = None
         self.periodic: PeriodicRuns | None = None
         self.current = CurrentState()
+        # the remedies' context before a full run tells it (the hand-off judges with the same percentage)
+        self.current.repair = RepairContext(self.config.scan.auditor_ledger_verification_percentage)
         self.publisher = Publisher(self.current)  # where finished runs go
         self.cluster = ClusterView(self._store, lambda: self.config.scan)  # what the console asks live
         # its safety net: a full run (unless one is queued or running)
@@ -221,6 +224,8 @@ class Auditor:
                 sink.close()
         self.publisher.sinks = [*build_sinks(new), self.tallies]
         self.config = new
+        self.current.repair = dataclasses.replace(
+            self.current.repair, verification_percentage=new.scan.auditor_ledger_verification_percentage)
         self._serve_http()
         leading = self.leadership is not None and self.leading.is_set()
         for sink in self.publisher.sinks:
