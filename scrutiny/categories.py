@@ -307,8 +307,9 @@ REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
                  "a ledger Pulsar created (its keys say so) that no topic, cursor, schema or compaction names, "
                  "older than the grace period: disk held for nothing", _leaked, rank=10.5),
     CategorySpec(Category.UNMARKED_WITHOUT_REPAIR, Phase.REPAIR, Severity.ERROR, _ANSWERED,
-                 "a ledger scrutiny marked under-replicated was unmarked (a replication worker called it "
-                 "replicated) while the loss it was marked for remains", _unmarked, rank=1.1),
+                 "a ledger marked under-replicated for a loss scrutiny found (by its hand-off, or by BookKeeper's "
+                 "Auditor) was unmarked (a replication worker called it replicated) while the loss remains", _unmarked,
+                 rank=1.1),
 )}
 assert set(REGISTRY) == set(Category), "every category needs its registry entry"
 CATEGORY_NAMES = frozenset(str(c) for c in REGISTRY)  # a summary from a newer auditor may name more

@@ -180,8 +180,9 @@ class Handoff:
         report = self._look(store, alive) if alive else None
         if alive and report is None:
             return out  # the look did not complete: the next hand-off follows them
+        remarked = store.marked(alive) if alive else set()  # the look dropped what is being repaired again
         unrepaired_found = []
-        for lid in ended:
+        for lid in [x for x in ended if x not in remarked]:
             f = self.followed.pop(lid)
             seconds = (now_ms - f.marked_ms) / 1000
             v = None if report is None or lid in gone else unrepaired(f, report.violations, now_ms, self._context())
@@ -190,7 +191,7 @@ class Handoff:
             outcome = DELETED if lid in gone else UNREPAIRED if v is not None else REPAIRED
             out.append(self._note(f.candidate, outcome, report.run_id if report else "", seconds=seconds))
         if report is not None:
-            self.looked_again(alive, [*report.violations, *unrepaired_found])
+            self.looked_again([x for x in alive if x not in remarked], [*report.violations, *unrepaired_found])
         return out
 
     def _note(self, c: Candidate, outcome: str, run_id: str = "", done: bool = True,
