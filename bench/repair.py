@@ -160,20 +160,24 @@ def measure(cluster: Cluster, percentage: int, per_class: int, workdir: Path,
     return rows
 
 
+def run(ledgers: int, per_class: int) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = Cluster(ledgers, seed=7)
+        say(f"the cluster: {len(cluster.ledgers):,} ledgers in {cluster.built_s:.0f} s")
+        try:
+            earlier: set[str] = set()
+            return [r for pct in (0, 100) for r in measure(cluster, pct, per_class, Path(tmp) / str(pct), earlier)]
+        finally:
+            cluster.close()
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--ledgers", type=int, default=1_000_000)
     p.add_argument("--per-class", type=int, default=20)
     p.add_argument("--output", help="also write the figures as JSON here")
     a = p.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        cluster = Cluster(a.ledgers, seed=7)
-        say(f"the cluster: {len(cluster.ledgers):,} ledgers in {cluster.built_s:.0f} s")
-        try:
-            earlier: set[str] = set()
-            rows = [r for pct in (0, 100) for r in measure(cluster, pct, a.per_class, Path(tmp) / str(pct), earlier)]
-        finally:
-            cluster.close()
+    rows = run(a.ledgers, a.per_class)
     if a.output:
         Path(a.output).write_text(json.dumps({"ledgers": a.ledgers, "rows": rows}, indent=1))
     print(f"## from a silent loss to restored copies ({a.ledgers:,} ledgers; a hand-off every 10 s, a worker "

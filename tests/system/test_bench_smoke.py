@@ -14,6 +14,7 @@ from bench import (
     deepscrub,
     driver_findings,
     pipeline,
+    repair,
     topics,
     zkreads,
     zkwatch,
@@ -33,6 +34,12 @@ def test_zookeeper_and_agent_benches_run() -> None:
     assert [r["ledgers"] for r in rows] == [300, 300, 300]
     rows = zkwatch.run(200, slow_rate=20, slow_seconds=1, rounds=1)  # every notification arrived, or it waits 30 s
     assert [str(r["what"]).startswith("a notification") for r in rows] == [False, True, True]
+
+
+def test_repair_bench_runs_each_loss_to_its_end() -> None:
+    rows = {(r["percentage"], r["loss"]): r for r in repair.run(2_000, 2)}
+    assert rows[(0, repair.MIDDLE)]["named"] == 2 and rows[(0, repair.MIDDLE)]["marked"] == 0
+    assert all(rows[k]["repaired"] == 2 for k in ((0, repair.WHOLE), (100, repair.WHOLE), (100, repair.MIDDLE)))
 
 
 def test_topics_bench_runs() -> None:
