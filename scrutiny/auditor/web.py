@@ -58,7 +58,7 @@ class AuditorWeb:
                     raise HttpError(405, f"{req.method} is not served at {path} (only {', '.join(allow)})", allow)
                 if path.startswith("/api/") or path == "/ledgers":
                     raise HttpError(404, f"no such call: {path} (the API: /api/v1/status, report, current, "
-                                         "ledgers/<id>, topics?name=, bookies, history, blast-radius; "
+                                         "ledgers/<id>, topics?name=, bookies, history, blast-radius, handoffs; "
                                          "POST rescan, whatif)")
                 return None
             if req.method == "POST" or self.reads_need_token:  # the pages too: they show what the API does
