@@ -106,25 +106,25 @@ class CurrentState:
         is new is added with its detection time and how it was found (the same for all, or per ledger).
         (new, cleared)."""
         ids = set(ledger_ids)
+
+        def how(ledger_id: int) -> str:
+            return found_by if isinstance(found_by, str) else found_by.get(ledger_id, "")
+
         with self._lock:
             fresh = {(v.category, v.ledger_id): v for v in found}
-            cleared = [k for k in self._found if k[1] in ids and k[0] in categories and k not in fresh]
-            for k in cleared:
-                self._resolved.append(Resolved(self._found.pop(k), now_ms,
-                                               found_by if isinstance(found_by, str) else found_by.get(k[1], "")))
             added = 0
             for key, v in fresh.items():
                 before = self._found.get(key)
                 if before is None:
                     added += 1
-                how = found_by if isinstance(found_by, str) else found_by.get(v.ledger_id, "")
                 self._found[key] = Current(v, before.detected_ms if before else now_ms,
-                                           before.found_by if before else how)
-            lossy = {lid for cat, lid in self._found if cat not in FOLLOW_UP}
-            for k in [k for k in self._found if k[0] in FOLLOW_UP and k[1] not in lossy]:
-                self._resolved.append(Resolved(self._found.pop(k), now_ms, found_by if isinstance(found_by, str)
-                                               else found_by.get(k[1], "")))
-                cleared.append(k)
+                                           before.found_by if before else how(v.ledger_id))
+            cleared = [k for k in self._found if k[1] in ids and k[0] in categories and k not in fresh]
+            gone = set(cleared)
+            lossy = {k[1] for k in self._found if k[0] not in FOLLOW_UP and k not in gone}
+            cleared += [k for k in self._found if k[0] in FOLLOW_UP and k[1] not in lossy and k not in gone]
+            for k in cleared:
+                self._resolved.append(Resolved(self._found.pop(k), now_ms, how(k[1])))
             return added, len(cleared)
 
     def looked_again_bookies(self, bookies: Collection[str], found: Iterable[Violation], now_ms: int,

@@ -91,9 +91,8 @@ class Handoff:
             out = self._follow() if self.followed and self.leading() else []
             found = candidates(self.findings(), self._context())
             # runs drop the finding of a ledger being repaired: one gone since the last hand-off may be marked
-            vanished = [c for lid, c in self._seen.items()
-                        if lid not in {f.ledger_id for f in found} and lid not in self.followed]
-            self._seen = {c.ledger_id: c for c in found}
+            seen, self._seen = self._seen, {c.ledger_id: c for c in found}
+            vanished = [c for lid, c in seen.items() if lid not in self._seen and lid not in self.followed]
             self._done &= {c.key for c in found}
             self._unconfirmed &= {c.key for c in found}
             waiting = [c for c in found if c.key not in self._done and c.ledger_id not in self.followed]

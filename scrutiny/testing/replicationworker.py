@@ -21,6 +21,8 @@ import numpy as np
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from scrutiny.checks.shares import share_rows
+from scrutiny.codec import Availability, SequenceGroup
 from scrutiny.metadata import (
     Layout,
     LedgerMetadata,
@@ -35,13 +37,11 @@ from scrutiny.testing.holdings import MutableHoldings
 REPLICATED, NOTHING_BAD, GONE, KEPT = "replicated", "unmarked: its checker found nothing", "ledger gone", "kept"
 
 
-def fragment_share(md: LedgerMetadata, index: int, bookie: str) -> np.ndarray:
-    """The entries of fragment `index` that `bookie` stores (round-robin over the fragment's ensemble)."""
-    seg = md.segments[index]
-    last = md.segments[index + 1].first_entry_id - 1 if index + 1 < len(md.segments) else md.last_entry_id
-    entries = np.arange(seg.first_entry_id, last + 1, dtype=np.int64)
-    position = seg.ensemble.index(bookie)
-    return entries[(position - entries) % md.ensemble_size < md.write_quorum]
+def fragment_share(md: LedgerMetadata, fragment: tuple[Segment, int, int], bookie: str) -> np.ndarray:
+    """The entries of a fragment (`segment_ranges`) that `bookie` stores."""
+    seg, lo, hi = fragment
+    rows = share_rows(md.ensemble_size, md.write_quorum, seg.ensemble.index(bookie), lo, hi)
+    return Availability.of([SequenceGroup._make(r) for r in rows]).entry_ids()
 
 
 class ReplicationWorker:
@@ -94,8 +94,8 @@ class ReplicationWorker:
         if not bad:
             self._unmark(mark, mark_stat.version)
             return NOTHING_BAD
-        for index, bookie in bad:
-            replaced = self._copy(md, index, bookie)
+        for fragment, bookie in bad:
+            replaced = self._copy(md, fragment, bookie)
             if replaced is None:
                 return KEPT
             md = replaced
@@ -112,12 +112,12 @@ class ReplicationWorker:
         with contextlib.suppress(NoNodeError, BadVersionError):  # marked again meanwhile: for the next pass
             self.client.delete(mark, -1 if version is None else version)
 
-    def check(self, md: LedgerMetadata) -> list[tuple[int, str]]:
+    def check(self, md: LedgerMetadata) -> list[tuple[tuple[Segment, int, int], str]]:
         """The bad shares (fragment, bookie), as `LedgerChecker` finds them at this percentage."""
         bad = []
-        for index, seg in enumerate(md.segments):
-            for bookie in dict.fromkeys(seg.ensemble):
-                wanted = fragment_share(md, index, bookie)
+        for fragment in md.segment_ranges():
+            for bookie in dict.fromkeys(fragment[0].ensemble):
+                wanted = fragment_share(md, fragment, bookie)
                 if not len(wanted):
                     continue
                 if self.percentage >= 100:
@@ -127,17 +127,21 @@ class ReplicationWorker:
                     read = np.unique(np.array([wanted[0], *sample, wanted[-1]], dtype=np.int64))
                 held = self.holdings.get(bookie)
                 if held is None or not np.isin(read, held.held(md.ledger_id)).all():
-                    bad.append((index, bookie))
+                    bad.append((fragment, bookie))
         return bad
 
-    def _copy(self, md: LedgerMetadata, index: int, bookie: str) -> LedgerMetadata | None:
+    def _copy(self, md: LedgerMetadata, fragment: tuple[Segment, int, int], bookie: str) -> LedgerMetadata | None:
         """The share copied whole to a bookie outside the fragment's ensemble, read from the others; the new
         metadata, or None when some entry has no copy to read."""
+        # this fragment's segment as `md` has it now (an earlier copy may have changed its ensemble); an empty
+        # segment before it starts at the same entry
+        index = max(i for i, s in enumerate(md.segments) if s.first_entry_id == fragment[0].first_entry_id)
         seg = md.segments[index]
+        fragment = (seg, *fragment[1:])
         target = next((b for b in sorted(self.holdings) if b not in seg.ensemble), None)
         if target is None:
             return None
-        entries = fragment_share(md, index, bookie)
+        entries = fragment_share(md, fragment, bookie)
         elsewhere = [self.holdings[b].held(md.ledger_id) for b in seg.ensemble
                      if b != bookie and b in self.holdings]
         sources = np.unique(np.concatenate(elsewhere)) if elsewhere else np.array([], dtype=np.int64)
