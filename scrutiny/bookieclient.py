@@ -20,11 +20,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from scrutiny import retry
 from scrutiny.channels import channel
-from scrutiny.checks import NO_LEDGER, BookieAnswer, BookieAnswers, DeepAnswer, Outcome, listed
+from scrutiny.checks import NO_LEDGER, BookieAnswer, BookieAnswers, DeepAnswer, Outcome, holds_messages, listed
 from scrutiny.codec import EMPTY_ANSWER, CodecError, decode
 from scrutiny.config import DEFAULT_AGENT_PORT, ScanSettings
 from scrutiny.entrylog import PAYLOAD_HASH_BYTES
 from scrutiny.metadata import LedgerMetadata
+from scrutiny.pulsar.entry import LedgerEnvelopes
 from scrutiny.tls import channel_credentials
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
@@ -83,7 +84,15 @@ def interpret_verification(bookie_id: str, msg: Any) -> DeepAnswer:
                                  f"payload hashes for {verified.size} verified entries")
     return DeepAnswer(verified, np.frombuffer(msg.payload_hashes, dtype=">u8").astype(np.uint64),
                       tuple((c.entry_id, c.reason, c.detail) for c in msg.corrupt), msg.bytes_read,
-                      not msg.digest_unchecked)
+                      not msg.digest_unchecked, envelopes=envelopes_of(msg.pulsar) if msg.HasField("pulsar") else None)
+
+
+def envelopes_of(msg: Any) -> LedgerEnvelopes | None:
+    """An agent's Pulsar envelopes; None (not read) when its columns do not line up."""
+    cols = (msg.entry_ids, msg.producer, msg.first_sequence_ids, msg.last_sequence_ids, msg.messages, msg.stamps)
+    if len({len(c) for c in cols}) != 1 or any(p >= len(msg.producers) for p in msg.producer):
+        return None
+    return LedgerEnvelopes.of_columns(tuple(msg.producers), cols, msg.first_problem)
 
 
 class EndpointResolver:
@@ -351,7 +360,8 @@ class BookieClient:
         for bookie_id, ledgers in wanted.items():
             asks = [bookie_pb2.LedgerToVerify(
                 ledger_id=md.ledger_id, digest_type=md.digest_type,
-                password=md.password if send_passwords and md.digest_type == "HMAC" else b"")
+                password=md.password if send_passwords and md.digest_type == "HMAC" else b"",
+                pulsar_messages=holds_messages(md))
                 for md in sorted(ledgers, key=lambda m: m.ledger_id)]
             for i in range(0, len(asks), self.deep_ledgers_per_call):
                 tasks.append((bookie_id, self._pool.submit(self._verify_chunk, bookie_id,

@@ -26,6 +26,7 @@ class Category(enum.StrEnum):
     WOULD_HAVE_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY = "WOULD_HAVE_LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"
     CORRUPT_ENTRY = "CORRUPT_ENTRY"
     DIVERGENT_COPIES = "DIVERGENT_COPIES"
+    PULSAR_CHECKSUM_MISMATCH = "PULSAR_CHECKSUM_MISMATCH"
     WEAK_DURABILITY_POLICY = "WEAK_DURABILITY_POLICY"
     ENTRIES_PAST_THE_CLOSE = "ENTRIES_PAST_THE_CLOSE"
     ORPHAN_LEDGER = "ORPHAN_LEDGER"
@@ -165,6 +166,14 @@ def _divergent(d: Mapping[str, Any]) -> list[str]:
             f"first entry's copies: {groups}"]
 
 
+def _pulsar_crc(d: Mapping[str, Any]) -> list[str]:
+    out = [f"{b}: {plural(c['count'], 'entry', 'entries')} {_ranges(c['entries'])}; {c['example']}"
+           for b, c in list(d.get("copies", {}).items())[:5]]
+    out += [f"entry {m['entry_id']}: producer {m['producer']}, sequence ids {m['sequence_ids'][0]}-"
+            f"{m['sequence_ids'][1]}" for m in d.get("messages", [])[:3]]
+    return out
+
+
 def _ranges(ranges: list[list[int]]) -> str:
     shown = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:5])
     return shown + (", ..." if len(ranges) > 5 else "")
@@ -273,6 +282,10 @@ REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
                  "digest, after a re-read", _corrupt, rank=0.8),
     CategorySpec(Category.DIVERGENT_COPIES, Phase.DEEP, Severity.ERROR, _ANSWERED,
                  "deep: verified copies of one entry whose payloads differ", _divergent, rank=0.9),
+    CategorySpec(Category.PULSAR_CHECKSUM_MISMATCH, Phase.DEEP, Severity.ERROR, _ANSWERED,
+                 "deep, a Pulsar topic's ledger: a message whose Pulsar checksum fails on a copy whose BookKeeper "
+                 "digest is good (corrupted before BookKeeper stored it: every consumer rejects it)", _pulsar_crc,
+                 rank=0.85),
     CategorySpec(Category.WEAK_DURABILITY_POLICY, Phase.LEDGERS, Severity.WARNING, _ANALYSED,
                  "the ledger's write or ack quorum is below the operator's minimum (min_write_quorum, "
                  "min_ack_quorum): one bookie's loss can lose acknowledged entries", _policy, rank=9),
@@ -334,7 +347,8 @@ def resting_on(fact: Fact) -> frozenset[Category]:
 # Acknowledged data at risk now: what pages (deploy/prometheus: ScrutinyDataAtRisk, ScrutinyCorruptCopies,
 # ScrutinyLostBookieDataAtRisk, ScrutinyTopicDataLost). The console's verdict and every row say it apart.
 AT_RISK = frozenset({Category.NO_REPLICA_OF_AN_ENTRY, Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY,
-                     Category.CORRUPT_ENTRY, Category.DIVERGENT_COPIES, Category.TOPIC_LEDGER_MISSING,
+                     Category.CORRUPT_ENTRY, Category.DIVERGENT_COPIES, Category.PULSAR_CHECKSUM_MISMATCH,
+                     Category.TOPIC_LEDGER_MISSING,
                      Category.TOPIC_WRITTEN_PAST_CLOSED_HEAD})
 SEVERITIES = ("critical", "error", "warning")  # worst first
 

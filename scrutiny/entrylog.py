@@ -113,6 +113,7 @@ class Verdict(NamedTuple):
     reason: str  # "" when the copy is the entry
     payload_hash: bytes = b""  # a short hash of the payload (copies compared by it); set when verified
     detail: str = ""
+    payload: bytes = b""  # set when verified
 
 
 def payload_hash(payload: bytes) -> bytes:
@@ -139,4 +140,4 @@ def verify_entry(stored: bytes, ledger_id: int, entry_id: int, digest_type: str,
         expected = digest(digest_type, header, payload, password or b"")
         if stored[ENTRY_HEADER.size:ENTRY_HEADER.size + width] != expected:
             return Verdict(BAD_DIGEST, detail=f"{digest_type} digest does not match")
-    return Verdict("", payload_hash(payload))
+    return Verdict("", payload_hash(payload), payload=payload)

@@ -7,6 +7,7 @@
 - `pastclose`: entries past a ledger's close;
 - `whatif`: coverage without some bookies (what-if, the blast radius);
 - `deep`: corrupt and divergent copies (the deep scrub);
+- `messages`: Pulsar's checksum on a topic's messages (the deep scrub of a topic's ledgers);
 - `marks`: the age of the under-replication marks.
 """
 
@@ -16,6 +17,7 @@ from scrutiny.checks.answers import NO_LEDGER, BookieAnswer, BookieAnswers, Outc
 from scrutiny.checks.coverage import CoverageResult, check_coverage, healthy_coverage, held_exactly_their_shares
 from scrutiny.checks.deep import DeepAnswer, check_deep, in_deep_slice, without_corrupt
 from scrutiny.checks.marks import check_underreplication_age
+from scrutiny.checks.messages import check_checksums, holds_messages
 from scrutiny.checks.pastclose import check_past_the_close
 from scrutiny.checks.placement import (
            PlacementPolicy,
@@ -29,7 +31,8 @@ from scrutiny.checks.violation import Violation
 from scrutiny.checks.whatif import WOULD_HAVE, blast_radius, blast_radius_marked, coverage_without
 
 __all__ = ["NO_LEDGER", "WOULD_HAVE", "BookieAnswer", "BookieAnswers", "CoverageResult", "DeepAnswer", "Outcome",
-           "PlacementPolicy", "PlacementResult", "Violation", "blast_radius", "blast_radius_marked", "check_coverage",
-           "check_deep", "check_durability_policy", "check_ensemble", "check_past_the_close", "check_placement",
-           "check_underreplication_age", "coverage_without", "expected_share", "healthy_coverage",
-           "held_exactly_their_shares", "in_deep_slice", "listed", "without_corrupt"]
+           "PlacementPolicy", "PlacementResult", "Violation", "blast_radius", "blast_radius_marked",
+           "check_checksums", "check_coverage", "check_deep", "check_durability_policy", "check_ensemble",
+           "check_past_the_close", "check_placement", "check_underreplication_age", "coverage_without",
+           "expected_share", "healthy_coverage", "held_exactly_their_shares", "holds_messages", "in_deep_slice",
+           "listed", "without_corrupt"]

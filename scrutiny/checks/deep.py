@@ -19,6 +19,7 @@ from scrutiny.codec import (
 from scrutiny.metadata import (
     LedgerMetadata,
 )
+from scrutiny.pulsar.entry import LedgerEnvelopes
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class DeepAnswer:
     bytes_read: int = 0
     digest_checked: bool = True
     reason: str = ""  # why not verified
+    envelopes: LedgerEnvelopes | None = None  # a Pulsar topic's ledger: the verified entries' envelopes
 
 
 def in_deep_slice(ledger_id: int, slices: int, slice_: int) -> bool:

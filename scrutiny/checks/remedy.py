@@ -191,6 +191,15 @@ def _fixed(action: str, *commands: str, autorecovery: str = NOT_APPLICABLE, why:
     return made
 
 
+def _pulsar_crc(v: Violation, ctx: RepairContext) -> Remedy:
+    messages = v.details.get("messages") or [{"entry_id": "<entry>", "producer": "<producer>"}]
+    first = messages[0]
+    return Remedy(f"the message is lost to every consumer (Pulsar's client discards it): find producer "
+                  f"{first.get('producer')}'s log around that send and publish it again; keep the copies",
+                  (f"pulsar-admin topics get-message-by-id {_topic(v)} -l {v.ledger_id} -e {first.get('entry_id')}",),
+                  NO, "every copy is the bytes BookKeeper was given, its digest good: a copy of it is no repair")
+
+
 def _corrupt(v: Violation, ctx: RepairContext) -> Remedy:
     copies = v.details.get("copies", {})
     bad = sorted(copies) if isinstance(copies, Mapping) and copies else list(v.bookies)
@@ -234,6 +243,7 @@ REMEDIES: dict[Category, Callable[[Violation, RepairContext], Remedy]] = {
     Category.PLACEMENT_POLICY_SOFTLY_ADHERING: _fixed("plan capacity across zones; nothing is at risk now"),
     Category.WEAK_DURABILITY_POLICY: _weak_policy,
     Category.CORRUPT_ENTRY: _corrupt,
+    Category.PULSAR_CHECKSUM_MISMATCH: _pulsar_crc,
     Category.BOOKIE_UNAVAILABLE: _fixed("the copies on {bookies} are unknown, not lost: is the bookie or its agent "
                                         "down, or overloaded (details.silence)?"),
     Category.INVALID_METADATA: _fixed("a client bug or a manual edit: inspect the znode", _METADATA,

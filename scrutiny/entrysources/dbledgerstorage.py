@@ -207,14 +207,15 @@ class DbLedgerStorageSource:
         return None if value is None else int(struct.unpack(">q", value)[0])
 
     def verify(self, ledger_id: int, digest_type: str, password: bytes | None,
-               throttle: Callable[[int], object] = lambda n: None) -> Verification | None:
+               throttle: Callable[[int], object] = lambda n: None,
+               verified: Callable[[int, bytes], object] | None = None) -> Verification | None:
         """Read and verify every entry the index lists (None: no such ledger). A copy that fails is
         read again at its current location before it is believed: compaction moves entries (and
         removes the old log), and an entry gone from the index meanwhile is not held any more."""
         where = self.locations_of(ledger_id)
         if where is None:
             return None
-        verified: list[int] = []
+        good: list[int] = []
         hashes: list[bytes] = []
         corrupt: list[tuple[int, str, str]] = []
         read = 0
@@ -229,8 +230,10 @@ class DbLedgerStorageSource:
                             verdict = entrylog.verify_entry(stored, ledger_id, eid, digest_type, password)
                             reason, detail = verdict.reason, verdict.detail
                         if not reason:
-                            verified.append(eid)
+                            good.append(eid)
                             hashes.append(verdict.payload_hash)
+                            if verified is not None:
+                                verified(eid, verdict.payload)
                             break
                         if attempt == 2:
                             corrupt.append((eid, reason, detail))
@@ -242,7 +245,7 @@ class DbLedgerStorageSource:
                         location = now
         except OSError as exc:  # the disk failing under the read: the agent cannot tell (EIO)
             raise SourceError(f"ledger {ledger_id}: reading the entry logs: {exc}") from None
-        return Verification(np.array(verified, dtype=np.int64), b"".join(hashes), corrupt, read,
+        return Verification(np.array(good, dtype=np.int64), b"".join(hashes), corrupt, read,
                             digest_type != "DUMMY" and (digest_type != "HMAC" or password is not None))
 
     def close(self) -> None:

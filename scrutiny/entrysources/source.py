@@ -67,7 +67,9 @@ class ReadsEntries(Protocol):
     """The entries themselves, read where the bookie stores them (the deep scrub; a ledger's bytes)."""
 
     def verify(self, ledger_id: int, digest_type: str, password: bytes | None,
-               throttle: Callable[[int], object] = ...) -> Verification | None: ...
+               throttle: Callable[[int], object] = ...,
+               verified: Callable[[int, bytes], object] | None = None) -> Verification | None:
+        """Every entry's stored copy verified; `verified` is given each good copy's (entry id, payload)."""
 
     def stored_bytes(self, ledger_id: int, most_entries: int = ...,
                      throttle: Callable[[int], object] = ...) -> int | None: ...

@@ -3,11 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import struct
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+
+import cramjam
+import google_crc32c
 
 from scrutiny.pulsar import managed_ledger_pb2 as mlpb
+from scrutiny.pulsar import pulsar_api_pb2 as apipb
 from scrutiny.pulsar import schema_storage_pb2 as schemapb
 from scrutiny.pulsar.codec import compressed
+from scrutiny.pulsar.entry import BROKER_ENTRY_MAGIC, CHECKSUM_MAGIC, MARKER_PRODUCER
 from scrutiny.pulsar.records import COMPACTED_LEDGER_PROPERTY, LedgerInfo, Position, managed_ledger_of, url_encoded
 
 
@@ -77,3 +84,61 @@ def ledger_keys(kind: str, topic: str = "", cursor: str = "", schema_id: str = "
         return (app, ("component", b"compacted-ledger"), ("pulsar/compactedTopic", topic.encode()),
                 ("pulsar/compactedTo", b"-1:-1"))
     return (app, ("component", b"schema"), ("pulsar/schemaId", schema_id.encode()))
+
+
+def message(producer: str, sequence_id: int, payloads: Sequence[bytes] = (b"m",), *, batch: bool | None = None,
+            highest_sequence_id: int | None = None, compression: str = "NONE", encrypted: bool = False,
+            broker_entry: tuple[int, int] | None = None, checksum: bool = True, corrupt: bool = False,
+            chunk: tuple[int, int] | None = None, marker_type: int | None = None,
+            transaction: tuple[int, int] | None = None, replicated_from: str = "") -> bytes:
+    """One entry as a Pulsar broker stores it: one message, or a batch of `payloads` (each a single message
+    with its own metadata); optionally compressed or (in form) encrypted, with the broker's entry metadata
+    (timestamp, index), with or without Pulsar's checksum (`corrupt`: a byte flipped after it was taken),
+    one chunk (chunk id, chunks), a marker or a transaction's message."""
+    batch = len(payloads) > 1 if batch is None else batch
+    meta = apipb.MessageMetadata(producer_name=producer, sequence_id=sequence_id, publish_time=1_700_000_000_000)
+    if batch:
+        meta.num_messages_in_batch = len(payloads)
+        body = b"".join(_single(p, sequence_id + i) for i, p in enumerate(payloads))
+        last = sequence_id + len(payloads) - 1
+        meta.highest_sequence_id = last if highest_sequence_id is None else highest_sequence_id
+    else:
+        body = payloads[0]
+    if compression != "NONE":
+        meta.compression = apipb.CompressionType.Value(compression)  # type: ignore[assignment]
+        meta.uncompressed_size = len(body)
+        body = _MESSAGE_CODECS[compression](body)
+    if encrypted:
+        meta.encryption_keys.add(key="app-key", value=b"\x01" * 16)
+        meta.encryption_algo, meta.encryption_param = "RSA", b"\x02" * 12
+        body = bytes(b ^ 0x5A for b in body)
+    if chunk is not None:
+        meta.chunk_id, meta.num_chunks_from_msg = chunk
+        meta.uuid, meta.total_chunk_msg_size = f"{producer}-{sequence_id}", len(body) * chunk[1]
+    if marker_type is not None:
+        meta.producer_name, meta.sequence_id, meta.marker_type = MARKER_PRODUCER, 0, marker_type
+    if transaction is not None:
+        meta.txnid_most_bits, meta.txnid_least_bits = transaction
+    if replicated_from:
+        meta.replicated_from = replicated_from
+    packed = meta.SerializeToString()
+    framed = struct.pack(">I", len(packed)) + packed + body
+    if checksum:
+        crc = google_crc32c.value(framed)
+        if corrupt:
+            framed = framed[:-1] + bytes([framed[-1] ^ 0xFF])
+        framed = struct.pack(">HI", CHECKSUM_MAGIC, crc) + framed
+    if broker_entry is not None:
+        bem = apipb.BrokerEntryMetadata(broker_timestamp=broker_entry[0], index=broker_entry[1]).SerializeToString()
+        framed = struct.pack(">HI", BROKER_ENTRY_MAGIC, len(bem)) + bem + framed
+    return framed
+
+
+def _single(payload: bytes, sequence_id: int) -> bytes:
+    single = apipb.SingleMessageMetadata(payload_size=len(payload), sequence_id=sequence_id).SerializeToString()
+    return struct.pack(">I", len(single)) + single + payload
+
+
+_MESSAGE_CODECS = {"ZLIB": zlib.compress, "LZ4": lambda b: bytes(cramjam.lz4.compress_block(b, store_size=False)),
+                   "ZSTD": lambda b: bytes(cramjam.zstd.compress(b)),
+                   "SNAPPY": lambda b: bytes(cramjam.snappy.compress_raw(b))}

@@ -22,6 +22,7 @@ from scrutiny.checks import (
     Violation,
     blast_radius,
     blast_radius_marked,
+    check_checksums,
     check_coverage,
     check_deep,
     check_durability_policy,
@@ -226,7 +227,9 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
                 per[b] = NO_LEDGER  # BP-34: a bookie gone from the cluster has lost its copies
     if deep:
         per = {b: without_corrupt(ans, deep.get(b, NOTHING).get(lid)) for b, ans in per.items()}
-        violations += check_deep(md, {b: deep[b][lid] for b in md.bookies if lid in deep.get(b, NOTHING)})
+        scrubbed = {b: deep[b][lid] for b in md.bookies if lid in deep.get(b, NOTHING)}
+        violations += check_deep(md, scrubbed)
+        violations += check_checksums(md, scrubbed)
     cov = check_coverage(md, per)
     if cov.invalid:
         violations.append(Violation(Category.INVALID_BOOKIE_RESPONSE, md.ledger_id, tuple(sorted(cov.invalid)),

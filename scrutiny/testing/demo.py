@@ -310,10 +310,11 @@ def _pulsar_faults(writer: ClusterWriter, ledgers: list[LedgerMetadata], copies:
 def _deep_scrub_faults(demo: DemoCluster, store_dir: Path, now: int) -> list[LedgerMetadata]:
     """Two ledgers on the DbLedgerStorage bookies, whose indexes say every copy is there: a run finds
     nothing; a deep run reads the bytes. Ledger 9015: one stored entry's payload damaged on one bookie (its
-    digest fails). Ledger 9016: one bookie stores another payload for an entry, with a valid digest."""
+    digest fails). Ledger 9016: one bookie stores another payload for an entry, with a valid digest. Ledger
+    9017: a topic's messages, one of them damaged before BookKeeper stored it (Pulsar's checksum fails)."""
     ens = tuple(bookie(n) for n in DB_BOOKIES)
     mds = [LedgerMetadata(lid, LedgerState.CLOSED, 3, 3, 2, 19, 20 * 64, (Segment(0, ens),), ctime=now,
-                          custom_metadata=pulsar_keys(lid), digest_type="CRC32C") for lid in (9015, 9016)]
+                          custom_metadata=pulsar_keys(lid), digest_type="CRC32C") for lid in (9015, 9016, 9017)]
     for b in ens:
         path = store_dir / f"{b.replace(':', '_')}.ledgers"
         with LiveBookie(path) as index:
@@ -322,6 +323,8 @@ def _deep_scrub_faults(demo: DemoCluster, store_dir: Path, now: int) -> list[Led
                 entries = {}
                 for e in range(md.last_entry_id + 1):
                     body = (b"another payload" if (md.ledger_id, e, b) == (9016, 5, ens[2]) else b"payload").ljust(64)
+                    if md.ledger_id == 9017:
+                        body = encode.message("demo-producer", 1000 + e, [body], corrupt=e == 11)
                     entries[e] = entrylog.package_entry(md.ledger_id, e, e - 1, (e + 1) * 64, body, "CRC32C")
                 if (md.ledger_id, b) == (9015, ens[0]):
                     entries[3] = entries[3][:-1] + bytes([entries[3][-1] ^ 0xFF])  # a flipped bit on its disk
@@ -332,7 +335,9 @@ def _deep_scrub_faults(demo: DemoCluster, store_dir: Path, now: int) -> list[Led
     for key, why in (((Category.CORRUPT_ENTRY, 9015), f"entry 3's stored payload damaged on {ens[0]}"),
                      ((Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY, 9015),
                       "WQ 3: the corrupt copy counts as none in a deep run"),
-                     ((Category.DIVERGENT_COPIES, 9016), f"{ens[2]} stores another payload for entry 5")):
+                     ((Category.DIVERGENT_COPIES, 9016), f"{ens[2]} stores another payload for entry 5"),
+                     ((Category.PULSAR_CHECKSUM_MISMATCH, 9017),
+                      "entry 11's message (demo-producer, sequence id 1011) damaged before BookKeeper stored it")):
         demo.deep_expected.add((str(key[0]), key[1]))
         demo.notes[(str(key[0]), key[1])] = why
     return mds

@@ -13,7 +13,6 @@ import time
 import urllib.request
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import google_crc32c
@@ -30,7 +29,7 @@ from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
 from scrutiny.deeppass import DeepPass, slices_for
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.errors import DataError
-from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
+from scrutiny.metadata import BookieRegistration, LedgerMetadata
 from scrutiny.scan.driver import ScrutinyRun, check_marks
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_at, store_on
@@ -38,6 +37,7 @@ from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc, bookie_pb2, bookie_pb2_grpc
+from tests.support.deepbookie import Bookie, ledger
 from tests.support.helpers import wait_for
 
 BOOKIES = [f"127.0.4.{n}:3181" for n in range(1, 4)]
@@ -109,38 +109,6 @@ def test_the_byte_rate_limit_sleeps_readers_to_the_rate() -> None:
 
 
 # -- the agent's source, on a bookie's directories ---------------------------------------------------
-
-@dataclass
-class Bookie:
-    """One bookie's ledger directory: entry log 1 and both indexes."""
-
-    path: Path
-    index: LiveBookie
-    log: EntryLog
-    mds: dict[int, LedgerMetadata] = field(default_factory=dict)
-
-    def store(self, md: LedgerMetadata, entries: dict[int, bytes]) -> None:
-        self.mds[md.ledger_id] = md
-        self.index.write(md.ledger_id, entries, self.log)
-
-    def seal(self) -> None:
-        self.log.finish()
-        self.index.flush()
-
-    def log_bytes(self) -> bytearray:
-        return bytearray(entrylog.log_path(self.path, 1).read_bytes())
-
-    def rewrite_log(self, data: bytes) -> None:
-        entrylog.log_path(self.path, 1).write_bytes(data)
-
-    def pos(self, lid: int, eid: int) -> int:
-        return entrylog.split_location(self.index.location(lid, eid))[1]
-
-
-def ledger(lid: int, ens: list[str], digest_type: str = "CRC32C", last: int = 19) -> LedgerMetadata:
-    return LedgerMetadata(lid, LedgerState.CLOSED, 3, 2, 2, last, 0, (Segment(0, tuple(ens)),),
-                          digest_type=digest_type, password=b"pw")
-
 
 @pytest.fixture
 def bookie(tmp_path: Path) -> Iterator[Bookie]:
