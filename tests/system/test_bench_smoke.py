@@ -13,6 +13,7 @@ from bench import (
     codec,
     deepscrub,
     driver_findings,
+    messages,
     pipeline,
     repair,
     topics,
@@ -61,6 +62,13 @@ def test_checks_bench_runs_and_agrees_with_its_baseline() -> None:
 def test_deep_scrub_bench_runs() -> None:
     rows = deepscrub.run(4, 20, repeats=1)
     assert [r["what"].split(":")[0] for r in rows][:2] == ["floor", "floor"] and len(rows) == 5
+
+
+def test_messages_bench_compares_the_pulsar_parse_with_the_plain_scrub() -> None:
+    rows = messages.run(2, 30, repeats=2)  # it asserts every entry's envelope came back, and only when asked
+    assert [r["how"] for r in rows] == ["verify (ids, size, CRC32C digest, payload hash)",
+                                        "verify and read the Pulsar envelope"]
+    assert rows[1]["entries"] == 60 and rows[1]["pair ratios"]
 
 
 def test_pipeline_bench_runs_both_ways() -> None:

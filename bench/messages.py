@@ -1,0 +1,119 @@
+"""The deep scrub's cost of reading Pulsar's envelope: an agent's CPU per entry verifying a topic's ledgers
+with the parse (`pulsar_messages`) against without, on the same entry logs, in the same run.
+
+One DbLedgerStorage bookie directory written in BookKeeper's formats (CRC32C digests) whose entries are
+Pulsar entries in a mix of forms: single messages and batches of 10, a quarter LZ4-compressed, half with
+the broker's entry metadata, every one with Pulsar's checksum. A `scrutiny bookie-agent` process (no byte
+limit) is asked over gRPC to verify every ledger, the two ways alternated `--repeats` times; the agent
+process's CPU seconds (user and system, psutil) per entry are compared pair by pair. Page cache warm.
+
+    python -m bench.messages [--ledgers 100 --entries 1000 --payload 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from bench.common import cpu_seconds, table
+from bench.deepscrub import sequential_read, start_agent
+from scrutiny import entrylog
+from scrutiny.pulsar import encode
+from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
+from scrutiny.testing.processes import stop
+from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
+
+GOAL = 1.2  # the issue's: the parse may cost at most this much more agent CPU per entry
+
+
+def pulsar_entry(lid: int, eid: int, payload: int) -> bytes:
+    body = bytes([eid % 251]) * payload
+    batched = eid % 2 == 1
+    payloads = [body[:payload // 10]] * 10 if batched else [body]
+    return encode.message(f"producer-{lid % 7}", eid * 10, payloads, compression="LZ4" if eid % 4 == 3 else "NONE",
+                          broker_entry=(1_700_000_000_000 + eid, eid) if lid % 2 else None)
+
+
+def build(path: Path, ledgers: int, entries: int, payload: int) -> None:
+    with LiveBookie(path) as bookie:
+        log = EntryLog(path, 1)
+        for lid in range(ledgers):
+            stored = {}
+            for e in range(entries):
+                body = pulsar_entry(lid, e, payload)
+                stored[e] = entrylog.package_entry(lid, e, e - 1, (e + 1) * len(body), body, "CRC32C")
+            bookie.write(lid, stored, log)
+        log.finish()
+        bookie.flush()
+
+
+def verify(port: int, ledgers: int, parse: bool) -> int:
+    """Every ledger verified by the agent; the entries whose envelope came back (0 without the parse)."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}", [("grpc.max_receive_message_length", 64 << 20)]) as ch:
+        stub = bookie_pb2_grpc.BookieStub(ch)
+        asks = [bookie_pb2.LedgerToVerify(ledger_id=lid, digest_type=bookie_pb2.CRC32C, pulsar_messages=parse)
+                for lid in range(ledgers)]
+        parsed = 0
+        for i in range(0, ledgers, 20):
+            req = bookie_pb2.VerifyEntriesOfLedgersRequest(ledgers=asks[i:i + 20])
+            for msg in stub.VerifyEntriesOfLedgers(req, timeout=600):
+                for v in msg.ledgers:
+                    assert v.status == bookie_pb2.EOK and not v.corrupt
+                    parsed += len(v.pulsar.entry_ids)
+                    assert not any(s & 2 for s in v.pulsar.stamps)  # no checksum fails
+        return parsed
+
+
+def run(ledgers: int, entries: int, payload: int = 1024, repeats: int = 5) -> list[dict[str, Any]]:
+    total = ledgers * entries
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bookie"
+        build(path, ledgers, entries, payload)
+        sequential_read(path)
+        proc, port = start_agent(path, 1e12)
+        try:
+            verify(port, ledgers, True)  # warm the agent (imports, index) for both ways alike
+            per: dict[bool, list[float]] = {False: [], True: []}
+            for k in range(repeats):
+                for parse in ((False, True) if k % 2 == 0 else (True, False)):
+                    before = cpu_seconds(proc.pid)
+                    parsed = verify(port, ledgers, parse)
+                    per[parse].append((cpu_seconds(proc.pid) - before) / total)
+                    assert parsed == (total if parse else 0)
+        finally:
+            stop(proc)
+    # psutil counts CPU in clock ticks (10 ms): a pair too short to tick has no ratio
+    ratios = [w / wo for w, wo in zip(per[True], per[False], strict=True) if wo > 0] or [float("nan")]
+    rows = [{"how": "verify (ids, size, CRC32C digest, payload hash)", "agent CPU us/entry":
+             statistics.median(per[False]) * 1e6, "ratio": 1.0},
+            {"how": "verify and read the Pulsar envelope", "agent CPU us/entry": statistics.median(per[True]) * 1e6,
+             "ratio": statistics.median(ratios)}]
+    for r in rows:
+        r.update(ledgers=ledgers, entries=total, payload=payload)
+    rows[1]["goal"] = f"< {GOAL}x"
+    rows[1]["pair ratios"] = " ".join(f"{r:.2f}" for r in ratios)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--ledgers", type=int, default=100)
+    p.add_argument("--entries", type=int, default=1000)
+    p.add_argument("--payload", type=int, default=1024)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", default="")
+    a = p.parse_args()
+    rows = run(a.ledgers, a.entries, a.payload, a.repeats)
+    print(table(rows))
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
