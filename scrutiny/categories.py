@@ -27,6 +27,8 @@ class Category(enum.StrEnum):
     CORRUPT_ENTRY = "CORRUPT_ENTRY"
     DIVERGENT_COPIES = "DIVERGENT_COPIES"
     PULSAR_CHECKSUM_MISMATCH = "PULSAR_CHECKSUM_MISMATCH"
+    PULSAR_DEDUP_STATE_AHEAD_OF_DATA = "PULSAR_DEDUP_STATE_AHEAD_OF_DATA"
+    PULSAR_REPEAT_UNDER_DEDUP = "PULSAR_REPEAT_UNDER_DEDUP"
     WEAK_DURABILITY_POLICY = "WEAK_DURABILITY_POLICY"
     ENTRIES_PAST_THE_CLOSE = "ENTRIES_PAST_THE_CLOSE"
     ORPHAN_LEDGER = "ORPHAN_LEDGER"
@@ -174,6 +176,16 @@ def _pulsar_crc(d: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _dedup_ahead(d: Mapping[str, Any]) -> list[str]:
+    return [f"producer {p['producer']}: persisted {p['persisted']} at or before {d.get('dedup_snapshot')}, the highest "
+            f"stored is {p['highest_stored']} (last seen at {p['last_seen']})" for p in d.get("producers", [])[:5]]
+
+
+def _repeat_under_dedup(d: Mapping[str, Any]) -> list[str]:
+    return [f"producer {p['producer']}: {plural(p['count'], 'repeat')}, first at entry {p['entry_id']} (sequence id "
+            f"{p['sequence_id']}, {p['highest_before']} already persisted)" for p in d.get("producers", [])[:5]]
+
+
 def _ranges(ranges: list[list[int]]) -> str:
     shown = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges[:5])
     return shown + (", ..." if len(ranges) > 5 else "")
@@ -286,6 +298,14 @@ REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
                  "deep, a Pulsar topic's ledger: a message whose Pulsar checksum fails on a copy whose BookKeeper "
                  "digest is good (corrupted before BookKeeper stored it: every consumer rejects it)", _pulsar_crc,
                  rank=0.85),
+    CategorySpec(Category.PULSAR_DEDUP_STATE_AHEAD_OF_DATA, Phase.DEEP, Severity.ERROR, _RECORDED,
+                 "deep, a Pulsar topic's ledgers in order: deduplication's snapshot (cursor pulsar.dedup) says a "
+                 "producer persisted a sequence id at or before its position, and no stored message up to there "
+                 "carries it, every ledger between read whole: acknowledged messages gone", _dedup_ahead, rank=0.7),
+    CategorySpec(Category.PULSAR_REPEAT_UNDER_DEDUP, Phase.DEEP, Severity.WARNING, _RECORDED,
+                 "deep, a Pulsar topic's ledgers: a producer's sequence id at or below one it had already "
+                 "persisted in the same ledger, after deduplication's snapshot: a duplicate deduplication should "
+                 "have dropped", _repeat_under_dedup, rank=30),
     CategorySpec(Category.WEAK_DURABILITY_POLICY, Phase.LEDGERS, Severity.WARNING, _ANALYSED,
                  "the ledger's write or ack quorum is below the operator's minimum (min_write_quorum, "
                  "min_ack_quorum): one bookie's loss can lose acknowledged entries", _policy, rank=9),
@@ -348,7 +368,7 @@ def resting_on(fact: Fact) -> frozenset[Category]:
 # ScrutinyLostBookieDataAtRisk, ScrutinyTopicDataLost). The console's verdict and every row say it apart.
 AT_RISK = frozenset({Category.NO_REPLICA_OF_AN_ENTRY, Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY,
                      Category.CORRUPT_ENTRY, Category.DIVERGENT_COPIES, Category.PULSAR_CHECKSUM_MISMATCH,
-                     Category.TOPIC_LEDGER_MISSING,
+                     Category.PULSAR_DEDUP_STATE_AHEAD_OF_DATA, Category.TOPIC_LEDGER_MISSING,
                      Category.TOPIC_WRITTEN_PAST_CLOSED_HEAD})
 SEVERITIES = ("critical", "error", "warning")  # worst first
 

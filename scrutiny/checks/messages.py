@@ -4,6 +4,7 @@ reject it. Pure."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 
 import numpy as np
@@ -22,6 +23,15 @@ def holds_messages(md: LedgerMetadata) -> bool:
     """A ledger Pulsar created for a topic's data (not a cursor's, a schema's or a compacted one's)."""
     owner = owner_from_custom_metadata(md.custom_metadata)
     return owner is not None and owner.kind == "topic"
+
+
+def deep_slice_key(md: LedgerMetadata) -> int:
+    """What puts a ledger in a deep pass's slice: a topic's data ledgers go together (their messages are
+    validated in order, in the run that scrubs them), every other ledger by its id."""
+    owner = owner_from_custom_metadata(md.custom_metadata)
+    if owner is not None and owner.kind == "topic":
+        return zlib.crc32(owner.name.encode())
+    return md.ledger_id
 
 
 def check_checksums(md: LedgerMetadata, deep: Mapping[str, DeepAnswer]) -> list[Violation]:

@@ -244,6 +244,17 @@ REMEDIES: dict[Category, Callable[[Violation, RepairContext], Remedy]] = {
     Category.WEAK_DURABILITY_POLICY: _weak_policy,
     Category.CORRUPT_ENTRY: _corrupt,
     Category.PULSAR_CHECKSUM_MISMATCH: _pulsar_crc,
+    Category.PULSAR_DEDUP_STATE_AHEAD_OF_DATA: _fixed(
+        "the producers' messages named are gone from {topic}: keep the bookies' data and the broker's log, find "
+        "which ledger lost them (TOPIC_LEDGER_MISSING, CORRUPT_ENTRY on the ledgers before the snapshot) and ask "
+        "the producers to publish again from the ids named", "pulsar-admin topics stats-internal {topic}",
+        "pulsar-admin topics examine-message {topic} --initialPosition earliest --messagePosition 1",
+        autorecovery=NO, why="no copy of those messages is left to copy"),
+    Category.PULSAR_REPEAT_UNDER_DEDUP: _fixed(
+        "consumers of {topic} received the message twice: check the namespace's deduplication policy and the "
+        "brokers' brokerDeduplication* settings; report it upstream with the ids named",
+        "pulsar-admin namespaces get-deduplication <tenant/namespace>", autorecovery=NO,
+        why="the duplicate is a message of its own in BookKeeper: nothing is missing"),
     Category.BOOKIE_UNAVAILABLE: _fixed("the copies on {bookies} are unknown, not lost: is the bookie or its agent "
                                         "down, or overloaded (details.silence)?"),
     Category.INVALID_METADATA: _fixed("a client bug or a manual edit: inspect the znode", _METADATA,

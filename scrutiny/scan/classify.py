@@ -33,6 +33,7 @@ from scrutiny.checks import (
     held_exactly_their_shares,
     without_corrupt,
 )
+from scrutiny.checks.sequences import LedgerSequences
 from scrutiny.lostbookies import check_lost_bookie_recovery
 from scrutiny.metadata import LedgerMetadata
 from scrutiny.pulsar.owners import owner_from_custom_metadata
@@ -140,6 +141,7 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
                else [False] * len(ledgers))
     checked = not_due = 0
     unregistered: set[str] = set()
+    messages: list[LedgerSequences] = []
     for md, held in zip(ledgers, healthy, strict=True):
         found: list[Violation] = []
         if md.last_entry_id < 0:
@@ -166,6 +168,9 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
             else:
                 not_due += 1
         owner = owner_from_custom_metadata(md.custom_metadata)
+        if deep is not None and owner is not None and owner.kind == "topic":
+            messages.append(LedgerSequences.of(md.ledger_id, owner.name, md.last_entry_id, {
+                b: deep[b][md.ledger_id] for b in md.bookies if md.ledger_id in deep.get(b, NOTHING)}))
         if found:
             violations += [dataclasses.replace(v, owner=owner) for v in found] if owner else found
         if ctx.blast_radius and mode is Pass.FIRST:  # once per ledger: the re-check's pass looks again
@@ -183,7 +188,7 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
                                ("lost_bookie_ledgers_not_yet_due", not_due)) if n}
     return RangeResult(counts={"checked": checked}, violations=tuple(violations), potentially_faulty=faulty,
                        stats={**stats, **deep_stats(deep)} if deep is not None else stats, blast=blast,
-                       unregistered=frozenset(unregistered))
+                       unregistered=frozenset(unregistered), messages=tuple(messages))
 
 
 def deep_stats(deep: DeepAnswers) -> dict[str, int]:

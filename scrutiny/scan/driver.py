@@ -20,25 +20,33 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from scrutiny.bookieclient import BookieClient, HoldingsClient
 from scrutiny.categories import Category, Fact, resting_on
 from scrutiny.checks import Violation, check_underreplication_age
 from scrutiny.checks.remedy import RepairContext
+from scrutiny.checks.sequences import LedgerSequences
 from scrutiny.config import ScanSettings
 from scrutiny.findings import Findings
 from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
 from scrutiny.lostbookies import LostBookies
 from scrutiny.metadata import UnderreplicationMark
-from scrutiny.orphans import SIGHTINGS as ORPHAN_SIGHTINGS
-from scrutiny.orphans import LedgerIds, not_enumerated, orphan
+from scrutiny.orphans import LedgerIds
 from scrutiny.pulsar.ledgers import BookKeeperLedgers
 from scrutiny.pulsar.owners import UNKNOWN, owner_from_custom_metadata
 from scrutiny.pulsar.snapshot import PulsarRecord
-from scrutiny.report import DEEP_STATS, HOLDINGS_STATS, MARKS_STATS, PULSAR_STATS, RUN_STATS, Report, with_every_stat
+from scrutiny.report import (
+    DEEP_STATS,
+    HOLDINGS_STATS,
+    MARKS_STATS,
+    MESSAGES_STATS,
+    PULSAR_STATS,
+    RUN_STATS,
+    Report,
+    with_every_stat,
+)
 from scrutiny.scan.context import LEDGER_COUNTERS, NO_SILENCES, Pass, RunContext, Silences
 from scrutiny.scan.engines import Engine, Progress, make_engine
+from scrutiny.scan.holdings import HoldingsPhase
+from scrutiny.scan.messages import MessagesPhase
 from scrutiny.scan.result import Blast, RangeResult
 from scrutiny.scan.topics import TopicsPhase, pulsar_store
 from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, open_store
@@ -79,6 +87,7 @@ class PendingRun:
     marked_in_scope: list[int] = field(default_factory=list)  # a one-bookie run's marked ledgers
     unregistered: set[str] = field(default_factory=set)  # bookies named by checked ledgers, registered at no look
     bookkeeper: list[BookKeeperLedgers] = field(default_factory=list)  # the first pass's ledgers in brief (`pulsar`)
+    messages: dict[int, LedgerSequences] = field(default_factory=dict)  # a deep run's topic ledgers, the last look's
     pulsar_topics: tuple[str, ...] | None = None  # the topics whose record the run holds (None: every topic's)
     replication_disabled: bool | None = None  # at the start: each finding's remedy depends on it
 
@@ -95,6 +104,7 @@ class PendingRun:
         for k, v in result.stats.items():
             self.stats[k] = max(self.stats[k], v) if "peak" in k else self.stats[k] + v
         self.unregistered |= result.unregistered
+        self.messages.update((m.ledger_id, m) for m in result.messages)
         self.findings.add(result.violations)
         self.findings.drop(result.deleted)
         self.errors += result.errors
@@ -204,6 +214,7 @@ class ScrutinyRun:
             ("re-check and re-read before reporting", self._recheck_and_verify),
             ("the reverse check (what the bookies hold)", self._holdings),
             ("holding Pulsar's record against BookKeeper's", self._topics),
+            ("validating each topic's messages in order", self._messages),
             ("the lost bookies' sightings", self._lost_bookies),
             ("re-reading the under-replication marks before reporting", self._age_marks),
             ("reading the ledgers' owners", lambda p: attach_owners(p, self.settings)))
@@ -227,6 +238,7 @@ class ScrutinyRun:
             complete=not pending.errors, ledgers={k: pending.counts[k] for k in LEDGER_COUNTERS},
             violations=pending.findings, errors=pending.errors,
             stats=with_every_stat(dict(pending.stats), RUN_STATS + (DEEP_STATS if self.settings.deep else ())
+                                  + (MESSAGES_STATS if self.settings.deep and pending.ctx.pulsar else ())
                                   + (HOLDINGS_STATS if pending.ctx.holdings else ())
                                   + (PULSAR_STATS if pending.ctx.pulsar else ())),
             blast_radius=blast_radius_json(pending.blast) if pending.ctx.blast_radius else None,
@@ -331,53 +343,12 @@ class ScrutinyRun:
         pending.errors.append(f"facts kept changing for some findings after {self.settings.verify_rounds} re-reads")
 
     def _holdings(self, pending: PendingRun) -> None:
-        """The reverse check (`scrutiny.orphans`): every bookie lists its ledgers; those the first pass did
-        not enumerate are read again, and those still absent are sighted. A ledger sighted for longer than
-        the grace period is asked about again (still held? how much?) and read again once more: only a
-        ledger still held and still absent is reported."""
+        """The reverse check: what the bookies hold beyond the metadata (`scrutiny.scan.holdings`)."""
         if not pending.ctx.holdings:
             return
-        s, store, stats = self.settings, pending.store, pending.stats
-        facts = ClusterFacts.read(store)
-        with BookieClient.from_settings(s, facts.agent_addresses) as agents:
-            client = HoldingsClient(agents)
-            listed = client.list_many(facts.registered | set(facts.agent_addresses) | set(s.bookie_endpoints),
-                                      lambda ids: not_enumerated(ids, pending.enumerated))
-            held = {b: ids for b, ids in listed.items() if not isinstance(ids, str)}  # not enumerated
-            if pending.ctx.blast_radius:  # an agent that answered for a bookie no ledger names: 0, not unknown
-                for b in held:
-                    for key in (f"bookie:{b}", *((f"rack:{pending.ctx.locations[b]}",)
-                                                 if b in pending.ctx.locations else ())):
-                        pending.blast.setdefault(key, Blast())
-            for b, why in sorted((b, why) for b, why in listed.items() if isinstance(why, str)):
-                log.info("run %s: cannot list what %s holds: %s", self.run_id, b, why)
-            suspects = np.unique(np.concatenate([np.empty(0, np.int64), *held.values()])).tolist()
-            absent = {r.ledger_id for r in store.read_ledgers(suspects) if r.deleted}
-            candidates = {b: [lid for lid in ids.tolist() if lid in absent] for b, ids in held.items()}
-            now = now_ms()
-            sightings = ORPHAN_SIGHTINGS.read(store).seen(candidates, now)
-            stats.update(orphan_bookies_listed=len(held), orphan_bookies_not_listed=len(listed) - len(held),
-                         orphan_candidates=sum(map(len, candidates.values())),
-                         orphan_sightings_untracked=sightings.untracked)
-            due = {b: per for b, per in sightings.due(s.orphan_grace_period * 1000, now).items() if b in held}
-            held_by: dict[int, dict[str, dict[str, int]]] = {}
-            first_seen: dict[int, int] = {}
-            for b, per in sorted(due.items()):
-                for lid, h in client.held(b, per).items():
-                    if h is not None:  # else collected meanwhile
-                        held_by.setdefault(lid, {})[b] = {"entries": h.entries} | (
-                            {"bytes": h.stored_bytes} if h.stored_bytes is not None else {})
-                        first_seen[lid] = min(first_seen.get(lid, now), per[lid])
-        # its metadata, and the owner it named, are gone
-        pending.findings.add(dataclasses.replace(
-            orphan(r.ledger_id, held_by[r.ledger_id], first_seen[r.ledger_id], now, s.orphan_grace_period,
-                   iso(first_seen[r.ledger_id])), owner=UNKNOWN)
-            for r in store.read_ledgers(sorted(held_by)) if r.deleted)
-        if self.record_sightings:
-            try:
-                ORPHAN_SIGHTINGS.write(store, sightings)
-            except Exception as exc:  # the next run sights them again: later, never early
-                log.warning("run %s: could not record the orphan sightings: %s", self.run_id, exc)
+        phase = HoldingsPhase(self.settings, pending.store, self.run_id, self.record_sightings)
+        blast = pending.blast if pending.ctx.blast_radius else None
+        pending.findings.add(phase.run(pending.enumerated, pending.stats, blast, pending.ctx.locations))
 
     def _topics(self, pending: PendingRun) -> None:
         """Pulsar's record held against BookKeeper's ledgers as the first pass saw them (`scrutiny.scan.topics`)."""
@@ -388,6 +359,14 @@ class ScrutinyRun:
         pending.bookkeeper.clear()
         pending.findings.add(found)
         pending.errors += problems
+
+    def _messages(self, pending: PendingRun) -> None:
+        """A deep run: each topic's producers' sequence ids through its ledgers (`scrutiny.scan.messages`)."""
+        if not pending.ctx.pulsar or not pending.messages:
+            return
+        phase = MessagesPhase(self.settings, pending.store, self.run_id, self.record_sightings, self.sleep)
+        pending.findings.add(phase.run(pending.messages, pending.stats))
+        pending.messages.clear()
 
     def _racks_changed(self, pending: PendingRun) -> set[int]:
         """Ledgers with a placement finding on a bookie whose rack changed during the run (the racks

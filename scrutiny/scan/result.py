@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from scrutiny.checks import (
     Violation,
 )
+from scrutiny.checks.sequences import LedgerSequences
 from scrutiny.metadata import LedgerMetadata
 from scrutiny.orphans import LedgerIds
 from scrutiny.pulsar.ledgers import BookKeeperLedgers
@@ -93,6 +94,7 @@ class RangeResult:
     enumerated: tuple[LedgerIds, ...] = ()  # the ledger ids of the ranges, when the run asked (`holdings`)
     unregistered: frozenset[str] = frozenset()  # bookies named by checked ledgers and registered at no look
     bookkeeper: tuple[BookKeeperLedgers, ...] = ()  # the ranges' ledgers in brief, when the run asked (`pulsar`)
+    messages: tuple[LedgerSequences, ...] = ()  # a deep run: each topic ledger scrubbed, its producers' ids
 
     @staticmethod
     def merge(results: Iterable[RangeResult]) -> RangeResult:
@@ -107,7 +109,9 @@ class RangeResult:
         enumerated: list[LedgerIds] = []
         unregistered: set[str] = set()
         bookkeeper: list[BookKeeperLedgers] = []
+        messages: list[LedgerSequences] = []
         for r in results:
+            messages += r.messages
             enumerated += r.enumerated
             bookkeeper += r.bookkeeper
             unregistered |= r.unregistered
@@ -122,5 +126,6 @@ class RangeResult:
             marked += r.marked_in_scope
             errors += r.errors
         return RangeResult(dict(counts), tuple(violations), faulty, tuple(deleted), tuple(marked), tuple(errors),
-                           dict(stats), blast, tuple(enumerated), frozenset(unregistered), tuple(bookkeeper))
+                           dict(stats), blast, tuple(enumerated), frozenset(unregistered), tuple(bookkeeper),
+                           tuple(messages))
 

@@ -273,6 +273,9 @@ def _pulsar_faults(writer: ClusterWriter, ledgers: list[LedgerMetadata], copies:
     for topic, listed in by_topic.items():
         listed.sort(key=lambda li: li.ledger_id)
         writer.write_managed_ledger(managed_ledger_of(topic), encode.managed_ledger(listed, compression="ZLIB"))
+    # deduplication on: its snapshot, inline as a cursor closed by its broker keeps it
+    writer.write_cursor(managed_ledger_of(DEDUP_TOPIC), "pulsar.dedup",
+                        encode.cursor(-1, DEDUP_SNAPSHOT[0], properties=DEDUP_SNAPSHOT[1]))
 
     def ledger(lid: int, topic: str, last: int, state: LedgerState = LedgerState.CLOSED, ctime: int = now
                ) -> LedgerMetadata:
@@ -307,14 +310,25 @@ def _pulsar_faults(writer: ClusterWriter, ledgers: list[LedgerMetadata], copies:
     return out
 
 
+DEDUP_TOPIC = "persistent://public/demo/invoices"
+# Its ledgers' messages (producer, sequence id): billing's ids run on, invoices' stop at 119 though the
+# snapshot at 9019:1 says 140 persisted, and billing's 12 comes back after the snapshot.
+DEDUP_MESSAGES = {9018: [("billing", e) for e in range(10)] + [("invoices", 100 + e) for e in range(10)],
+                  9019: [("billing", 10 + e) for e in range(5)] + [("invoices", 110 + e) for e in range(10)]
+                  + [("billing", 12)] + [("billing", 15 + e) for e in range(4)]}
+DEDUP_SNAPSHOT = (Position(9019, 1), {"billing": 11, "invoices": 140})
+
+
 def _deep_scrub_faults(demo: DemoCluster, store_dir: Path, now: int) -> list[LedgerMetadata]:
     """Two ledgers on the DbLedgerStorage bookies, whose indexes say every copy is there: a run finds
     nothing; a deep run reads the bytes. Ledger 9015: one stored entry's payload damaged on one bookie (its
     digest fails). Ledger 9016: one bookie stores another payload for an entry, with a valid digest. Ledger
-    9017: a topic's messages, one of them damaged before BookKeeper stored it (Pulsar's checksum fails)."""
+    9017: a topic's messages, one of them damaged before BookKeeper stored it (Pulsar's checksum fails).
+    9018 and 9019: DEDUP_TOPIC's, its deduplication snapshot ahead of them (`_pulsar_faults` writes it)."""
     ens = tuple(bookie(n) for n in DB_BOOKIES)
     mds = [LedgerMetadata(lid, LedgerState.CLOSED, 3, 3, 2, 19, 20 * 64, (Segment(0, ens),), ctime=now,
-                          custom_metadata=pulsar_keys(lid), digest_type="CRC32C") for lid in (9015, 9016, 9017)]
+                          custom_metadata=pulsar_keys(lid) if lid < 9018 else encode.ledger_keys("topic", DEDUP_TOPIC),
+                          digest_type="CRC32C") for lid in (9015, 9016, 9017, 9018, 9019)]
     for b in ens:
         path = store_dir / f"{b.replace(':', '_')}.ledgers"
         with LiveBookie(path) as index:
@@ -325,6 +339,8 @@ def _deep_scrub_faults(demo: DemoCluster, store_dir: Path, now: int) -> list[Led
                     body = (b"another payload" if (md.ledger_id, e, b) == (9016, 5, ens[2]) else b"payload").ljust(64)
                     if md.ledger_id == 9017:
                         body = encode.message("demo-producer", 1000 + e, [body], corrupt=e == 11)
+                    elif md.ledger_id in DEDUP_MESSAGES:
+                        body = encode.message(*DEDUP_MESSAGES[md.ledger_id][e])
                     entries[e] = entrylog.package_entry(md.ledger_id, e, e - 1, (e + 1) * 64, body, "CRC32C")
                 if (md.ledger_id, b) == (9015, ens[0]):
                     entries[3] = entries[3][:-1] + bytes([entries[3][-1] ^ 0xFF])  # a flipped bit on its disk
@@ -337,7 +353,11 @@ def _deep_scrub_faults(demo: DemoCluster, store_dir: Path, now: int) -> list[Led
                       "WQ 3: the corrupt copy counts as none in a deep run"),
                      ((Category.DIVERGENT_COPIES, 9016), f"{ens[2]} stores another payload for entry 5"),
                      ((Category.PULSAR_CHECKSUM_MISMATCH, 9017),
-                      "entry 11's message (demo-producer, sequence id 1011) damaged before BookKeeper stored it")):
+                      "entry 11's message (demo-producer, sequence id 1011) damaged before BookKeeper stored it"),
+                     ((Category.PULSAR_DEDUP_STATE_AHEAD_OF_DATA, 9019),
+                      f"{DEDUP_TOPIC}'s deduplication says invoices persisted 140 by 9019:1; its last stored is 119"),
+                     ((Category.PULSAR_REPEAT_UNDER_DEDUP, 9019),
+                      "billing's sequence id 12 stored again at entry 15, after deduplication's snapshot")):
         demo.deep_expected.add((str(key[0]), key[1]))
         demo.notes[(str(key[0]), key[1])] = why
     return mds

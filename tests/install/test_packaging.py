@@ -46,7 +46,7 @@ def test_runtime_lower_bounds_admit_only_what_the_generated_code_accepts() -> No
 
 
 def test_every_proto_has_its_generated_modules() -> None:
-    assert len(proto_files()) == 9
+    assert len(proto_files()) == 10
     assert all(p.exists() for p in generated_modules()), [p for p in generated_modules() if not p.exists()]
 
 

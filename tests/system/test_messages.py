@@ -14,17 +14,22 @@ from kazoo.client import KazooClient
 
 from scrutiny import entrylog
 from scrutiny.agent import BookieAgent
-from scrutiny.config import ScanSettings
+from scrutiny.auditor import DEEP, Auditor
+from scrutiny.auditor.runqueue import Ticket
+from scrutiny.config import AuditorSettings, ScanSettings
 from scrutiny.entrysources import DbLedgerStorageSource
-from scrutiny.metadata import BookieRegistration, LedgerMetadata
+from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, encode_ledger_metadata, ledger_path
 from scrutiny.pulsar import encode
+from scrutiny.pulsar.records import LedgerInfo, Position, managed_ledger_of
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
-from scrutiny.testing import store_on
+from scrutiny.scan.messages import checkpoint_record
+from scrutiny.testing import store_at, store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.localzk import LocalZooKeeper
 from tests.support.deepbookie import Bookie, ledger
+from tests.support.helpers import wait_for
 
 BOOKIES = [f"127.0.5.{n}:3181" for n in range(1, 4)]
 TOPIC = "persistent://acme/orders/created"
@@ -116,3 +121,132 @@ def test_a_message_corrupted_before_bookkeeper_stored_it_is_found_and_nothing_le
     assert "PULSAR_CHECKSUM_MISMATCH" in text and "producer orders-2, sequence ids 107-107" in text
     assert report.stats["deep_ledgers_verified"] == 5 and report.stats["deep_entries_corrupt"] == 0
 
+
+
+# -- each producer's sequence ids through a topic's ledgers -------------------------------------------------
+
+DEDUP = "persistent://acme/orders/paid"  # deduplication on: its pulsar.dedup cursor keeps the snapshot inline
+PLAIN = "persistent://acme/orders/viewed"  # off (no such cursor)
+
+
+def open_head(md: LedgerMetadata) -> LedgerMetadata:
+    return dataclasses.replace(md, state=LedgerState.OPEN, last_entry_id=-1, length=0)
+
+
+def messages(producer: str, ids: list[int], **kw: object) -> list[bytes]:
+    return [encode.message(producer, s, **kw) for s in ids]  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def topics_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
+                   tmp_path: Path) -> Iterator[tuple[ScanSettings, ClusterWriter, list[BookieAgent]]]:
+    """Topic DEDUP, deduplication's snapshot at 22:9 saying a persisted 29 and b 130: ledger 21 (a 0-19, b's
+    batches 100-109), 22 (a 20-29, then 25 again at entry 15; b 110-114: b's 115-130 are gone), 23 (b 200),
+    and its open head 24. Topic PLAIN, no deduplication: gaps, a restart, repeats, a marker, a chunked message."""
+    root = f"{zk_namespace}/ledgers"
+    w = ClusterWriter(zk_client, root)
+    w.init_cluster()
+    bodies = {
+        21: messages("a", list(range(20))) + [encode.message("b", s, [b"x"] * 5) for s in (100, 105)],
+        22: messages("a", list(range(20, 30))) + messages("b", [110, 111, 112, 113, 114]) + messages("a", [25]),
+        23: messages("b", [200]),
+        24: messages("b", [201, 202, 203]),  # the open head: the bookies hold its entries, its metadata is OPEN
+        31: messages("v", [0, 1, 2, 9, 10]) + messages("v", [0, 1, 1]) + [encode.message("m", 0, marker_type=1)]
+        + [encode.message("v", 11, chunk=(0, 2)), encode.message("v", 11, chunk=(1, 2))],
+        32: messages("v", [5, 6]),
+    }
+    topic_of = {21: DEDUP, 22: DEDUP, 23: DEDUP, 24: DEDUP, 31: PLAIN, 32: PLAIN}
+    mds = [dataclasses.replace(ledger(lid, BOOKIES, last=len(b) - 1), custom_metadata=encode.ledger_keys(
+        "topic", topic_of[lid])) for lid, b in bodies.items()]
+    w.write_ledgers([md if md.ledger_id != 24 else open_head(md) for md in mds])
+    w.write_managed_ledger(managed_ledger_of(DEDUP), encode.managed_ledger(
+        [LedgerInfo(lid, len(bodies[lid]), 100) for lid in (21, 22, 23)] + [LedgerInfo(24)]),
+        {"pulsar.dedup": encode.cursor(-1, Position(22, 9), properties={"a": 29, "b": 130})})
+    w.write_managed_ledger(managed_ledger_of(PLAIN), encode.managed_ledger(
+        [LedgerInfo(lid, len(bodies[lid]), 100) for lid in (31, 32)]))
+    for b in BOOKIES:
+        w.register_bookie(BookieRegistration(b, False))
+    uri = f"zk+hierarchical://{zk_server.hosts}{root}"
+    store = store_on(zk_client, uri)
+    agents = []
+    for n, bid in enumerate(BOOKIES):
+        path = tmp_path / f"bookie{n}"
+        b = Bookie(path, LiveBookie(path), EntryLog(path, 1))
+        for md in mds:
+            b.store(md, shares(md, bid, dict(enumerate(bodies[md.ledger_id]))))
+        b.seal()
+        b.index.close()
+        agent = BookieAgent(DbLedgerStorageSource([path], tmp_path / f"scratch{n}"), bind="127.0.0.1:0").start()
+        agent.register(store, bid, f"127.0.0.1:{agent.port}")
+        agents.append(agent)
+    yield (ScanSettings(metadata_service_uri=uri, engine="local", recheck_delay=0.1, placement_policy="none",
+                        deep=True), w, agents)
+    for a in agents:
+        a.stop(grace=0)
+
+
+def test_messages_gone_behind_deduplication_and_a_repeat_it_should_have_dropped_are_found(
+        topics_cluster: tuple[ScanSettings, ClusterWriter, list[BookieAgent]]) -> None:
+    settings, _, _ = topics_cluster
+    report = ScrutinyRun(settings, LocalEngine()).execute()
+    assert report.complete
+    found = {(str(v.category), v.ledger_id): v for v in report.violations}
+    assert set(found) == {("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22), ("PULSAR_REPEAT_UNDER_DEDUP", 22)}
+    ahead = found[("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22)]
+    assert ahead.details == {"dedup_snapshot": "22:9", "producers": [
+        {"producer": "b", "persisted": 130, "highest_stored": 114, "last_seen": "22:14"}]}
+    assert ahead.owner is not None and ahead.owner.name == DEDUP
+    repeat = found[("PULSAR_REPEAT_UNDER_DEDUP", 22)]
+    assert repeat.details["producers"] == [{"producer": "a", "count": 1, "entry_id": 15, "sequence_id": 25,
+                                            "highest_before": 29}]
+    stats = report.stats
+    assert stats["pulsar_topics_validated"] == 2 and stats["pulsar_ledgers_validated"] == 5
+    assert stats["pulsar_messages_validated"] == 20 + 10 + 10 + 6 + 1 + 5 + 3 + 2 + 2  # all but the marker
+    assert stats["pulsar_topics_without_dedup_snapshot"] == 1
+    assert stats["pulsar_validation_stopped"] == 1  # at DEDUP's open head, never scrubbed
+    # counted, never reported: gaps (PLAIN's 2 to 9, DEDUP's b from 114 to 200 across ledgers), PLAIN's restart,
+    # its repeats (two inside ledger 31, 5 after 11 across ledgers) and DEDUP's repeat, the marker
+    assert (stats["pulsar_sequence_gaps"], stats["pulsar_producer_restarts"], stats["pulsar_repeats"],
+            stats["pulsar_markers"]) == (2, 1, 4, 1)
+    text = report.render_text()
+    assert "producer b: persisted 130 at or before 22:9, the highest stored is 114" in text
+
+
+def test_each_topics_checkpoint_lets_the_next_leader_validate_a_closed_ledger_alone(
+        topics_cluster: tuple[ScanSettings, ClusterWriter, list[BookieAgent]], tmp_path: Path) -> None:
+    settings, w, _ = topics_cluster
+    auditing = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"),
+                               full_interval_seconds=0, underreplication_interval_seconds=0,
+                               deep_interval_seconds=3600, deep_pass_days=1 / 24, insecure_open_rescan=True)
+    first = Auditor(dataclasses.replace(settings, deep=False), auditing, engine=LocalEngine()).start()
+    try:
+        wait_for(lambda: DEEP in first.last)  # the first deep run is due at once
+        one = first.last[DEEP].report
+    finally:
+        first.stop()
+    assert one is not None and one.stats["pulsar_ledgers_validated"] == 5
+    with store_at(settings.metadata_service_uri) as store:
+        kept = checkpoint_record(DEDUP).read(store)
+    assert kept.position == Position(23, 0) and kept.producers["b"].highest == 200
+    # the broker closes the head (3 entries) and opens a new one
+    closed = dataclasses.replace(ledger(24, BOOKIES, last=2), custom_metadata=encode.ledger_keys("topic", DEDUP))
+    w.client.set(ledger_path(w.layout, w.root, 24), encode_ledger_metadata(closed, 3))
+    w.write_ledgers([open_head(dataclasses.replace(closed, ledger_id=25))])
+    w.write_managed_ledger(managed_ledger_of(DEDUP), encode.managed_ledger(
+        [LedgerInfo(21, 22, 100), LedgerInfo(22, 16, 100), LedgerInfo(23, 1, 100), LedgerInfo(24, 3, 100),
+         LedgerInfo(25)]))
+    second = Auditor(dataclasses.replace(settings, deep=False), auditing, engine=LocalEngine()).start()
+    try:
+        wait_for(lambda: second.leading.is_set())
+        ticket, _ = second.queue.submit(Ticket(DEEP))
+        assert ticket.done.wait(60)
+        two = ticket.report
+    finally:
+        second.stop()
+    assert two is not None and two.complete
+    assert two.stats["pulsar_ledgers_validated"] == 1  # ledger 24 alone: every other one was validated
+    assert two.stats["pulsar_messages_validated"] == 3
+    found = {(str(v.category), v.ledger_id) for v in two.violations}  # the first validation's, standing
+    assert found == {("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22), ("PULSAR_REPEAT_UNDER_DEDUP", 22)}
+    with store_at(settings.metadata_service_uri) as store:
+        assert checkpoint_record(DEDUP).read(store).position == Position(24, 2)

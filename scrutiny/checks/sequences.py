@@ -1,0 +1,270 @@
+"""Every acknowledged message accounted for (Venice's data integrity validation, over what the bookies hold):
+each producer's sequence ids followed through a topic's ledgers in the managed ledger's order.
+
+Two steps, so that a ledger closed since the last look is validated alone:
+- `LedgerSequences.of` (on the executor, per ledger): the ledger's verified envelopes, each entry once, folded
+  per producer into a `ProducerRun` (first and last ids, the highest, what repeated inside the ledger);
+- `validate` (on the driver, per topic): the runs of the ledgers after the topic's `MessageCheckpoint`, in
+  order, against the checkpoint's producers and Pulsar's deduplication snapshot (cursor `pulsar.dedup`).
+
+Only what cannot be legitimate is a finding: deduplication's snapshot ahead of the data (acknowledged
+messages gone), and a repeat the broker's deduplication would have dropped. Gaps, restarts, repeats without
+deduplication and markers are statistics (`../shared/spec/pulsar-and-repair.md` 2). Pure."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from scrutiny.categories import Category
+from scrutiny.checks.deep import DeepAnswer
+from scrutiny.checks.violation import Violation
+from scrutiny.errors import DataError
+from scrutiny.pulsar.entry import LedgerEnvelopes, Stamp
+from scrutiny.pulsar.records import Position
+
+MAX_REPEATS_KEPT = 20  # per producer and ledger: the positions a finding names
+MAX_STANDING = 50  # per topic checkpoint: the findings it keeps standing (the latest)
+MAX_PRODUCERS_KEPT = 1000  # per topic checkpoint: the producers seen last (a forgotten one is only unseen)
+DEDUP_CURSOR = "pulsar.dedup"
+_EXCUSED = int(Stamp.CHUNK | Stamp.TRANSACTION | Stamp.REPLICATED)  # a repeat that may be legitimate
+_SKIPPED = int(Stamp.MARKER | Stamp.UNREADABLE)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerRun:
+    """One producer's messages in one ledger."""
+
+    first_entry: int
+    first_id: int  # its first entry's first sequence id
+    first_stamps: int
+    last_entry: int
+    last_id: int
+    highest: int
+    messages: int = 0
+    gaps: int = 0  # inside the ledger: a next id beyond the highest + 1
+    restarts: int = 0  # inside the ledger: back to 0
+    repeats: tuple[tuple[int, int, int], ...] = ()  # inside the ledger: (entry, first id, highest before), unexcused
+    repeats_count: int = 0
+
+
+@dataclass(frozen=True)
+class LedgerSequences:
+    """What one ledger's messages say, per producer; `complete` when every entry had a verified copy."""
+
+    ledger_id: int
+    topic: str
+    entries: int
+    complete: bool
+    producers: Mapping[str, ProducerRun] = field(default_factory=dict)
+    markers: int = 0
+    not_messages: int = 0
+
+    @staticmethod
+    def of(ledger_id: int, topic: str, last_entry_id: int, deep: Mapping[str, DeepAnswer]) -> LedgerSequences:
+        """From every copy's envelopes, each entry taken once (verified copies carry the same payload)."""
+        envs = [a.envelopes for _, a in sorted(deep.items()) if a.envelopes is not None and a.envelopes.entry_ids.size]
+        ids, producer, first, last, messages, stamps, names = _union(envs)
+        entries = last_entry_id + 1
+        complete = ids.size == entries and (entries == 0 or int(ids[-1]) == last_entry_id)
+        runs: dict[str, ProducerRun] = {}
+        markers = not_messages = 0
+        for i in range(ids.size):
+            s = int(stamps[i])
+            if s & _SKIPPED:
+                markers += bool(s & int(Stamp.MARKER))
+                not_messages += bool(s & int(Stamp.UNREADABLE))
+                continue
+            name = names[int(producer[i])]
+            runs[name] = _step(runs.get(name), int(ids[i]), int(first[i]), int(last[i]), int(messages[i]), s)
+        return LedgerSequences(ledger_id, topic, entries, complete, runs, markers, not_messages)
+
+
+def _union(envs: Sequence[LedgerEnvelopes]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                     np.ndarray, list[str]]:
+    names: list[str] = []
+    remapped = []
+    for e in envs:
+        index = {n: i for i, n in enumerate(names)}
+        mapping = np.array([index.setdefault(n, len(index)) for n in e.producers] or [0], dtype=np.int32)
+        names = list(index)
+        remapped.append(np.where(e.producer >= 0, mapping[np.maximum(e.producer, 0)], -1))
+    if not envs:
+        empty = np.empty(0, np.int64)
+        return empty, empty, empty, empty, empty, empty, names
+    ids = np.concatenate([e.entry_ids for e in envs])
+    ids, at = np.unique(ids, return_index=True)  # the first copy's envelope of each entry
+    cols = [np.concatenate(c)[at] for c in (remapped, [e.first_sequence_ids for e in envs],
+                                            [e.last_sequence_ids for e in envs], [e.messages for e in envs],
+                                            [e.stamps for e in envs])]
+    return ids, cols[0], cols[1], cols[2], cols[3], cols[4], names
+
+
+def _step(run: ProducerRun | None, entry: int, first: int, last: int, messages: int, stamps: int) -> ProducerRun:
+    if run is None:
+        return ProducerRun(entry, first, stamps, entry, last, last, messages)
+    gaps, restarts, repeats, count = run.gaps, run.restarts, run.repeats, run.repeats_count
+    if first > run.highest + 1:
+        gaps += 1
+    elif first <= run.highest and not (stamps & int(Stamp.CHUNK) and first == run.last_id):
+        if first == 0:
+            restarts += 1
+        elif not stamps & _EXCUSED:
+            count += 1
+            if len(repeats) < MAX_REPEATS_KEPT:
+                repeats += ((entry, first, run.highest),)
+    return replace(run, last_entry=entry, last_id=last, highest=max(run.highest, last),
+                   messages=run.messages + messages, gaps=gaps, restarts=restarts, repeats=repeats, repeats_count=count)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    highest: int
+    last_id: int
+    seen_at: Position  # its last entry validated
+
+
+@dataclass(frozen=True)
+class MessageCheckpoint:
+    """Where a topic's validation stands: validated through `position` (a closed ledger's last entry), with
+    each producer's state there, the statistics so far, and the findings the validation made, which stand
+    while their ledger is the topic's (a ledger is validated once). Kept by the leaders, one record a topic."""
+
+    position: Position | None = None
+    producers: Mapping[str, ProducerState] = field(default_factory=dict)
+    stats: Mapping[str, int] = field(default_factory=dict)
+    standing: tuple[Violation, ...] = ()
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"position": list(self.position) if self.position else None,
+                           "producers": {p: [s.highest, s.last_id, *s.seen_at] for p, s in self.producers.items()},
+                           "stats": dict(self.stats),
+                           "standing": [[str(v.category), v.ledger_id, dict(v.details)] for v in self.standing]},
+                          sort_keys=True).encode()
+
+    @staticmethod
+    def parse(data: bytes, where: str = "a topic's message checkpoint") -> MessageCheckpoint:
+        try:
+            doc = json.loads(data)
+            pos = doc["position"]
+            producers = {str(p): ProducerState(int(v[0]), int(v[1]), Position(int(v[2]), int(v[3])))
+                         for p, v in doc["producers"].items()}
+            standing = tuple(Violation(Category(c), int(lid), (), dict(d)) for c, lid, d in doc.get("standing", []))
+            return MessageCheckpoint(Position(int(pos[0]), int(pos[1])) if pos else None, producers,
+                                     {str(k): int(v) for k, v in doc.get("stats", {}).items()}, standing)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            raise DataError(f"{where}: unreadable ({type(exc).__name__}: {exc})") from None
+
+
+@dataclass(frozen=True)
+class DedupSnapshot:
+    """Cursor `pulsar.dedup`'s mark-delete: each producer's highest sequence id persisted at or before it."""
+
+    position: Position
+    highest: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Validation:
+    checkpoint: MessageCheckpoint
+    violations: tuple[Violation, ...] = ()
+    ledgers: tuple[int, ...] = ()  # validated, in order
+    stopped_at: int | None = None  # the first ledger that could not be (a copy unverified, not read this run)
+    # `violations`: the checkpoint's standing findings whose ledger the topic still lists, and the new ones
+
+
+def validate(checkpoint: MessageCheckpoint, order: Sequence[int], read: Mapping[int, LedgerSequences],
+             dedup: DedupSnapshot | None) -> Validation:
+    """The topic's closed ledgers in BookKeeper (`order`: the managed ledger's, after any offloaded away) past
+    the checkpoint, folded in order while each was read whole in this run."""
+    start = 0
+    if checkpoint.position is not None and checkpoint.position.ledger_id in order:
+        start = order.index(checkpoint.position.ledger_id) + 1
+    elif checkpoint.position is not None:
+        # trimmed since: what lay between it and the record's first ledger is unknown, so nothing is known
+        checkpoint = MessageCheckpoint(stats={**checkpoint.stats, "checkpoint_resets": 1 + checkpoint.stats.get(
+            "checkpoint_resets", 0)}, standing=checkpoint.standing)
+    state = dict(checkpoint.producers)
+    stats: Counter[str] = Counter(checkpoint.stats)
+    found = [v for v in checkpoint.standing if v.ledger_id in order]
+    position = checkpoint.position
+    done: list[int] = []
+    stopped = None
+    judged = False  # the snapshot, judged as soon as the fold stands at or past its position
+
+    def judge() -> None:
+        nonlocal judged
+        if not judged and dedup is not None and position is not None and position >= dedup.position:
+            if not any(v.details.get("dedup_snapshot") == str(dedup.position) for v in found
+                       if v.category is Category.PULSAR_DEDUP_STATE_AHEAD_OF_DATA):
+                found.extend(_ahead(dedup, state))
+            judged = True
+
+    judge()
+    for lid in order[start:]:
+        led = read.get(lid)
+        if led is None or not led.complete:
+            stopped = lid
+            break
+        found += _fold(led, state, stats, dedup)
+        done.append(lid)
+        position = Position(lid, led.entries - 1)
+        judge()
+    if len(state) > MAX_PRODUCERS_KEPT:
+        state = dict(sorted(state.items(), key=lambda kv: kv[1].seen_at)[-MAX_PRODUCERS_KEPT:])
+    kept = MessageCheckpoint(position, state, dict(stats), tuple(found[-MAX_STANDING:]))
+    return Validation(kept, tuple(found), tuple(done), stopped)
+
+
+def _fold(led: LedgerSequences, state: dict[str, ProducerState], stats: Counter[str],
+          dedup: DedupSnapshot | None) -> list[Violation]:
+    stats.update(messages_validated=sum(r.messages for r in led.producers.values()), markers=led.markers,
+                 entries_not_messages=led.not_messages)
+    repeats: list[dict[str, object]] = []
+    for name, run in sorted(led.producers.items()):
+        before = state.get(name)
+        stats.update(sequence_gaps=run.gaps, producer_restarts=run.restarts, repeats=run.repeats_count)
+        if before is not None:  # across ledgers: never a finding (a producer forgotten by an idle broker)
+            if run.first_id > before.highest + 1:
+                stats["sequence_gaps"] += 1
+            elif run.first_id <= before.highest and not (run.first_stamps & int(Stamp.CHUNK)
+                                                         and run.first_id == before.last_id):
+                stats["producer_restarts" if run.first_id == 0 else "repeats"] += 1
+        state[name] = ProducerState(max(run.highest, before.highest) if before else run.highest, run.last_id,
+                                    Position(led.ledger_id, run.last_entry))
+        # Inside one ledger the broker cannot have forgotten the producer (it forgets one idle for
+        # brokerDeduplicationProducerInactivityTimeoutMinutes, 360; a ledger rolls over within
+        # managedLedgerMaxLedgerRolloverTimeMinutes, 240): a repeat after the snapshot is one it should have dropped
+        if dedup is not None and name in dedup.highest:
+            under = [r for r in run.repeats if Position(led.ledger_id, r[0]) > dedup.position]
+            if under:
+                repeats.append({"producer": name, "count": len(under), "entry_id": under[0][0],
+                                "sequence_id": under[0][1], "highest_before": under[0][2]})
+    if not repeats:
+        return []
+    return [Violation(Category.PULSAR_REPEAT_UNDER_DEDUP, led.ledger_id, (),
+                      {"producers": repeats, "dedup_snapshot": str(dedup.position) if dedup else ""})]
+
+
+def _ahead(dedup: DedupSnapshot, state: Mapping[str, ProducerState]) -> list[Violation]:
+    """Producers whose highest id stored through the fold's position (at or past the snapshot's) is below what
+    the snapshot says was persisted at or before it: under deduplication a producer's ids only grow along the
+    topic, every ledger between its last message seen and the snapshot was read whole, and the message is gone."""
+    behind = [{"producer": p, "persisted": s, "highest_stored": state[p].highest, "last_seen": str(state[p].seen_at)}
+              for p, s in sorted(dedup.highest.items()) if p in state and state[p].highest < s]
+    if not behind:
+        return []
+    return [Violation(Category.PULSAR_DEDUP_STATE_AHEAD_OF_DATA, dedup.position.ledger_id, (),
+                      {"dedup_snapshot": str(dedup.position), "producers": behind})]
+
+
+def stitched(reads: Iterable[LedgerSequences]) -> dict[str, dict[int, LedgerSequences]]:
+    """The ledgers read in a run, by topic."""
+    out: dict[str, dict[int, LedgerSequences]] = {}
+    for led in reads:
+        out.setdefault(led.topic, {})[led.ledger_id] = led
+    return out

@@ -1,0 +1,129 @@
+"""A deep run's messages phase: every acknowledged message accounted for. The executors summed up each topic
+ledger they scrubbed (`LedgerSequences`); here each topic's ledgers are validated in the managed ledger's
+order from where its last validation stopped (`MessageCheckpoint`, one leaders' record a topic: a ledger
+closed since is validated alone, and the next leader goes on), against Pulsar's deduplication snapshot.
+A deep pass scrubs a topic's ledgers in one run (`checks.messages.deep_slice_key`).
+
+Every finding rests on the topic's record and BookKeeper's metadata read again no sooner than the re-check
+delay: the ledger it names still listed and still in BookKeeper, and deduplication's snapshot still at or
+past the position it was judged at."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+
+from scrutiny.checks import Violation
+from scrutiny.checks.sequences import (
+    DEDUP_CURSOR,
+    DedupSnapshot,
+    LedgerSequences,
+    MessageCheckpoint,
+    Validation,
+    stitched,
+    validate,
+)
+from scrutiny.config import ScanSettings
+from scrutiny.pulsar.owners import Owner
+from scrutiny.pulsar.records import Position, url_encoded
+from scrutiny.pulsar.snapshot import PulsarRecord, TopicRecord
+from scrutiny.records import LeaderRecord
+from scrutiny.scan.topics import pulsar_store
+from scrutiny.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_record(topic: str) -> LeaderRecord[MessageCheckpoint]:
+    return LeaderRecord(f"message-checkpoints/{url_encoded(topic)}",
+                        lambda data: MessageCheckpoint.parse(data, f"{topic}'s message checkpoint"),
+                        MessageCheckpoint.to_bytes, MessageCheckpoint,
+                        "the topic's messages are validated again from its first ledger")
+
+
+def dedup_snapshot(topic: TopicRecord) -> DedupSnapshot | None:
+    """Cursor `pulsar.dedup`'s mark-delete and properties, where its record holds them (a cursor whose position
+    is in its own ledger keeps them there: not read, and then nothing is judged against deduplication)."""
+    cursor = topic.cursors.get(DEDUP_CURSOR)
+    if cursor is None or cursor.mark_delete is None:
+        return None
+    return DedupSnapshot(cursor.mark_delete, dict(cursor.properties))
+
+
+def in_bookkeeper(topic: TopicRecord) -> list[int]:
+    """The topic's ledgers in order after the last one offloaded and deleted from BookKeeper on purpose."""
+    ledgers = topic.managed_ledger.ledgers
+    gone = [i for i, li in enumerate(ledgers) if li.gone_on_purpose]
+    return [li.ledger_id for li in ledgers[(gone[-1] + 1 if gone else 0):]]
+
+
+def _position(text: object) -> Position | None:
+    ledger_id, _, entry_id = str(text).partition(":")
+    return Position(int(ledger_id), int(entry_id)) if ledger_id.lstrip("-").isdigit() and entry_id.lstrip(
+        "-").isdigit() else None
+
+
+@dataclasses.dataclass
+class MessagesPhase:
+    settings: ScanSettings
+    store: MetadataStore  # BookKeeper's
+    run_id: str
+    record_checkpoints: bool = False  # the auditor's leader: go on from, and keep, each topic's checkpoint
+    sleep: Callable[[float], None] = time.sleep
+
+    def run(self, read: Mapping[int, LedgerSequences], stats: Counter[str]) -> list[Violation]:
+        by_topic = stitched(read.values())
+        if not by_topic:
+            return []
+        with pulsar_store(self.store, self.settings) as pulsar:
+            record = PulsarRecord.decode(pulsar.pulsar_records(sorted(by_topic)))
+            read_at = time.monotonic()
+            found: list[Violation] = []
+            for topic, ledgers in sorted(by_topic.items()):
+                t = record.topic(topic)
+                if t is None:  # deleted meanwhile
+                    continue
+                dedup = dedup_snapshot(t)
+                v = self._validate(topic, t, ledgers, dedup, stats)
+                owner = Owner("topic", topic)
+                found += [dataclasses.replace(x, owner=owner) for x in v.violations]
+                stats.update(pulsar_topics_validated=1, pulsar_ledgers_validated=len(v.ledgers),
+                             pulsar_validation_stopped=v.stopped_at is not None,
+                             pulsar_topics_without_dedup_snapshot=dedup is None)
+            if not found:
+                return []
+            self.sleep(max(0.0, self.settings.recheck_delay - (time.monotonic() - read_at)))
+            return self._again(pulsar, found)
+
+    def _validate(self, topic: str, t: TopicRecord, ledgers: Mapping[int, LedgerSequences],
+                  dedup: DedupSnapshot | None, stats: Counter[str]) -> Validation:
+        record = checkpoint_record(topic)
+        before = record.read(self.store) if self.record_checkpoints else MessageCheckpoint()
+        v = validate(before, in_bookkeeper(t), ledgers, dedup)
+        stats.update({f"pulsar_{k}": n - before.stats.get(k, 0) for k, n in v.checkpoint.stats.items()
+                           if k != "checkpoint_resets"})
+        if self.record_checkpoints and v.checkpoint != before:
+            try:
+                record.write(self.store, v.checkpoint)
+            except Exception as exc:  # the next run validates those ledgers again: later, never wrong
+                log.warning("run %s: could not keep %s's message checkpoint: %s", self.run_id, topic, exc)
+        return v
+
+    def _again(self, pulsar: MetadataStore, found: list[Violation]) -> list[Violation]:
+        topics = sorted({v.owner.name for v in found if v.owner is not None})
+        again = PulsarRecord.decode(pulsar.pulsar_records(topics))
+        present = {r.ledger_id for r in self.store.read_ledgers(sorted({v.ledger_id for v in found}))
+                   if r.metadata is not None}
+        kept = []
+        for v in found:
+            t = again.topic(v.owner.name) if v.owner is not None else None
+            if t is None or v.ledger_id not in in_bookkeeper(t) or v.ledger_id not in present:
+                continue
+            now, judged = dedup_snapshot(t), _position(v.details.get("dedup_snapshot"))
+            if now is not None and judged is not None and now.position < judged:  # gone back: not the same history
+                continue
+            kept.append(v)
+        return kept

@@ -1,0 +1,143 @@
+"""Each producer's sequence ids through a topic's ledgers: what cannot be legitimate is a finding, everything
+Pulsar does legitimately is a statistic, and a ledger validated alone from the checkpoint finds what the
+whole topic validated at once finds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from scrutiny.checks import DeepAnswer
+from scrutiny.checks.sequences import (
+    DedupSnapshot,
+    LedgerSequences,
+    MessageCheckpoint,
+    validate,
+)
+from scrutiny.errors import DataError
+from scrutiny.pulsar import encode
+from scrutiny.pulsar.entry import LedgerEnvelopes, read_envelope
+from scrutiny.pulsar.records import Position
+
+TOPIC = "persistent://acme/orders/created"
+Entry = tuple[str, int, dict[str, object]]  # producer, first sequence id, encode.message's keywords
+
+
+def ledger(lid: int, entries: Sequence[Entry], copies: int = 1, drop: int | None = None) -> LedgerSequences:
+    """A ledger's sequences from `copies` bookies, each holding every `copies`-th entry (`drop`: none has it)."""
+    envs = [(e, read_envelope(encode.message(p, s, **kw))) for e, (p, s, kw) in enumerate(entries)  # type: ignore
+            if e != drop]
+    deep = {f"b{k}:3181": DeepAnswer(np.array([e for e, _ in envs[k::copies]], dtype=np.int64),
+                                     envelopes=LedgerEnvelopes.gather(envs[k::copies])) for k in range(copies)}
+    return LedgerSequences.of(lid, TOPIC, len(entries) - 1, deep)
+
+
+def plain(producer: str, ids: Sequence[int], **kw: object) -> list[Entry]:
+    return [(producer, s, dict(kw)) for s in ids]
+
+
+def run(*ledgers: LedgerSequences, checkpoint: MessageCheckpoint | None = None,
+        dedup: DedupSnapshot | None = None) -> tuple[list[tuple[str, int]], MessageCheckpoint]:
+    v = validate(checkpoint or MessageCheckpoint(), [led.ledger_id for led in ledgers],
+                 {led.ledger_id: led for led in ledgers}, dedup)
+    return [(str(x.category), x.ledger_id) for x in v.violations], v.checkpoint
+
+
+def test_what_pulsar_does_legitimately_is_counted_never_reported() -> None:
+    one = ledger(1, plain("p", [0, 1, 2, 7, 8]) + plain("p", [0, 1]) + plain("q", [5, 5, 5])  # gap, restart, repeats
+                 + [("p", 9, {"chunk": (0, 2)}), ("p", 9, {"chunk": (1, 2)})]  # a chunked message shares its id
+                 + [("m", 0, {"marker_type": 2}), ("p", 3, {"transaction": (1, 2)}),
+                    ("p", 4, {"replicated_from": "west"})], copies=2)
+    two = ledger(2, plain("p", [0, 1]) + plain("q", [6, 20]))  # across ledgers: p restarts, q leaps
+    found, cp = run(one, two)
+    assert found == []
+    assert cp.position == Position(2, 3)
+    assert cp.stats["sequence_gaps"] == 2 and cp.stats["producer_restarts"] == 2
+    assert cp.stats["repeats"] == 3 and cp.stats["markers"] == 1
+    assert cp.stats["messages_validated"] == 18  # every entry but the marker
+    assert cp.producers["q"].highest == 20 and cp.producers["p"].seen_at == Position(2, 1)
+
+
+def test_a_repeat_after_the_dedup_snapshot_inside_a_ledger_is_reported_and_only_that() -> None:
+    entries = [*plain("p", [10, 11, 12, 11, 13]), ("p", 13, {"chunk": (1, 2)}), *plain("q", [1, 1])]
+    dedup = DedupSnapshot(Position(1, 2), {"p": 12})
+    found, _ = run(ledger(1, entries), dedup=dedup)
+    assert found == [("PULSAR_REPEAT_UNDER_DEDUP", 1)]
+    v = validate(MessageCheckpoint(), [1], {1: ledger(1, entries)}, dedup).violations[0]
+    assert v.details["producers"] == [{"producer": "p", "count": 1, "entry_id": 3, "sequence_id": 11,
+                                       "highest_before": 12}]  # q is not in the snapshot: not judged
+    assert run(ledger(1, entries), dedup=DedupSnapshot(Position(1, 4), {"p": 13}))[0] == []  # before it: not judged
+    assert run(ledger(1, entries))[0] == []  # no deduplication
+
+
+def test_a_repeat_across_ledgers_is_never_a_finding() -> None:
+    dedup = DedupSnapshot(Position(1, 0), {"p": 10})
+    found, cp = run(ledger(1, plain("p", [10, 11])), ledger(2, plain("p", [5, 6])), dedup=dedup)
+    assert found == [] and cp.stats["repeats"] == 1
+
+
+@pytest.mark.parametrize(("entries", "expected"), [
+    (plain("p", [40, 41]), [("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 2)]),  # persisted 50, the highest stored 41
+    (plain("p", [49, 50]), []),
+    ([("p", 45, {"payloads": [b"a"] * 16})], []),  # a batch of 45..60 covers it
+])
+def test_a_dedup_snapshot_ahead_of_the_data_is_reported(entries: list[Entry],
+                                                        expected: list[tuple[str, int]]) -> None:
+    one = ledger(1, plain("p", [1, 2]))
+    two = ledger(2, entries + plain("q", [1, 2, 3]))
+    three = ledger(3, plain("p", [70]))  # later messages do not hide it: judged at the snapshot's ledger
+    dedup = DedupSnapshot(Position(2, len(entries)), {"p": 50, "gone": 99})  # a producer never seen: not judged
+    found, _ = run(one, two, three, dedup=dedup)
+    assert found == expected
+
+
+def test_the_snapshot_is_not_judged_until_every_ledger_up_to_it_was_read_whole() -> None:
+    dedup = DedupSnapshot(Position(2, 1), {"p": 50})
+    v = validate(MessageCheckpoint(), [1, 2], {1: ledger(1, plain("p", [1, 2])),
+                                               2: ledger(2, plain("p", [3, 4, 5]), copies=2, drop=1)}, dedup)
+    assert v.violations == () and v.ledgers == (1,) and v.stopped_at == 2
+    assert v.checkpoint.position == Position(1, 1)  # the next run goes on from ledger 2
+
+
+def test_a_ledger_validated_alone_from_the_checkpoint_finds_what_the_whole_topic_does() -> None:
+    ledgers = [ledger(1, plain("p", [1, 2, 3]) + plain("q", [1])), ledger(2, plain("p", [4, 4, 5])),
+               ledger(3, plain("p", [6, 3]) + plain("q", [2]))]
+    dedup = DedupSnapshot(Position(2, 0), {"p": 40, "q": 1})
+    whole = validate(MessageCheckpoint(), [1, 2, 3], {x.ledger_id: x for x in ledgers}, dedup)
+    first = validate(MessageCheckpoint(), [1, 2], {x.ledger_id: x for x in ledgers[:2]}, dedup)
+    saved = MessageCheckpoint.parse(first.checkpoint.to_bytes())
+    assert saved == first.checkpoint
+    alone = validate(saved, [1, 2, 3], {3: ledgers[2]}, dedup)
+    assert alone.ledgers == (3,)
+    assert {(str(v.category), v.ledger_id) for v in first.violations + alone.violations} == \
+        {(str(v.category), v.ledger_id) for v in whole.violations}
+    assert alone.checkpoint == whole.checkpoint
+    assert {str(v.category) for v in whole.violations} == {"PULSAR_REPEAT_UNDER_DEDUP",
+                                                           "PULSAR_DEDUP_STATE_AHEAD_OF_DATA"}
+
+
+def test_a_checkpoint_whose_ledger_was_trimmed_starts_again() -> None:
+    cp = MessageCheckpoint(Position(1, 9), {"p": validate(MessageCheckpoint(), [1], {1: ledger(1, plain("p", [1]))},
+                                                          None).checkpoint.producers["p"]})
+    dedup = DedupSnapshot(Position(5, 0), {"p": 50})
+    v = validate(cp, [5], {5: ledger(5, plain("p", [60]))}, dedup)  # what lay between is unknown: no finding
+    assert v.violations == () and v.checkpoint.stats["checkpoint_resets"] == 1
+
+
+def test_an_unreadable_checkpoint_says_so() -> None:
+    with pytest.raises(DataError, match="message checkpoint"):
+        MessageCheckpoint.parse(b'{"position": [1]}')
+
+
+def test_a_finding_stands_in_every_later_validation_while_its_ledger_is_the_topics() -> None:
+    dedup = DedupSnapshot(Position(1, 1), {"p": 50})
+    first = validate(MessageCheckpoint(), [1], {1: ledger(1, plain("p", [1, 2]))}, dedup)
+    assert [str(v.category) for v in first.violations] == ["PULSAR_DEDUP_STATE_AHEAD_OF_DATA"]
+    kept = MessageCheckpoint.parse(first.checkpoint.to_bytes())
+    later = validate(kept, [1, 2], {2: ledger(2, plain("p", [60]))}, DedupSnapshot(Position(2, 0), {"p": 60}))
+    assert [(str(v.category), v.ledger_id) for v in later.violations] == [("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 1)]
+    assert later.violations[0].details == first.violations[0].details  # the verdict on the snapshot it judged
+    trimmed = validate(later.checkpoint, [2, 3], {3: ledger(3, plain("p", [61]))}, None)
+    assert trimmed.violations == () and trimmed.ledgers == (3,)
