@@ -1,5 +1,7 @@
-"""The deep scrub's cost of reading Pulsar's envelope: an agent's CPU per entry verifying a topic's ledgers
-with the parse (`pulsar_messages`) against without, on the same entry logs, in the same run.
+"""The cost of accounting for every message. First, the deep scrub's cost of reading Pulsar's envelope: an
+agent's CPU per entry verifying a topic's ledgers with the parse (`pulsar_messages`) against without, on the
+same entry logs, in the same run. Second (`--topic-ledgers`), the validation of a topic's producers: a
+ledger closed since the checkpoint validated alone against the whole topic validated again, in the same run.
 
 One DbLedgerStorage bookie directory written in BookKeeper's formats (CRC32C digests) whose entries are
 Pulsar entries in a mix of forms: single messages and batches of 10, a quarter LZ4-compressed, half with
@@ -7,7 +9,7 @@ the broker's entry metadata, every one with Pulsar's checksum. A `scrutiny booki
 limit) is asked over gRPC to verify every ledger, the two ways alternated `--repeats` times; the agent
 process's CPU seconds (user and system, psutil) per entry are compared pair by pair. Page cache warm.
 
-    python -m bench.messages [--ledgers 100 --entries 1000 --payload 1024]
+    python -m bench.messages [--ledgers 100 --entries 1000 --payload 1024] [--topic-ledgers 10]
 """
 
 from __future__ import annotations
@@ -16,15 +18,21 @@ import argparse
 import json
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import grpc
+import numpy as np
 
 from bench.common import cpu_seconds, table
 from bench.deepscrub import sequential_read, start_agent
 from scrutiny import entrylog
+from scrutiny.checks import DeepAnswer
+from scrutiny.checks.sequences import DedupSnapshot, LedgerSequences, MessageCheckpoint, validate
 from scrutiny.pulsar import encode
+from scrutiny.pulsar.entry import LedgerEnvelopes, read_envelope
+from scrutiny.pulsar.records import Position
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.processes import stop
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
@@ -101,15 +109,57 @@ def run(ledgers: int, entries: int, payload: int = 1024, repeats: int = 5) -> li
     return rows
 
 
+def validation(ledgers: int, entries: int, producers: int = 5, repeats: int = 5) -> list[dict[str, Any]]:
+    """A topic of `ledgers` closed ledgers of `entries` messages (half batched) from `producers` producers, and
+    deduplication's snapshot in its last ledger: the executor's summary of one ledger, then the driver's
+    validation of the whole topic from nothing against that of its last ledger alone from the checkpoint."""
+    def envelopes(lid: int) -> LedgerEnvelopes:
+        return LedgerEnvelopes.gather((e, read_envelope(encode.message(
+            f"producer-{e % producers}", (lid * entries + e) * 10, [b"m"] * (10 if e % 2 else 1))))
+            for e in range(entries))
+    ids = np.arange(entries, dtype=np.int64)
+    deep = {lid: {"b:1": DeepAnswer(ids, envelopes=envelopes(lid))} for lid in range(ledgers)}
+    summed = {lid: LedgerSequences.of(lid, "persistent://t/n/x", entries - 1, d) for lid, d in deep.items()}
+    order = list(range(ledgers))
+    dedup = DedupSnapshot(Position(ledgers - 1, 0), {f"producer-{p}": 0 for p in range(producers)})
+    before = validate(MessageCheckpoint(), order[:-1], {lid: summed[lid] for lid in order[:-1]}, dedup).checkpoint
+
+    def timed_median(fn: Any) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    summary = timed_median(lambda: LedgerSequences.of(0, "persistent://t/n/x", entries - 1, deep[0]))
+    whole = timed_median(lambda: validate(MessageCheckpoint(), order, summed, dedup))
+    alone = timed_median(lambda: validate(MessageCheckpoint.parse(before.to_bytes()), order,
+                                          {ledgers - 1: summed[ledgers - 1]}, dedup))
+    assert validate(before, order, {ledgers - 1: summed[ledgers - 1]}, dedup).checkpoint == validate(
+        MessageCheckpoint(), order, summed, dedup).checkpoint
+    return [{"step": "executor: one ledger's envelopes summed up per producer", "median ms": summary * 1e3},
+            {"step": f"driver: the whole topic ({ledgers} ledgers) validated from nothing", "median ms": whole * 1e3,
+             "ratio": 1.0},
+            {"step": "driver: its last ledger alone, from the checkpoint (read from its bytes)",
+             "median ms": alone * 1e3, "ratio": alone / whole, "checkpoint bytes": len(before.to_bytes())},
+            {"step": "both: the topic from nothing (every ledger summed up, then validated)",
+             "median ms": (summary * ledgers + whole) * 1e3, "ratio": 1.0},
+            {"step": "both: a ledger closed since, alone", "median ms": (summary + alone) * 1e3,
+             "ratio": (summary + alone) / (summary * ledgers + whole)}]
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--ledgers", type=int, default=100)
     p.add_argument("--entries", type=int, default=1000)
     p.add_argument("--payload", type=int, default=1024)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--topic-ledgers", type=int, default=0, help="the validation's bench instead, on this many")
     p.add_argument("--json", default="")
     a = p.parse_args()
-    rows = run(a.ledgers, a.entries, a.payload, a.repeats)
+    rows = validation(a.topic_ledgers, a.entries) if a.topic_ledgers else run(a.ledgers, a.entries, a.payload,
+                                                                                a.repeats)
     print(table(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=2))

@@ -9,10 +9,12 @@ from collections.abc import Callable
 from scrutiny.auditor import history
 from scrutiny.bookieclient import BookieClient
 from scrutiny.checks import BookieAnswer
+from scrutiny.checks.sequences import MessageCheckpoint
 from scrutiny.config import ScanSettings
 from scrutiny.errors import StoreError
 from scrutiny.metadata import LedgerMetadata
 from scrutiny.pulsar.snapshot import PulsarRecord
+from scrutiny.scan.messages import checkpoint_record
 from scrutiny.scan.topics import pulsar_store
 from scrutiny.store import LedgerRead, MetadataStore
 
@@ -45,6 +47,10 @@ class ClusterView:
             client.retries = 0  # a page waits for one look, not for backoffs
             got = client.fetch_many({b: [md.ledger_id] for b in md.bookies}, deadline)
         return {b: a.get(md.ledger_id) for b, a in got.items()}
+
+    def messages(self, topic: str) -> MessageCheckpoint:
+        """Where the validation of the topic's messages stands (its deep runs' checkpoint)."""
+        return checkpoint_record(topic).read(self._store())
 
     def topic(self, topic: str) -> tuple[PulsarRecord, dict[int, LedgerRead]]:
         """The topic's record (its managed ledger, cursors and schema), and BookKeeper's metadata of each

@@ -50,13 +50,16 @@ def topic_view(api: WebApi, topic: str) -> dict[str, Any]:
     faulty = {f["ledger_id"] for f in findings + current}
     ledgers = [ledger_row(n, reads.get(n.ledger_id), faulty) for n in record.needs()]
     offloaded = [li.ledger_id for li in found.managed_ledger.ledgers if li.gone_on_purpose] if found else []
+    validated = api.cluster.messages(topic)
     statuses = [row["status"] for row in ledgers]
     return {"topic": topic, "managed_ledger": found.managed_ledger.name if found else None,
             "cursors": sorted(found.cursors) if found else [], "schema_id": schema.schema_id if schema else None,
             "ledgers": ledgers, "offloaded": offloaded, "problems": list(record.problems),
             "counts": {s: statuses.count(s) for s in dict.fromkeys(statuses)}, "current": current,
             "findings": findings, "leaked": sorted({f["ledger_id"] for f in findings + current
-                                                    if f["category"] == "LEAKED_LEDGER"})}
+                                                    if f["category"] == "LEAKED_LEDGER"}),
+            "messages": {"validated_through": str(validated.position) if validated.position else None,
+                         "producers": len(validated.producers), "statistics": dict(sorted(validated.stats.items()))}}
 
 
 def ledger_row(need: Need, read: LedgerRead | None, faulty: set[int]) -> dict[str, Any]:

@@ -69,6 +69,8 @@ def test_messages_bench_compares_the_pulsar_parse_with_the_plain_scrub() -> None
     assert [r["how"] for r in rows] == ["verify (ids, size, CRC32C digest, payload hash)",
                                         "verify and read the Pulsar envelope"]
     assert rows[1]["entries"] == 60 and rows[1]["pair ratios"]
+    rows = messages.validation(3, 50, repeats=1)  # it asserts the ledger alone ends where the whole topic does
+    assert len(rows) == 5 and rows[2]["checkpoint bytes"] > 0
 
 
 def test_pipeline_bench_runs_both_ways() -> None:

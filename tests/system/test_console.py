@@ -24,6 +24,7 @@ from kazoo.client import KazooClient
 
 from scrutiny.agent import BookieAgent
 from scrutiny.auditor import Auditor
+from scrutiny.checks.sequences import MessageCheckpoint, ProducerState
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
 from scrutiny.metadata import (
     BookieRegistration,
@@ -36,6 +37,7 @@ from scrutiny.metadata import (
 from scrutiny.pulsar import encode
 from scrutiny.pulsar.records import LedgerInfo, Position
 from scrutiny.scan.engines import LocalEngine
+from scrutiny.scan.messages import checkpoint_record
 from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.holdings import MutableHoldings, share
@@ -453,6 +455,16 @@ def test_a_topics_page_lists_its_ledgers_healthy_at_fault_or_missing(healthy: Co
     assert now["TOPIC_LEDGER_MISSING", 9]["found_by"].startswith("continuous: ")
     status, page = c.get("/topics?name=public/console/t1", html=True)
     assert status == 200 and 'class="missing"' in page and 'href="/ledgers/3"' in page and "sub-a" in page
+    assert "Not validated yet" in page and doc["messages"]["validated_through"] is None
+    # what a deep run's validation of its messages kept: shown as it stands
+    c.writer.write_auditor_record(checkpoint_record("persistent://public/console/t1").name, MessageCheckpoint(
+        Position(5, 29), {"p": ProducerState(120, 120, Position(5, 29))},
+        {"messages_validated": 90, "sequence_gaps": 2, "producer_restarts": 1}).to_bytes())
+    doc = c.get("/api/v1/topics?name=persistent://public/console/t1")[1]
+    assert doc["messages"] == {"validated_through": "5:29", "producers": 1, "statistics": {
+        "messages_validated": 90, "producer_restarts": 1, "sequence_gaps": 2}}
+    page = c.get("/topics?name=public/console/t1", html=True)[1]
+    assert "validated through 5:29 (1 producers)" in page and "sequence gaps 2" in page
     _, findings = c.get("/findings?kind=rescan", html=True)
     assert 'href="/topics?name=persistent%3A%2F%2Fpublic%2Fconsole%2Ft1"' in findings
     assert c.get("/api/v1/topics?name=persistent://public/console/nothing-here")[0] == 404

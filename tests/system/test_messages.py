@@ -6,6 +6,7 @@ Pulsar did not tag are never reported."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -250,3 +251,25 @@ def test_each_topics_checkpoint_lets_the_next_leader_validate_a_closed_ledger_al
     assert found == {("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22), ("PULSAR_REPEAT_UNDER_DEDUP", 22)}
     with store_at(settings.metadata_service_uri) as store:
         assert checkpoint_record(DEDUP).read(store).position == Position(24, 2)
+
+
+def test_a_finding_whose_ledger_is_trimmed_while_it_is_read_again_is_not_reported(
+        topics_cluster: tuple[ScanSettings, ClusterWriter, list[BookieAgent]]) -> None:
+    """Retention trims DEDUP's ledgers 21 and 22 (the record first, then BookKeeper's metadata) between the
+    validation and the re-read before reporting: the findings rest on ledger 22, and are not reported."""
+    settings, w, _ = topics_cluster
+    trims = []
+
+    def trim_while_waiting(seconds: float) -> None:
+        if not trims:
+            w.write_managed_ledger(managed_ledger_of(DEDUP), encode.managed_ledger(
+                [LedgerInfo(23, 1, 100), LedgerInfo(24)]))
+            for lid in (21, 22):
+                w.delete_ledger(lid)
+            trims.append(seconds)
+        time.sleep(seconds)
+
+    report = ScrutinyRun(settings, LocalEngine(), sleep=trim_while_waiting).execute()
+    assert trims and report.complete
+    assert not [v for v in report.violations if str(v.category).startswith("PULSAR_")]
+    assert report.stats["pulsar_ledgers_validated"] == 5  # validated as they were, then not confirmed
