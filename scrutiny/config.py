@@ -288,6 +288,8 @@ class AuditorSettings:
     continuous: bool = True
     continuous_batch_seconds: float = 10.0  # at most one look at what the feeds named this often (at once when idle)
     continuous_max_ledgers_per_second: float = 2000.0  # beyond it (a rack lost): a full run instead
+    # with the deep scrub on: a look at a topic also scrubs its ledgers closed since its messages' checkpoint
+    continuous_validate_messages: bool = True
     # the hand-off to BookKeeper's autorecovery (`scrutiny.repair`): off, dry-run (list what it would mark), mark
     repair: str = "off"
     repair_interval_seconds: float = 10.0  # a hand-off of the current findings this often (the leader)

@@ -60,6 +60,8 @@ class Continuous:
         # A batch's own run: the local engine (a batch is small), the run's delayed re-check as any run's.
         self.scan = replace(scan, engine="local", orphan_check=False, blast_radius=False)
         self.settings, self.state, self.schedule_full, self.now = settings, state, schedule_full, now
+        # a topic's ledger closed since its messages' checkpoint: read (the deep scrub's cost) and validated
+        self.validates_messages = settings.continuous_validate_messages and settings.deep_interval_seconds > 0
         self.stats: Counter[str] = Counter()
         self.feeds: dict[str, str] = {}  # feed -> "up" | "down" | "unavailable"
         self._lock = threading.Lock()
@@ -333,7 +335,8 @@ class Continuous:
         complete (the caller looks again at the next batch)."""
         try:
             report = ScrutinyRun(scan or self.scan, LocalEngine(), kind="continuous", sleep=self._pause,
-                                 store=self._store, facts=self.facts.facts if self.facts else None).execute(**scope)
+                                 store=self._store, facts=self.facts.facts if self.facts else None,
+                                 checkpoints=self.validates_messages).execute(**scope)
         except Exception as exc:  # the store away for a moment: nothing it was to look at is dropped
             log.info("continuous scrutiny: a look failed (%s): trying again", exc)
             return None

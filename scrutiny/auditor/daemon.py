@@ -332,7 +332,7 @@ class Auditor:
             settings = dataclasses.replace(settings, deep=True, deep_slices=cursor.slices,
                                            deep_slice=cursor.next_slice)
         run = ScrutinyRun(settings, self._current_engine(), progress=progress, run_id=ticket.run_id,
-                          sleep=self._pause, kind=ticket.kind, record_sightings=True)
+                          sleep=self._pause, kind=ticket.kind, record_sightings=True, checkpoints=True)
         pending = run.start(ticket.ledger_ids, ticket.bookie_id, ticket.without, ticket.without_racks)
         if not pending.faulty:
             return run.finish(pending)

@@ -17,6 +17,7 @@ from scrutiny.checks import (
     BookieAnswer,
     BookieAnswers,
     CoverageResult,
+    DeepAnswer,
     Outcome,
     PlacementPolicy,
     Violation,
@@ -168,9 +169,8 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
             else:
                 not_due += 1
         owner = owner_from_custom_metadata(md.custom_metadata)
-        if deep is not None and owner is not None and owner.kind == "topic":
-            messages.append(LedgerSequences.of(md.ledger_id, owner.name, md.last_entry_id, {
-                b: deep[b][md.ledger_id] for b in md.bookies if md.ledger_id in deep.get(b, NOTHING)}))
+        if owner is not None and owner.kind == "topic" and (read := scrubbed(md, deep_answers)):
+            messages.append(LedgerSequences.of(md.ledger_id, owner.name, md.last_entry_id, read))
         if found:
             violations += [dataclasses.replace(v, owner=owner) for v in found] if owner else found
         if ctx.blast_radius and mode is Pass.FIRST:  # once per ledger: the re-check's pass looks again
@@ -189,6 +189,11 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     return RangeResult(counts={"checked": checked}, violations=tuple(violations), potentially_faulty=faulty,
                        stats={**stats, **deep_stats(deep)} if deep is not None else stats, blast=blast,
                        unregistered=frozenset(unregistered), messages=tuple(messages))
+
+
+def scrubbed(md: LedgerMetadata, deep: DeepAnswers) -> dict[str, DeepAnswer]:
+    """What the ledger's bookies said of its stored bytes (the deep scrub)."""
+    return {b: deep[b][md.ledger_id] for b in md.bookies if md.ledger_id in deep.get(b, NOTHING)}
 
 
 def deep_stats(deep: DeepAnswers) -> dict[str, int]:
@@ -232,9 +237,9 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
                 per[b] = NO_LEDGER  # BP-34: a bookie gone from the cluster has lost its copies
     if deep:
         per = {b: without_corrupt(ans, deep.get(b, NOTHING).get(lid)) for b, ans in per.items()}
-        scrubbed = {b: deep[b][lid] for b in md.bookies if lid in deep.get(b, NOTHING)}
-        violations += check_deep(md, scrubbed)
-        violations += check_checksums(md, scrubbed)
+        read = scrubbed(md, deep)
+        violations += check_deep(md, read)
+        violations += check_checksums(md, read)
     cov = check_coverage(md, per)
     if cov.invalid:
         violations.append(Violation(Category.INVALID_BOOKIE_RESPONSE, md.ledger_id, tuple(sorted(cov.invalid)),

@@ -92,6 +92,7 @@ class RunContext:
     holdings: bool = False  # the reverse check: bring back every ledger id enumerated (the first pass)
     pulsar: bool = False  # bring back each ledger in brief (`BookKeeperLedgers`), to hold Pulsar's record against
     lost: LostBookies | None = None  # is anybody repairing the ledgers of bookies gone from the registrations?
+    scrub: frozenset[int] = frozenset()  # a run that is not deep: these ledgers scrubbed all the same
     # FINAL passes only:
     lost_bookies: frozenset[str] = frozenset()  # unregistered at every look: their copies are gone
     registered: frozenset[str] = frozenset()  # registered now

@@ -46,7 +46,7 @@ from scrutiny.report import (
 from scrutiny.scan.context import LEDGER_COUNTERS, NO_SILENCES, Pass, RunContext, Silences
 from scrutiny.scan.engines import Engine, Progress, make_engine
 from scrutiny.scan.holdings import HoldingsPhase
-from scrutiny.scan.messages import MessagesPhase
+from scrutiny.scan.messages import MessagesPhase, unvalidated
 from scrutiny.scan.result import Blast, RangeResult
 from scrutiny.scan.topics import TopicsPhase, pulsar_store
 from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, open_store
@@ -116,11 +116,14 @@ class ScrutinyRun:
     def __init__(self, settings: ScanSettings, engine: Engine | None = None, progress: Progress | None = None,
                  sleep: Callable[[float], None] = time.sleep, run_id: str | None = None, kind: str = "scan",
                  record_sightings: bool = False, store: MetadataStore | None = None,
-                 facts: Callable[[], ClusterFacts] | None = None) -> None:
+                 facts: Callable[[], ClusterFacts] | None = None, checkpoints: bool = False) -> None:
         self.settings = settings.validate()
         self.store = store  # a connected store the caller keeps open (continuous scrutiny's batches); else its own
         self.facts = facts  # the facts the run starts on (continuous scrutiny's, kept between changes); else read
         self.record_sightings = record_sightings  # the auditor keeps the orphan sightings from run to run
+        # the leader's runs: each topic's messages are validated on from its checkpoint, which they keep; a topic
+        # run (continuous scrutiny's) also scrubs the topic's ledgers closed since, and validates them
+        self.checkpoints = checkpoints
         self.kind = kind  # named in every log line of the run: the auditor runs several kinds
         self.engine, self.progress, self.sleep = engine or make_engine(settings), progress, sleep
         self.run_id = run_id or uuid.uuid4().hex[:12]
@@ -178,6 +181,7 @@ class ScrutinyRun:
             marked = {lid: m.replicas for lid, m in marks.items()} if blast else dict.fromkeys(marks, ())
             topic_run = bool(s.topics) and ledger_ids is None
             held = False
+            closed_since: frozenset[int] = frozenset()
             if topic_run or (s.pulsar_check and whole):
                 with pulsar_store(store, s) as pulsar:
                     held = s.pulsar_check and pulsar.pulsar_present()
@@ -186,8 +190,11 @@ class ScrutinyRun:
                         problems += record.problems
                         wanted += sorted(lid for t in s.topics for lid in record.topic_ledgers(t))
                         scoped = True
+                        if self.checkpoints and held:
+                            closed_since = unvalidated(store, record, s.topics)
             ctx = RunContext(s, locations, marked, facts.agent_addresses, started, only, without=gone,
-                             blast_radius=blast, holdings=whole and s.orphan_check, lost=lost, pulsar=held)
+                             blast_radius=blast, holdings=whole and s.orphan_check, lost=lost, pulsar=held,
+                             scrub=closed_since)
             pending = PendingRun(store, started, ctx, marks, set(wanted) if scoped else None, facts.registered,
                                  racks_from_store, pulsar_topics=None if whole else tuple(s.topics),
                                  replication_disabled=facts.replication_disabled)
@@ -364,7 +371,7 @@ class ScrutinyRun:
         """A deep run: each topic's producers' sequence ids through its ledgers (`scrutiny.scan.messages`)."""
         if not pending.ctx.pulsar or not pending.messages:
             return
-        phase = MessagesPhase(self.settings, pending.store, self.run_id, self.record_sightings, self.sleep)
+        phase = MessagesPhase(self.settings, pending.store, self.run_id, self.checkpoints, self.sleep)
         pending.findings.add(phase.run(pending.messages, pending.stats))
         pending.messages.clear()
 

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from scrutiny.checks import Violation
 from scrutiny.checks.sequences import (
@@ -64,6 +64,21 @@ def _position(text: object) -> Position | None:
     ledger_id, _, entry_id = str(text).partition(":")
     return Position(int(ledger_id), int(entry_id)) if ledger_id.lstrip("-").isdigit() and entry_id.lstrip(
         "-").isdigit() else None
+
+
+def unvalidated(store: MetadataStore, record: PulsarRecord, topics: Iterable[str]) -> frozenset[int]:
+    """The ledgers of these topics after their checkpoints' (a topic never validated is left to the deep pass:
+    its whole history is the deep scrub's to read, at its pace)."""
+    out: set[int] = set()
+    for topic in topics:
+        t = record.topic(topic)
+        done = checkpoint_record(topic).read(store).position
+        if t is None or done is None:
+            continue
+        order = in_bookkeeper(t)
+        if done.ledger_id in order:
+            out.update(order[order.index(done.ledger_id) + 1:])
+    return frozenset(out)
 
 
 @dataclasses.dataclass

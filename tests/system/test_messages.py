@@ -229,13 +229,7 @@ def test_each_topics_checkpoint_lets_the_next_leader_validate_a_closed_ledger_al
     with store_at(settings.metadata_service_uri) as store:
         kept = checkpoint_record(DEDUP).read(store)
     assert kept.position == Position(23, 0) and kept.producers["b"].highest == 200
-    # the broker closes the head (3 entries) and opens a new one
-    closed = dataclasses.replace(ledger(24, BOOKIES, last=2), custom_metadata=encode.ledger_keys("topic", DEDUP))
-    w.client.set(ledger_path(w.layout, w.root, 24), encode_ledger_metadata(closed, 3))
-    w.write_ledgers([open_head(dataclasses.replace(closed, ledger_id=25))])
-    w.write_managed_ledger(managed_ledger_of(DEDUP), encode.managed_ledger(
-        [LedgerInfo(21, 22, 100), LedgerInfo(22, 16, 100), LedgerInfo(23, 1, 100), LedgerInfo(24, 3, 100),
-         LedgerInfo(25)]))
+    close_the_head(w)  # between the two leaders: no look saw it
     second = Auditor(dataclasses.replace(settings, deep=False), auditing, engine=LocalEngine()).start()
     try:
         wait_for(lambda: second.leading.is_set())
@@ -251,6 +245,44 @@ def test_each_topics_checkpoint_lets_the_next_leader_validate_a_closed_ledger_al
     assert found == {("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22), ("PULSAR_REPEAT_UNDER_DEDUP", 22)}
     with store_at(settings.metadata_service_uri) as store:
         assert checkpoint_record(DEDUP).read(store).position == Position(24, 2)
+
+
+def close_the_head(w: ClusterWriter) -> None:
+    """DEDUP's broker closes its head, ledger 24 (3 entries), and opens ledger 25."""
+    closed = dataclasses.replace(ledger(24, BOOKIES, last=2), custom_metadata=encode.ledger_keys("topic", DEDUP))
+    w.client.set(ledger_path(w.layout, w.root, 24), encode_ledger_metadata(closed, 3))
+    w.write_ledgers([open_head(dataclasses.replace(closed, ledger_id=25))])
+    w.write_managed_ledger(managed_ledger_of(DEDUP), encode.managed_ledger(
+        [LedgerInfo(21, 22, 100), LedgerInfo(22, 16, 100), LedgerInfo(23, 1, 100), LedgerInfo(24, 3, 100),
+         LedgerInfo(25)]))
+
+
+def test_continuous_scrutiny_validates_a_ledger_closed_since_the_checkpoint_at_once(
+        topics_cluster: tuple[ScanSettings, ClusterWriter, list[BookieAgent]], tmp_path: Path) -> None:
+    """With the deep scrub on, the leader's look at a topic whose record changed reads its ledgers closed
+    since the checkpoint, and validates them: the checkpoint moves on without a deep run."""
+    settings, w, _ = topics_cluster
+    auditing = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"),
+                               full_interval_seconds=0, underreplication_interval_seconds=0,
+                               deep_interval_seconds=3600, deep_pass_days=1 / 24, insecure_open_rescan=True,
+                               continuous_batch_seconds=0.3)
+    auditor = Auditor(dataclasses.replace(settings, deep=False), auditing, engine=LocalEngine()).start()
+    try:
+        wait_for(lambda: DEEP in auditor.last)
+        deep_run = auditor.last[DEEP].run_id
+        close_the_head(w)
+
+        def checkpoint() -> Position | None:
+            with store_at(settings.metadata_service_uri) as store:
+                return checkpoint_record(DEDUP).read(store).position
+
+        wait_for(lambda: checkpoint() == Position(24, 2), 60)
+        assert auditor.last[DEEP].run_id == deep_run  # no deep run since: continuous scrutiny's look did it
+        looks = auditor.continuous
+        assert looks is not None
+        wait_for(lambda: looks.stats["topics_checked"] >= 1)  # counted once its look is done
+    finally:
+        auditor.stop()
 
 
 def test_a_finding_whose_ledger_is_trimmed_while_it_is_read_again_is_not_reported(
