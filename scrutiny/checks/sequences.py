@@ -170,11 +170,13 @@ class DedupSnapshot:
 
 @dataclass(frozen=True)
 class Validation:
+    """A topic's validation: its new checkpoint; the findings (those standing in the checkpoint whose ledger
+    the topic still lists, and the new ones); the ledgers validated; where it stopped, and why not further."""
+
     checkpoint: MessageCheckpoint
     violations: tuple[Violation, ...] = ()
     ledgers: tuple[int, ...] = ()  # validated, in order
     stopped_at: int | None = None  # the first ledger that could not be (a copy unverified, not read this run)
-    # `violations`: the checkpoint's standing findings whose ledger the topic still lists, and the new ones
 
 
 def validate(checkpoint: MessageCheckpoint, order: Sequence[int], read: Mapping[int, LedgerSequences],

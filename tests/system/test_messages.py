@@ -186,10 +186,13 @@ def topics_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespa
         a.stop(grace=0)
 
 
+@pytest.mark.parametrize("engine", ["local", "spark"])
 def test_messages_gone_behind_deduplication_and_a_repeat_it_should_have_dropped_are_found(
-        topics_cluster: tuple[ScanSettings, ClusterWriter, list[BookieAgent]]) -> None:
+        topics_cluster: tuple[ScanSettings, ClusterWriter, list[BookieAgent]], engine: str,
+        request: pytest.FixtureRequest) -> None:
     settings, _, _ = topics_cluster
-    report = ScrutinyRun(settings, LocalEngine()).execute()
+    runner = LocalEngine() if engine == "local" else request.getfixturevalue("spark_engine")
+    report = ScrutinyRun(settings, runner).execute()
     assert report.complete
     found = {(str(v.category), v.ledger_id): v for v in report.violations}
     assert set(found) == {("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22), ("PULSAR_REPEAT_UNDER_DEDUP", 22)}
