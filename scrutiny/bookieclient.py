@@ -25,7 +25,7 @@ from scrutiny.codec import EMPTY_ANSWER, CodecError, decode
 from scrutiny.config import DEFAULT_AGENT_PORT, ScanSettings
 from scrutiny.entrylog import PAYLOAD_HASH_BYTES
 from scrutiny.metadata import LedgerMetadata
-from scrutiny.pulsar.entry import LedgerEnvelopes
+from scrutiny.pulsar.entry import LedgerEnvelopes, envelope
 from scrutiny.tls import channel_credentials
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
@@ -88,11 +88,12 @@ def interpret_verification(bookie_id: str, msg: Any) -> DeepAnswer:
 
 
 def envelopes_of(msg: Any) -> LedgerEnvelopes | None:
-    """An agent's Pulsar envelopes; None (not read) when its columns do not line up."""
-    cols = (msg.entry_ids, msg.producer, msg.first_sequence_ids, msg.last_sequence_ids, msg.messages, msg.stamps)
-    if len({len(c) for c in cols}) != 1 or any(p >= len(msg.producers) for p in msg.producer):
+    """An agent's Pulsar framing, each message's metadata parsed here; None (not read) when its columns do not
+    line up."""
+    if not len(msg.entry_ids) == len(msg.stamps) == len(msg.metadata):
         return None
-    return LedgerEnvelopes.of_columns(tuple(msg.producers), cols, msg.first_problem)
+    return LedgerEnvelopes.gather(((e, envelope((s, m, ""))) for e, s, m in
+                                   zip(msg.entry_ids, msg.stamps, msg.metadata, strict=True)), msg.first_problem)
 
 
 class EndpointResolver:

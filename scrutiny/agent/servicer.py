@@ -27,7 +27,7 @@ from scrutiny.entrysources import (
     SourceError,
     WatchesChanges,
 )
-from scrutiny.pulsar.entry import Envelope, LedgerEnvelopes, read_envelope
+from scrutiny.pulsar.entry import frame
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -270,11 +270,10 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         if failed:
             return reply(status=bookie_pb2.EIO, ledger_id=ask.ledger_id, message=failed)
         digest_type = bookie_pb2.DigestType.Name(ask.digest_type)
-        envelopes: list[tuple[int, Envelope]] = []
-        on_payload = (lambda eid, payload: envelopes.append((eid, read_envelope(payload)))) \
-            if ask.pulsar_messages else None
+        framings = PulsarFramings() if ask.pulsar_messages else None
         try:
-            got = reader.verify(ask.ledger_id, digest_type, ask.password or None, self.deep_rate.take, on_payload)
+            got = reader.verify(ask.ledger_id, digest_type, ask.password or None, self.deep_rate.take,
+                                framings.add if framings is not None else None)
         except SourceError as exc:
             return reply(status=bookie_pb2.EIO, ledger_id=ask.ledger_id, message=str(exc))
         except Exception as exc:  # a source bug must not kill the stream for every other ledger
@@ -289,11 +288,26 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
                      payload_hashes=got.payload_hashes, bytes_read=got.bytes_read,
                      digest_unchecked=not got.digest_checked,
                      corrupt=[bookie_pb2.CorruptEntry(entry_id=e, reason=r, detail=d) for e, r, d in got.corrupt],
-                     pulsar=pulsar_entries(LedgerEnvelopes.gather(envelopes)) if ask.pulsar_messages else None)
+                     pulsar=framings.answer() if framings is not None else None)
 
 
-def pulsar_entries(env: LedgerEnvelopes) -> Any:
-    return bookie_pb2.PulsarEntries(
-        producers=env.producers, entry_ids=env.entry_ids.tolist(), producer=env.producer.tolist(),
-        first_sequence_ids=env.first_sequence_ids.tolist(), last_sequence_ids=env.last_sequence_ids.tolist(),
-        messages=env.messages.tolist(), stamps=env.stamps.tolist(), first_problem=env.first_problem)
+class PulsarFramings:
+    """A ledger's verified entries' Pulsar framing, in columns, as the answer carries them."""
+
+    def __init__(self) -> None:
+        self.entry_ids: list[int] = []
+        self.stamps: list[int] = []
+        self.metadata: list[bytes] = []
+        self.first_problem = ""
+
+    def add(self, entry_id: int, payload: bytes) -> None:
+        stamps, metadata, detail = frame(payload)
+        self.entry_ids.append(entry_id)
+        self.stamps.append(stamps)
+        self.metadata.append(metadata)
+        if detail and not self.first_problem:
+            self.first_problem = f"entry {entry_id}: {detail}"
+
+    def answer(self) -> Any:
+        return bookie_pb2.PulsarEntries(entry_ids=self.entry_ids, stamps=self.stamps, metadata=self.metadata,
+                                        first_problem=self.first_problem)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -74,15 +74,23 @@ def unreadable(detail: str, stamps: int) -> Envelope:
     return Envelope("", -1, -1, 0, stamps | _UNREADABLE, detail)
 
 
-def read_envelope(data: bytes) -> Envelope:
-    """The envelope of one entry's payload (BookKeeper's header and digest removed)."""
+# An entry's framing, read where it is stored (the agent): its stamps so far, the MessageMetadata's bytes
+# (empty when the entry is no Pulsar message), and why not, or why its checksum failed. A plain tuple: the
+# agent makes one an entry.
+Framed = tuple[int, bytes, str]
+
+
+def frame(data: bytes) -> Framed:
+    """The framing of one entry's payload (BookKeeper's header and digest removed): the broker's entry metadata
+    skipped, Pulsar's checksum verified, the message metadata cut out (not parsed: the agent's CPU is the
+    bookie host's)."""
     at = stamps = 0
     checksum_bad = ""
     try:
-        if data[:2] == _BROKER_ENTRY_BYTES:
+        if data.startswith(_BROKER_ENTRY_BYTES):
             at = 6 + _U32.unpack_from(data, 2)[0]
             stamps = _BROKER_ENTRY
-        if data[at:at + 2] == _CHECKSUM_BYTES:
+        if data.startswith(_CHECKSUM_BYTES, at):
             stored = _U32.unpack_from(data, at + 2)[0]
             at += 6
             stamps |= _CHECKSUM
@@ -91,11 +99,20 @@ def read_envelope(data: bytes) -> Envelope:
                 stamps |= _CHECKSUM_BAD
                 checksum_bad = f"Pulsar's CRC32C is {computed:08x}, the entry says {stored:08x}"
         size = _U32.unpack_from(data, at)[0]
-        if size > _MAX_METADATA or at + 4 + size > len(data):
-            return unreadable(f"a metadata size of {size} in {len(data)} bytes", stamps)
-        meta = _MessageMetadata.FromString(data[at + 4:at + 4 + size])
     except struct.error:
-        return unreadable(f"{len(data)} bytes: shorter than a message's envelope", stamps)
+        return stamps | _UNREADABLE, b"", f"{len(data)} bytes: shorter than a message's envelope"
+    if size > _MAX_METADATA or at + 4 + size > len(data):
+        return stamps | _UNREADABLE, b"", f"a metadata size of {size} in {len(data)} bytes"
+    return stamps, data[at + 4:at + 4 + size], checksum_bad
+
+
+def envelope(framed: Framed) -> Envelope:
+    """An entry's envelope from its framing: the message metadata parsed."""
+    stamps, metadata, detail = framed
+    if stamps & _UNREADABLE:
+        return unreadable(detail, stamps)
+    try:
+        meta = _MessageMetadata.FromString(metadata)
     except DecodeError as exc:
         return unreadable(f"MessageMetadata: {exc}", stamps)
     producer, first = meta.producer_name, meta.sequence_id
@@ -118,7 +135,12 @@ def read_envelope(data: bytes) -> Envelope:
     last = highest if highest > first else first + max(n, 1) - 1
     if last >= 1 << 63:  # as Pulsar's Java code holds them (longs)
         first, last = (first - (1 << 64) if first >= 1 << 63 else first), last - (1 << 64)
-    return Envelope(producer, first, last, max(n, 1), stamps, checksum_bad)
+    return Envelope(producer, first, last, max(n, 1), stamps, detail)
+
+
+def read_envelope(data: bytes) -> Envelope:
+    """The envelope of one entry's payload, framing and metadata."""
+    return envelope(frame(data))
 
 
 _TYPES = (np.int64, np.int32, np.int64, np.int64, np.int32, np.uint32)
@@ -138,22 +160,19 @@ class LedgerEnvelopes:
     first_problem: str = ""
 
     @staticmethod
-    def gather(read: Iterable[tuple[int, Envelope]]) -> LedgerEnvelopes:
+    def gather(read: Iterable[tuple[int, Envelope]], problem: str = "") -> LedgerEnvelopes:
+        """Entries' envelopes in columns; `problem`, else the first entry's that has one, names what was wrong."""
         names: dict[str, int] = {}
         rows = []
-        problem = ""
         for eid, env in read:
             who = names.setdefault(env.producer, len(names)) if env.is_message else -1
             rows.append((eid, who, env.first_sequence_id, env.last_sequence_id, env.messages, int(env.stamps)))
             if env.detail and not problem:
                 problem = f"entry {eid}: {env.detail}"
-        return LedgerEnvelopes.of_columns(tuple(names), list(zip(*rows, strict=True)) or [()] * 6, problem)
-
-    @staticmethod
-    def of_columns(producers: tuple[str, ...], cols: Sequence[Sequence[int]], first_problem: str) -> LedgerEnvelopes:
-        """From the six columns in the fields' order."""
-        ids, who, first, last, messages, stamps = (np.array(c, dtype=t) for c, t in zip(cols, _TYPES, strict=True))
-        return LedgerEnvelopes(producers, ids, who, first, last, messages, stamps, first_problem)
+        cols = list(zip(*rows, strict=True)) or [()] * 6
+        ids, producer, first, last, messages, stamps = (np.array(c, dtype=t) for c, t in zip(cols, _TYPES,
+                                                                                               strict=True))
+        return LedgerEnvelopes(tuple(names), ids, producer, first, last, messages, stamps, problem)
 
     def stamped(self, stamp: Stamp) -> np.ndarray:
         """A mask of the entries with `stamp`."""

@@ -7,6 +7,7 @@ import struct
 import numpy as np
 import pytest
 
+from scrutiny.agent.servicer import PulsarFramings
 from scrutiny.bookieclient import envelopes_of
 from scrutiny.categories import Category
 from scrutiny.checks import DeepAnswer, check_checksums, holds_messages
@@ -107,21 +108,21 @@ def test_a_checksum_failure_names_each_copy_its_entries_and_the_message() -> Non
     assert check_checksums(md, {"c:1": deep["c:1"], "d:1": DeepAnswer(ids)}) == []  # good, or not read
 
 
-def test_the_agents_columns_are_read_back_and_refused_when_they_do_not_line_up() -> None:
-    env = envelopes({2})
-    msg = bookie_pb2.PulsarEntries(producers=env.producers, entry_ids=env.entry_ids.tolist(),
-                                   producer=env.producer.tolist(), first_sequence_ids=env.first_sequence_ids.tolist(),
-                                   last_sequence_ids=env.last_sequence_ids.tolist(), messages=env.messages.tolist(),
-                                   stamps=env.stamps.tolist(), first_problem=env.first_problem)
+def test_what_the_agent_frames_the_caller_reads_as_the_whole_envelope_and_refuses_when_it_does_not_line_up(
+        ) -> None:
+    stored = [encode.message("orders-1", 100 + e, corrupt=e == 2, broker_entry=(1, e) if e % 2 else None)
+              for e in range(6)] + [b"kafka"]
+    framings = PulsarFramings()
+    for e, data in enumerate(stored):
+        framings.add(e, data)
+    msg = framings.answer()
+    assert msg.first_problem.startswith("entry 2: Pulsar's CRC32C")
     back = envelopes_of(msg)
-    assert back is not None and back.producers == env.producers and back.first_problem.startswith("entry 2:")
+    whole = LedgerEnvelopes.gather((e, read_envelope(data)) for e, data in enumerate(stored))
+    assert back is not None and back.producers == whole.producers == ("orders-1",)
     for column in ("entry_ids", "first_sequence_ids", "last_sequence_ids", "messages", "stamps", "producer"):
-        assert np.array_equal(getattr(back, column), getattr(env, column))
+        assert np.array_equal(getattr(back, column), getattr(whole, column)), column
     short = bookie_pb2.PulsarEntries()
     short.CopyFrom(msg)
     del short.stamps[-1]
     assert envelopes_of(short) is None
-    unnamed = bookie_pb2.PulsarEntries()
-    unnamed.CopyFrom(msg)
-    unnamed.producer[0] = 5  # no such producer
-    assert envelopes_of(unnamed) is None
