@@ -62,24 +62,25 @@ def build(path: Path, ledgers: int, entries: int, payload: int) -> None:
         bookie.flush()
 
 
-def verify(port: int, ledgers: int, parse: bool, kept: list[Any] | None = None) -> int:
-    """Every ledger verified by the agent; the entries whose framing came back (0 without); `kept` gets the
-    answers' framings."""
+def verify(port: int, ledgers: int, parse: bool, kept: list[Any] | None = None) -> tuple[int, int]:
+    """Every ledger verified by the agent: the entries whose framing came back (0 without), and the answers'
+    bytes; `kept` gets the answers' framings."""
     with grpc.insecure_channel(f"127.0.0.1:{port}", [("grpc.max_receive_message_length", 64 << 20)]) as ch:
         stub = bookie_pb2_grpc.BookieStub(ch)
         asks = [bookie_pb2.LedgerToVerify(ledger_id=lid, digest_type=bookie_pb2.CRC32C, pulsar_messages=parse)
                 for lid in range(ledgers)]
-        parsed = 0
+        parsed = size = 0
         for i in range(0, ledgers, 20):
             req = bookie_pb2.VerifyEntriesOfLedgersRequest(ledgers=asks[i:i + 20])
             for msg in stub.VerifyEntriesOfLedgers(req, timeout=600):
+                size += msg.ByteSize()
                 for v in msg.ledgers:
                     assert v.status == bookie_pb2.EOK and not v.corrupt
                     parsed += len(v.pulsar.entry_ids)
                     assert not any(s & 2 for s in v.pulsar.stamps)  # no checksum fails
                     if kept is not None:
                         kept.append(v.pulsar)
-        return parsed
+        return parsed, size
 
 
 def run(ledgers: int, entries: int, payload: int = 1024, repeats: int = 5) -> list[dict[str, Any]]:
@@ -93,10 +94,11 @@ def run(ledgers: int, entries: int, payload: int = 1024, repeats: int = 5) -> li
             framings: list[Any] = []
             verify(port, ledgers, True, framings)  # warm the agent (imports, index) for both ways alike
             per: dict[bool, list[float]] = {False: [], True: []}
+            size = {False: 0, True: 0}
             for k in range(repeats):
                 for parse in ((False, True) if k % 2 == 0 else (True, False)):
                     before = cpu_seconds(proc.pid)
-                    parsed = verify(port, ledgers, parse)
+                    parsed, size[parse] = verify(port, ledgers, parse)
                     per[parse].append((cpu_seconds(proc.pid) - before) / total)
                     assert parsed == (total if parse else 0)
         finally:
@@ -110,9 +112,10 @@ def run(ledgers: int, entries: int, payload: int = 1024, repeats: int = 5) -> li
         caller.append((time.process_time() - t0) / total)
     assert all(e is not None and e.producers for e in envelopes)
     rows = [{"how": "verify (ids, size, CRC32C digest, payload hash)", "agent CPU us/entry":
-             statistics.median(per[False]) * 1e6, "ratio": 1.0},
+             statistics.median(per[False]) * 1e6, "ratio": 1.0, "answer bytes/entry": size[False] / total},
             {"how": "verify and frame the Pulsar entry (its checksum, its metadata cut out)",
-             "agent CPU us/entry": statistics.median(per[True]) * 1e6, "ratio": statistics.median(ratios)},
+             "agent CPU us/entry": statistics.median(per[True]) * 1e6, "ratio": statistics.median(ratios),
+             "answer bytes/entry": size[True] / total},
             {"how": "the caller (an executor): each message's metadata parsed", "caller CPU us/entry":
              statistics.median(caller) * 1e6}]
     for r in rows:
