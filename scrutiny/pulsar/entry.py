@@ -46,7 +46,7 @@ class Stamp(enum.IntFlag):
     UNREADABLE = 512  # not a Pulsar message (a KoP entry in Kafka's format, say): never validated
 
 
-# the flags as plain ints: an IntFlag's `|` costs a microsecond, as much as the rest of an envelope's read
+# the flags as plain ints: an IntFlag's `|` costs as much as the rest of an entry's framing (bench/messages)
 _BROKER_ENTRY, _CHECKSUM, _CHECKSUM_BAD = int(Stamp.BROKER_ENTRY), int(Stamp.CHECKSUM), int(Stamp.CHECKSUM_BAD)
 _MARKER, _CHUNK, _TRANSACTION = int(Stamp.MARKER), int(Stamp.CHUNK), int(Stamp.TRANSACTION)
 _REPLICATED, _COMPRESSED, _ENCRYPTED = int(Stamp.REPLICATED), int(Stamp.COMPRESSED), int(Stamp.ENCRYPTED)
