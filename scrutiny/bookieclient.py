@@ -372,6 +372,24 @@ class BookieClient:
             out[bookie_id].update(fut.result())
         return out
 
+    def last_entry(self, bookie_id: str, md: LedgerMetadata, send_password: bool = False) -> tuple[int, bytes] | None:
+        """The last entry of the ledger this bookie stores whose bytes verify, and its payload; None when it
+        stores none, or cannot say."""
+        got: list[Any] = []
+
+        def ask() -> None:
+            ledger = bookie_pb2.LedgerToVerify(ledger_id=md.ledger_id, digest_type=md.digest_type,
+                                               password=md.password if send_password and md.digest_type == "HMAC"
+                                               else b"")
+            got.append(self._stub(bookie_id).ReadLastEntry(bookie_pb2.ReadLastEntryRequest(ledger=ledger),
+                                                           timeout=self.deadline))
+
+        with self._slot(bookie_id):
+            failed = self._retried(ask)
+        if failed or not got or got[-1].status != bookie_pb2.EOK:
+            return None
+        return got[-1].entry_id, got[-1].payload
+
     def _verify_chunk(self, bookie_id: str, asks: list[Any]) -> dict[int, DeepAnswer]:
         got: dict[int, DeepAnswer] = {}
 

@@ -265,6 +265,32 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         for batch in in_messages(verified(), lambda m: m.ByteSize(), self.answers_per_message):
             yield bookie_pb2.VerifyEntriesOfLedgersResponse(ledgers=batch)
 
+    @stoppable
+    def ReadLastEntry(self, request: Any, context: grpc.ServicerContext) -> Any:
+        reader, ask = self.reader, request.ledger
+        if reader is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                          f"a {type(self.source).__name__} has no entry logs to read: it needs DbLedgerStorage")
+            return None
+        if ask.ledger_id < 0 or ask.digest_type not in bookie_pb2.DigestType.values():
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger {ask.ledger_id}, digest type {ask.digest_type}: "
+                          "a ledger id is at least 0, a digest type one of DigestType's")
+        if ask.password and not self.accepts_passwords:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          "ledger passwords (HMAC) are accepted only by an agent served over TLS")
+        reply = bookie_pb2.ReadLastEntryResponse
+        failed = self.refresh("ReadLastEntry")
+        if failed:
+            return reply(status=bookie_pb2.EIO, message=failed)
+        try:
+            got = reader.last_entry(ask.ledger_id, bookie_pb2.DigestType.Name(ask.digest_type), ask.password or None,
+                                    self.deep_rate.take)
+        except SourceError as exc:
+            return reply(status=bookie_pb2.EIO, message=str(exc))
+        if got is None:
+            return reply(status=bookie_pb2.ENOLEDGER)
+        return reply(status=bookie_pb2.EOK, entry_id=got[0], payload=got[1])
+
     def _verification(self, reader: ReadsEntries, ask: Any, failed: str) -> Any:
         reply = bookie_pb2.LedgerVerification
         if failed:

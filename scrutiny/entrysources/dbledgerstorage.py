@@ -28,6 +28,7 @@ from scrutiny.entrysources.source import Holding, SourceError, Verification
 INDEX_CACHE_BYTES = 32 << 20  # the agent's RocksDB block cache, all of a bookie's indexes together
 STORED_BYTES_MOST_ENTRIES = 1_000_000  # a ledger's stored bytes are summed entry by entry up to this many
 PAGE_BYTES = 4096
+LAST_ENTRY_TRIES = 3  # a ledger's last entries read, newest first, for one whose bytes verify
 
 
 class DbLedgerStorageSource:
@@ -247,6 +248,22 @@ class DbLedgerStorageSource:
             raise SourceError(f"ledger {ledger_id}: reading the entry logs: {exc}") from None
         return Verification(np.array(good, dtype=np.int64), b"".join(hashes), corrupt, read,
                             digest_type != "DUMMY" and (digest_type != "HMAC" or password is not None))
+
+    def last_entry(self, ledger_id: int, digest_type: str, password: bytes | None,
+                   throttle: Callable[[int], object] = lambda n: None) -> tuple[int, bytes] | None:
+        """The last entry the indexes list whose stored bytes verify, and its payload; None: none does."""
+        where = self.locations_of(ledger_id) or []
+        try:
+            with OpenLogs(self.ledger_dirs) as logs:
+                for d, eid, location in reversed(where[-LAST_ENTRY_TRIES:]):
+                    stored, reason, _ = logs.read(d, location)
+                    throttle(len(stored) + entrylog.ENTRY_SIZE.size)
+                    verdict = None if reason else entrylog.verify_entry(stored, ledger_id, eid, digest_type, password)
+                    if verdict is not None and not verdict.reason:
+                        return eid, verdict.payload
+        except OSError as exc:
+            raise SourceError(f"ledger {ledger_id}: reading the entry logs: {exc}") from None
+        return None
 
     def close(self) -> None:
         with self._lock:

@@ -74,6 +74,9 @@ class ReadsEntries(Protocol):
     def stored_bytes(self, ledger_id: int, most_entries: int = ...,
                      throttle: Callable[[int], object] = ...) -> int | None: ...
 
+    def last_entry(self, ledger_id: int, digest_type: str, password: bytes | None,
+                   throttle: Callable[[int], object] = ...) -> tuple[int, bytes] | None: ...
+
 
 @runtime_checkable
 class WatchesChanges(Protocol):

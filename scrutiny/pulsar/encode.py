@@ -54,6 +54,14 @@ def cursor(ledger_id: int = -1, mark_delete: Position | None = None,
     return compressed(info.SerializeToString(), compression)
 
 
+def position_entry(mark_delete: Position, properties: Mapping[str, int] | None = None) -> bytes:
+    """An entry of a cursor's ledger: its position (`PositionInfo`) each time the broker persists it."""
+    info = mlpb.PositionInfo(ledgerId=mark_delete.ledger_id, entryId=mark_delete.entry_id)
+    for k, v in (properties or {}).items():
+        info.properties.add(name=k, value=v)
+    return info.SerializeToString()
+
+
 def compaction_cursor(compacted_ledger: int, mark_delete: Position | None = None) -> bytes:
     return cursor(-1, mark_delete, properties={COMPACTED_LEDGER_PROPERTY: compacted_ledger})
 

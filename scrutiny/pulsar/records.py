@@ -183,6 +183,14 @@ class CursorRecord:
         return cls(name, ledger_id, mark, ranges, props)
 
 
+def position_entry(where: str, data: bytes) -> tuple[Position, dict[str, int]]:
+    """A cursor's position as its ledger's entry holds it (`PositionInfo`): the mark-delete, its properties."""
+    info = _parsed(mlpb.PositionInfo(), where, data)
+    if not info.HasField("ledgerId") or not info.HasField("entryId"):
+        raise MetadataError(f"{where}: a PositionInfo without its position")
+    return Position(info.ledgerId, info.entryId), {p.name: p.value for p in info.properties}
+
+
 @dataclass(frozen=True)
 class SchemaRecord:
     schema_id: str  # tenant/namespace/topic

@@ -10,12 +10,14 @@ past the position it was judged at."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
+from scrutiny.bookieclient import BookieClient
 from scrutiny.checks import Violation
 from scrutiny.checks.sequences import (
     DEDUP_CURSOR,
@@ -27,12 +29,14 @@ from scrutiny.checks.sequences import (
     validate,
 )
 from scrutiny.config import ScanSettings
+from scrutiny.errors import MetadataError
 from scrutiny.pulsar.owners import Owner
-from scrutiny.pulsar.records import Position, url_encoded
+from scrutiny.pulsar.records import Position, position_entry, url_encoded
 from scrutiny.pulsar.snapshot import PulsarRecord, TopicRecord
 from scrutiny.records import LeaderRecord
 from scrutiny.scan.topics import pulsar_store
 from scrutiny.store import MetadataStore
+from scrutiny.store.facts import ClusterFacts
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +48,46 @@ def checkpoint_record(topic: str) -> LeaderRecord[MessageCheckpoint]:
                         "the topic's messages are validated again from its first ledger")
 
 
-def dedup_snapshot(topic: TopicRecord) -> DedupSnapshot | None:
-    """Cursor `pulsar.dedup`'s mark-delete and properties, where its record holds them (a cursor whose position
-    is in its own ledger keeps them there: not read, and then nothing is judged against deduplication)."""
+def dedup_snapshot(topic: TopicRecord, last_entry: Callable[[int], bytes | None]) -> DedupSnapshot | None:
+    """Cursor `pulsar.dedup`'s mark-delete and properties: inline in its record (a cursor its broker closed), or
+    the last entry of its own ledger (a live broker's); None when deduplication is off, or neither can be read."""
     cursor = topic.cursors.get(DEDUP_CURSOR)
-    if cursor is None or cursor.mark_delete is None:
+    if cursor is None:
         return None
-    return DedupSnapshot(cursor.mark_delete, dict(cursor.properties))
+    if cursor.mark_delete is not None:
+        return DedupSnapshot(cursor.mark_delete, dict(cursor.properties))
+    data = last_entry(cursor.ledger_id) if cursor.ledger_id >= 0 else None
+    if data is None:
+        return None
+    try:
+        return DedupSnapshot(*position_entry(f"{topic.topic}'s cursor {DEDUP_CURSOR}, ledger {cursor.ledger_id}",
+                                             data))
+    except MetadataError as exc:  # another version's entry (compressed, chunked): nothing judged against it
+        log.info("%s", exc)
+        return None
+
+
+class CursorLedgers:
+    """The last entry of cursors' own ledgers, asked of their current ensemble's agents (a client opened once
+    for the phase, if ever)."""
+
+    def __init__(self, settings: ScanSettings, store: MetadataStore) -> None:
+        self.settings, self.store = settings, store
+        self._client: BookieClient | None = None
+
+    def last_entry(self, ledger_id: int) -> bytes | None:
+        md = next(iter(self.store.read_ledgers([ledger_id]))).metadata
+        if md is None or not md.segments:
+            return None
+        if self._client is None:
+            self._client = BookieClient.from_settings(self.settings, ClusterFacts.read(self.store).agent_addresses)
+        got = [g for b in md.segments[-1].ensemble
+               if (g := self._client.last_entry(b, md, self.settings.deep_send_passwords)) is not None]
+        return max(got)[1] if got else None
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
 
 
 def in_bookkeeper(topic: TopicRecord) -> list[int]:
@@ -93,7 +130,8 @@ class MessagesPhase:
         by_topic = stitched(read.values())
         if not by_topic:
             return []
-        with pulsar_store(self.store, self.settings) as pulsar:
+        cursors = CursorLedgers(self.settings, self.store)
+        with pulsar_store(self.store, self.settings) as pulsar, contextlib.closing(cursors):
             record = PulsarRecord.decode(pulsar.pulsar_records(sorted(by_topic)))
             read_at = time.monotonic()
             found: list[Violation] = []
@@ -101,7 +139,7 @@ class MessagesPhase:
                 t = record.topic(topic)
                 if t is None:  # deleted meanwhile
                     continue
-                dedup = dedup_snapshot(t)
+                dedup = dedup_snapshot(t, cursors.last_entry)
                 v = self._validate(topic, t, ledgers, dedup, stats)
                 owner = Owner("topic", topic)
                 found += [dataclasses.replace(x, owner=owner) for x in v.violations]
@@ -111,7 +149,7 @@ class MessagesPhase:
             if not found:
                 return []
             self.sleep(max(0.0, self.settings.recheck_delay - (time.monotonic() - read_at)))
-            return self._again(pulsar, found)
+            return self._again(pulsar, found, cursors)
 
     def _validate(self, topic: str, t: TopicRecord, ledgers: Mapping[int, LedgerSequences],
                   dedup: DedupSnapshot | None, stats: Counter[str]) -> Validation:
@@ -119,7 +157,7 @@ class MessagesPhase:
         before = record.read(self.store) if self.record_checkpoints else MessageCheckpoint()
         v = validate(before, in_bookkeeper(t), ledgers, dedup)
         stats.update({f"pulsar_{k}": n - before.stats.get(k, 0) for k, n in v.checkpoint.stats.items()
-                           if k != "checkpoint_resets"})
+                      if k != "checkpoint_resets"})
         if self.record_checkpoints and v.checkpoint != before:
             try:
                 record.write(self.store, v.checkpoint)
@@ -127,7 +165,7 @@ class MessagesPhase:
                 log.warning("run %s: could not keep %s's message checkpoint: %s", self.run_id, topic, exc)
         return v
 
-    def _again(self, pulsar: MetadataStore, found: list[Violation]) -> list[Violation]:
+    def _again(self, pulsar: MetadataStore, found: list[Violation], cursors: CursorLedgers) -> list[Violation]:
         topics = sorted({v.owner.name for v in found if v.owner is not None})
         again = PulsarRecord.decode(pulsar.pulsar_records(topics))
         present = {r.ledger_id for r in self.store.read_ledgers(sorted({v.ledger_id for v in found}))
@@ -137,7 +175,7 @@ class MessagesPhase:
             t = again.topic(v.owner.name) if v.owner is not None else None
             if t is None or v.ledger_id not in in_bookkeeper(t) or v.ledger_id not in present:
                 continue
-            now, judged = dedup_snapshot(t), _position(v.details.get("dedup_snapshot"))
+            now, judged = dedup_snapshot(t, cursors.last_entry), _position(v.details.get("dedup_snapshot"))
             if now is not None and judged is not None and now.position < judged:  # gone back: not the same history
                 continue
             kept.append(v)

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 from kazoo.client import KazooClient
 
@@ -29,6 +30,7 @@ from scrutiny.testing import store_at, store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 from tests.support.deepbookie import Bookie, ledger
 from tests.support.helpers import wait_for
 
@@ -152,14 +154,18 @@ def topics_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespa
         22: messages("a", list(range(20, 30))) + messages("b", [110, 111, 112, 113, 114]) + messages("a", [25]),
         23: messages("b", [200]),
         24: messages("b", [201, 202, 203]),  # the open head: the bookies hold its entries, its metadata is OPEN
+        # pulsar.dedup's own ledger (open), where a live broker keeps its position: two snapshots, the last
+        40: [encode.position_entry(Position(21, 5), {"a": 3, "b": 100}),
+             encode.position_entry(Position(22, 9), {"a": 29, "b": 130})],
         31: messages("v", [0, 1, 2, 9, 10]) + messages("v", [0, 1, 1]) + [encode.message("m", 0, marker_type=1)]
         + [encode.message("v", 11, chunk=(0, 2)), encode.message("v", 11, chunk=(1, 2))],
         32: messages("v", [5, 6]),
     }
     topic_of = {21: DEDUP, 22: DEDUP, 23: DEDUP, 24: DEDUP, 31: PLAIN, 32: PLAIN}
     mds = [dataclasses.replace(ledger(lid, BOOKIES, last=len(b) - 1), custom_metadata=encode.ledger_keys(
-        "topic", topic_of[lid])) for lid, b in bodies.items()]
-    w.write_ledgers([md if md.ledger_id != 24 else open_head(md) for md in mds])
+        "topic", topic_of[lid]) if lid in topic_of else encode.ledger_keys("cursor", DEDUP, cursor="pulsar.dedup"))
+        for lid, b in bodies.items()]
+    w.write_ledgers([md if md.ledger_id not in (24, 40) else open_head(md) for md in mds])
     w.write_managed_ledger(managed_ledger_of(DEDUP), encode.managed_ledger(
         [LedgerInfo(lid, len(bodies[lid]), 100) for lid in (21, 22, 23)] + [LedgerInfo(24)]),
         {"pulsar.dedup": encode.cursor(-1, Position(22, 9), properties={"a": 29, "b": 130})})
@@ -288,6 +294,19 @@ def test_continuous_scrutiny_validates_a_ledger_closed_since_the_checkpoint_at_o
         auditor.stop()
 
 
+def test_a_live_brokers_dedup_snapshot_is_read_from_its_cursors_own_ledger(
+        topics_cluster: tuple[ScanSettings, ClusterWriter, list[BookieAgent]]) -> None:
+    """A live broker keeps cursor pulsar.dedup's position in the cursor's own (open) ledger: its last entry is the
+    snapshot, read from the bookies of its ensemble, and judged as the inline one."""
+    settings, w, _ = topics_cluster
+    w.write_cursor(managed_ledger_of(DEDUP), "pulsar.dedup", encode.cursor(40))
+    report = ScrutinyRun(settings, LocalEngine()).execute()
+    found = {(str(v.category), v.ledger_id): v for v in report.violations}
+    assert set(found) == {("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22), ("PULSAR_REPEAT_UNDER_DEDUP", 22)}
+    assert found[("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22)].details["dedup_snapshot"] == "22:9"
+    assert report.stats["pulsar_topics_without_dedup_snapshot"] == 1  # PLAIN only
+
+
 def test_a_finding_whose_ledger_is_trimmed_while_it_is_read_again_is_not_reported(
         topics_cluster: tuple[ScanSettings, ClusterWriter, list[BookieAgent]]) -> None:
     """Retention trims DEDUP's ledgers 21 and 22 (the record first, then BookKeeper's metadata) between the
@@ -308,3 +327,23 @@ def test_a_finding_whose_ledger_is_trimmed_while_it_is_read_again_is_not_reporte
     assert trims and report.complete
     assert not [v for v in report.violations if str(v.category).startswith("PULSAR_")]
     assert report.stats["pulsar_ledgers_validated"] == 5  # validated as they were, then not confirmed
+
+
+def test_the_agent_reads_a_ledgers_last_entry_and_refuses_a_bad_request(
+        topics_cluster: tuple[ScanSettings, ClusterWriter, list[BookieAgent]]) -> None:
+    _, _, agents = topics_cluster
+    stub = bookie_pb2_grpc.BookieStub(grpc.insecure_channel(f"127.0.0.1:{agents[1].port}"))
+
+    def ask(ledger_id: int, **kw: object) -> object:
+        ledger = bookie_pb2.LedgerToVerify(ledger_id=ledger_id, digest_type=bookie_pb2.CRC32C, **kw)
+        return stub.ReadLastEntry(bookie_pb2.ReadLastEntryRequest(ledger=ledger), timeout=10)
+
+    got = ask(40)  # bookie 2 of 3 holds entries 0 and 1 of ledger 40 (E3 WQ2)
+    assert got.status == bookie_pb2.EOK and got.entry_id == 1
+    assert got.payload == encode.position_entry(Position(22, 9), {"a": 29, "b": 130})
+    assert ask(999).status == bookie_pb2.ENOLEDGER
+    for bad, code in (({"ledger_id": -1}, grpc.StatusCode.INVALID_ARGUMENT),
+                      ({"password": b"pw"}, grpc.StatusCode.FAILED_PRECONDITION)):
+        with pytest.raises(grpc.RpcError) as err:
+            ask(**{"ledger_id": 40, **bad})  # type: ignore[arg-type]
+        assert err.value.code() == code
