@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -180,9 +180,11 @@ class Validation:
 
 
 def validate(checkpoint: MessageCheckpoint, order: Sequence[int], read: Mapping[int, LedgerSequences],
-             dedup: DedupSnapshot | None) -> Validation:
+             dedup: DedupSnapshot | None, lost: Collection[int] = ()) -> Validation:
     """The topic's closed ledgers in BookKeeper (`order`: the managed ledger's, after any offloaded away) past
-    the checkpoint, folded in order while each was read whole in this run."""
+    the checkpoint, folded in order while each was read whole in this run. A ledger `lost` (listed, and gone
+    from BookKeeper: TOPIC_LEDGER_MISSING says so) is a hole: the validation starts again after it, knowing no
+    producer."""
     start = 0
     if checkpoint.position is not None and checkpoint.position.ledger_id in order:
         start = order.index(checkpoint.position.ledger_id) + 1
@@ -208,6 +210,11 @@ def validate(checkpoint: MessageCheckpoint, order: Sequence[int], read: Mapping[
 
     judge()
     for lid in order[start:]:
+        if lid in lost:
+            state.clear()
+            stats["restarts_after_a_lost_ledger"] += 1
+            position = Position(lid, -1)
+            continue
         led = read.get(lid)
         if led is None or not led.complete:
             stopped = lid

@@ -155,7 +155,11 @@ class MessagesPhase:
                   dedup: DedupSnapshot | None, stats: Counter[str]) -> Validation:
         record = checkpoint_record(topic)
         before = record.read(self.store) if self.record_checkpoints else MessageCheckpoint()
-        v = validate(before, in_bookkeeper(t), ledgers, dedup)
+        order = in_bookkeeper(t)
+        done = before.position.ledger_id if before.position is not None else None
+        unread = [lid for lid in order[order.index(done) + 1 if done in order else 0:] if lid not in ledgers]
+        lost = {r.ledger_id for r in self.store.read_ledgers(unread) if r.deleted} if unread else set()
+        v = validate(before, order, ledgers, dedup, lost)
         stats.update({f"pulsar_{k}": n - before.stats.get(k, 0) for k, n in v.checkpoint.stats.items()
                       if k != "checkpoint_resets"})
         if self.record_checkpoints and v.checkpoint != before:

@@ -141,3 +141,15 @@ def test_a_finding_stands_in_every_later_validation_while_its_ledger_is_the_topi
     assert later.violations[0].details == first.violations[0].details  # the verdict on the snapshot it judged
     trimmed = validate(later.checkpoint, [2, 3], {3: ledger(3, plain("p", [61]))}, None)
     assert trimmed.violations == () and trimmed.ledgers == (3,)
+
+
+def test_a_lost_ledger_is_a_hole_the_validation_starts_again_after() -> None:
+    dedup = DedupSnapshot(Position(3, 0), {"p": 50})
+    ledgers = {1: ledger(1, plain("p", [1, 2])), 3: ledger(3, plain("p", [40, 41]))}
+    v = validate(MessageCheckpoint(), [1, 2, 3], ledgers, dedup, lost={2})
+    assert v.ledgers == (1, 3) and v.stopped_at is None and v.checkpoint.position == Position(3, 1)
+    # after the hole p is known from ledger 3 only; its ids only grow, so the 50 persisted by 3:0 came after its
+    # 40 at 3:0, in what was read whole: gone
+    assert [str(x.category) for x in v.violations] == ["PULSAR_DEDUP_STATE_AHEAD_OF_DATA"]
+    assert v.checkpoint.stats["restarts_after_a_lost_ledger"] == 1
+    assert validate(MessageCheckpoint(), [1, 2, 3], ledgers, dedup).stopped_at == 2  # not known lost: it waits

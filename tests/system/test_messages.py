@@ -307,6 +307,17 @@ def test_a_live_brokers_dedup_snapshot_is_read_from_its_cursors_own_ledger(
     assert report.stats["pulsar_topics_without_dedup_snapshot"] == 1  # PLAIN only
 
 
+def test_a_lost_ledger_is_reported_and_the_validation_starts_again_after_it(
+        topics_cluster: tuple[ScanSettings, ClusterWriter, list[BookieAgent]]) -> None:
+    settings, w, _ = topics_cluster
+    w.delete_ledger(21)  # still listed by DEDUP's record
+    report = ScrutinyRun(settings, LocalEngine()).execute()
+    found = {(str(v.category), v.ledger_id) for v in report.violations}
+    assert found == {("TOPIC_LEDGER_MISSING", 21), ("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22),
+                     ("PULSAR_REPEAT_UNDER_DEDUP", 22)}
+    assert report.stats["pulsar_restarts_after_a_lost_ledger"] == 1 and report.stats["pulsar_ledgers_validated"] == 4
+
+
 def test_a_finding_whose_ledger_is_trimmed_while_it_is_read_again_is_not_reported(
         topics_cluster: tuple[ScanSettings, ClusterWriter, list[BookieAgent]]) -> None:
     """Retention trims DEDUP's ledgers 21 and 22 (the record first, then BookKeeper's metadata) between the
