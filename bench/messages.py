@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from bench.common import cpu_seconds, table
+from bench.common import cpu_seconds, median_seconds, table
 from bench.deepscrub import sequential_read, start_agent
 from scrutiny import entrylog
 from scrutiny.bookieclient import envelopes_of
@@ -141,18 +141,10 @@ def validation(ledgers: int, entries: int, producers: int = 5, repeats: int = 5)
     dedup = DedupSnapshot(Position(ledgers - 1, 0), {f"producer-{p}": 0 for p in range(producers)})
     before = validate(MessageCheckpoint(), order[:-1], {lid: summed[lid] for lid in order[:-1]}, dedup).checkpoint
 
-    def timed_median(fn: Any) -> float:
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
-
-    summary = timed_median(lambda: LedgerSequences.of(0, "persistent://t/n/x", entries - 1, deep[0]))
-    whole = timed_median(lambda: validate(MessageCheckpoint(), order, summed, dedup))
-    alone = timed_median(lambda: validate(MessageCheckpoint.parse(before.to_bytes()), order,
-                                          {ledgers - 1: summed[ledgers - 1]}, dedup))
+    summary = median_seconds(lambda: LedgerSequences.of(0, "persistent://t/n/x", entries - 1, deep[0]), repeats)
+    whole = median_seconds(lambda: validate(MessageCheckpoint(), order, summed, dedup), repeats)
+    alone = median_seconds(lambda: validate(MessageCheckpoint.parse(before.to_bytes()), order,
+                                            {ledgers - 1: summed[ledgers - 1]}, dedup), repeats)
     assert validate(before, order, {ledgers - 1: summed[ledgers - 1]}, dedup).checkpoint == validate(
         MessageCheckpoint(), order, summed, dedup).checkpoint
     return [{"step": "executor: one ledger's envelopes summed up per producer", "median ms": summary * 1e3},

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import grpc
@@ -66,6 +66,27 @@ def shares(md: LedgerMetadata, bookie: str, body_of: dict[int, bytes]) -> dict[i
     return out
 
 
+def bookies_with_agents(w: ClusterWriter, uri: str, tmp_path: Path, mds: list[LedgerMetadata],
+                        bodies: Callable[[int], Mapping[int, bytes]]) -> list[BookieAgent]:
+    """BOOKIES registered, each a DbLedgerStorage directory with its shares of `mds` (the entries `bodies`
+    gives a ledger) and its agent, registered."""
+    for b in BOOKIES:
+        w.register_bookie(BookieRegistration(b, False))
+    store = store_on(w.client, uri)
+    agents = []
+    for n, bid in enumerate(BOOKIES):
+        path = tmp_path / f"bookie{n}"
+        b = Bookie(path, LiveBookie(path), EntryLog(path, 1))
+        for md in mds:
+            b.store(md, shares(md, bid, bodies(md.ledger_id)))
+        b.seal()
+        b.index.close()
+        agent = BookieAgent(DbLedgerStorageSource([path], tmp_path / f"scratch{n}"), bind="127.0.0.1:0").start()
+        agent.register(store, bid, f"127.0.0.1:{agent.port}")
+        agents.append(agent)
+    return agents
+
+
 @pytest.fixture
 def pulsar_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
                    tmp_path: Path) -> Iterator[ScanSettings]:
@@ -87,21 +108,8 @@ def pulsar_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespa
     mds = [dataclasses.replace(ledger(lid, BOOKIES, last=len(bodies) - 1), custom_metadata=keys)
            for lid, (keys, bodies) in layout.items()]
     w.write_ledgers(mds)
-    for b in BOOKIES:
-        w.register_bookie(BookieRegistration(b, False))
     uri = f"zk+hierarchical://{zk_server.hosts}{root}"
-    store = store_on(zk_client, uri)
-    agents = []
-    for n, bid in enumerate(BOOKIES):
-        path = tmp_path / f"bookie{n}"
-        b = Bookie(path, LiveBookie(path), EntryLog(path, 1))
-        for md in mds:
-            b.store(md, shares(md, bid, layout[md.ledger_id][1]))
-        b.seal()
-        b.index.close()
-        agent = BookieAgent(DbLedgerStorageSource([path], tmp_path / f"scratch{n}"), bind="127.0.0.1:0").start()
-        agent.register(store, bid, f"127.0.0.1:{agent.port}")
-        agents.append(agent)
+    agents = bookies_with_agents(w, uri, tmp_path, mds, lambda lid: layout[lid][1])
     yield ScanSettings(metadata_service_uri=uri, engine="local", recheck_delay=0.1, placement_policy="none")
     for a in agents:
         a.stop(grace=0)
@@ -171,21 +179,8 @@ def topics_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespa
         {"pulsar.dedup": encode.cursor(-1, Position(22, 9), properties={"a": 29, "b": 130})})
     w.write_managed_ledger(managed_ledger_of(PLAIN), encode.managed_ledger(
         [LedgerInfo(lid, len(bodies[lid]), 100) for lid in (31, 32)]))
-    for b in BOOKIES:
-        w.register_bookie(BookieRegistration(b, False))
     uri = f"zk+hierarchical://{zk_server.hosts}{root}"
-    store = store_on(zk_client, uri)
-    agents = []
-    for n, bid in enumerate(BOOKIES):
-        path = tmp_path / f"bookie{n}"
-        b = Bookie(path, LiveBookie(path), EntryLog(path, 1))
-        for md in mds:
-            b.store(md, shares(md, bid, dict(enumerate(bodies[md.ledger_id]))))
-        b.seal()
-        b.index.close()
-        agent = BookieAgent(DbLedgerStorageSource([path], tmp_path / f"scratch{n}"), bind="127.0.0.1:0").start()
-        agent.register(store, bid, f"127.0.0.1:{agent.port}")
-        agents.append(agent)
+    agents = bookies_with_agents(w, uri, tmp_path, mds, lambda lid: dict(enumerate(bodies[lid])))
     yield (ScanSettings(metadata_service_uri=uri, engine="local", recheck_delay=0.1, placement_policy="none",
                         deep=True), w, agents)
     for a in agents:
