@@ -1,10 +1,10 @@
 """A run's topics phase: Pulsar's record (read from Pulsar's metadata store, BookKeeper's unless
 `pulsar_metadata_uri` names another) held against BookKeeper's ledgers as the first pass saw them
-(`scrutiny.checks.topics`). Every finding rests on facts read twice: the records it concerns are read again
-no sooner than the re-check delay after the first read, then BookKeeper's metadata of every ledger they
-name, in that order (a ledger is created before a record names it and deleted after it is dropped from one),
-then those records once more (a topic's deletion removes its ledgers first, its record after), and only a
-finding the fresh facts give again is reported."""
+(`scrutiny.checks.topics`), a ledger missing there read again after the record. Every finding rests on facts
+read twice: the records it concerns are read again no sooner than the re-check delay after the first look,
+then BookKeeper's metadata of every ledger they name, in that order (a ledger is created before a record
+names it and deleted after it is dropped from one), then those records once more (a topic's deletion removes
+its ledgers first, its record after), and only a finding the fresh facts give again is reported."""
 
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ class TopicsPhase:
             t0 = time.monotonic()
             reads_before = pulsar.reads
             first = PulsarRecord.decode(pulsar.pulsar_records(topics))
+            found = self._missing_still(check_topics(first, bookkeeper))
             read_at = time.monotonic()
-            found = check_topics(first, bookkeeper)
             suspects = unnamed(first, bookkeeper)
             since = self._since(suspects)
             leaks = leaked(suspects, now_ms(), self.settings.leaked_ledger_grace_period, since)
@@ -86,6 +86,17 @@ class TopicsPhase:
             stats.update(pulsar_store_reads=pulsar.reads - reads_before,
                          pulsar_ms=int((time.monotonic() - t0) * 1000))
         return confirmed, list(first.problems)
+
+    def _missing_still(self, found: list[Violation]) -> list[Violation]:
+        """A ledger the first pass did not list may have been created since, then named: missing only if
+        BookKeeper still lacks it now, after the record was read. So a ledger is seen missing twice, the re-check
+        delay apart, and a topic's deletion under way (its ledgers gone, its record not yet) is no finding unless
+        it lasts that long."""
+        ids = sorted({v.ledger_id for v in found if v.category is Category.TOPIC_LEDGER_MISSING})
+        if not ids:
+            return found
+        now = BookKeeperLedgers.of(self.store.read_ledgers(ids))
+        return [v for v in found if v.category is not Category.TOPIC_LEDGER_MISSING or now.get(v.ledger_id) is None]
 
     def _since(self, suspects: list[LedgerFact]) -> dict[int, int]:
         """When each unnamed ledger without a ctime was first seen so (the auditor keeps it across runs)."""

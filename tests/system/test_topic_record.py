@@ -201,16 +201,17 @@ def test_continuous_mode_follows_the_topics_records(place: Place) -> None:
 
 
 class DeletesBeforeReading:
-    """A store that, the first time BookKeeper's metadata is read again, lets a broker delete a topic first
-    (its ledgers, then its record): between the second look's record and its ledgers."""
+    """A store that, the second time BookKeeper's metadata is read (the first: the first look's, of what the
+    first pass did not list), lets a broker delete a topic first (its ledgers, then its record): between the
+    second look's record and its ledgers."""
 
     def __init__(self, store: MetadataStore, delete: Any) -> None:
-        self.store, self.delete = store, delete
+        self.store, self.delete, self.reads = store, delete, 0
 
     def read_ledgers(self, ids: Any) -> Any:
-        if self.delete is not None:
-            self.delete, delete = None, self.delete
-            delete()
+        self.reads += 1
+        if self.reads == 2:
+            self.delete()
         return self.store.read_ledgers(ids)
 
     def __getattr__(self, name: str) -> Any:
@@ -226,12 +227,40 @@ def test_a_topic_deleted_between_the_second_looks_reads_is_no_finding(place: Pla
             pulsar.publish(t)
             pulsar.rollover(t)
         doomed_ids = {li.ledger_id for li in doomed.ledgers}
+        for lid in doomed_ids:  # its deletion under way at the first look: a candidate
+            pulsar.delete_ledger(lid)
         with open_store(settings(place.uri)) as store:
             racing = cast(MetadataStore, DeletesBeforeReading(store, lambda: pulsar.delete_topic(doomed)))
             phase = TopicsPhase(settings(place.uri), racing, "race", sleep=lambda s: None)
-            # the first pass saw no ledger: every one the records name is a first-look candidate
             found, problems = phase.run(BookKeeperLedgers.of([]), None, Counter())
     finally:
         cluster.close()
     assert problems == [] and doomed.name not in pulsar.topics
     assert found == [], [(str(v.category), v.ledger_id, v.ledger_id in doomed_ids) for v in found]
+
+
+def test_a_topic_deletion_under_way_through_the_second_look_is_no_finding(place: Place) -> None:
+    """Its ledgers created after the first pass listed BookKeeper's, deleted during the re-check delay, its
+    record not yet: missing at one look only (CI's soak once reported such a topic's ledgers)."""
+    cluster = ChurnCluster(place.client, place.root, place.uri, BOOKIES, 0.2, random.Random(11))
+    try:
+        pulsar = PulsarChurn(cluster, topics=0)
+        doomed, faulty = pulsar.create_topic(), pulsar.create_topic()
+        for t in (doomed, faulty):
+            pulsar.publish(t)
+            pulsar.rollover(t)
+        lost = faulty.ledgers[0].ledger_id
+        pulsar.delete_ledger(lost)  # while the record lists it: a fault, so the re-check delay is slept
+        doomed_ids = [li.ledger_id for li in doomed.ledgers] + [lid for _, lid in doomed.schema]
+
+        def deletion_under_way(seconds: float) -> None:
+            for lid in doomed_ids:
+                pulsar.delete_ledger(lid)
+
+        with open_store(settings(place.uri)) as store:
+            phase = TopicsPhase(settings(place.uri), store, "race", sleep=deletion_under_way)
+            found, problems = phase.run(BookKeeperLedgers.of([]), None, Counter())
+    finally:
+        cluster.close()
+    assert problems == [] and not any(pulsar.metadata.get(lid) for lid in doomed_ids)
+    assert [(str(v.category), v.ledger_id) for v in found] == [("TOPIC_LEDGER_MISSING", lost)]
