@@ -41,6 +41,10 @@ class Held(NamedTuple):
     entries: int
     stored_bytes: int | None
 
+    def to_json(self) -> dict[str, int]:
+        """As a finding's details give it: `bytes` only where known."""
+        return {"entries": self.entries} | ({"bytes": self.stored_bytes} if self.stored_bytes is not None else {})
+
 
 # EUNKNOWNLEDGERSTATE: a limbo ledger (BP-46); what it lists is held, the rest is unknown.
 _LISTS_ENTRIES = {bookie_pb2.EOK: Outcome.ENTRIES, bookie_pb2.EUNKNOWNLEDGERSTATE: Outcome.LIMBO}
@@ -94,6 +98,13 @@ def envelopes_of(msg: Any) -> LedgerEnvelopes | None:
         return None
     return LedgerEnvelopes.gather(((e, envelope((s, m, ""))) for e, s, m in
                                    zip(msg.entry_ids, msg.stamps, msg.metadata, strict=True)), msg.first_problem)
+
+
+def ledger_to_verify(md: LedgerMetadata, send_password: bool, pulsar_messages: bool = False) -> Any:
+    """How a deep call names a ledger: an HMAC ledger's password only where it may be sent (over TLS)."""
+    return bookie_pb2.LedgerToVerify(ledger_id=md.ledger_id, digest_type=md.digest_type,
+                                     password=md.password if send_password and md.digest_type == "HMAC" else b"",
+                                     pulsar_messages=pulsar_messages)
 
 
 class EndpointResolver:
@@ -359,11 +370,8 @@ class BookieClient:
         """Ask every bookie to verify its copies of its ledgers; every (bookie, ledger) gets one answer."""
         tasks = []
         for bookie_id, ledgers in wanted.items():
-            asks = [bookie_pb2.LedgerToVerify(
-                ledger_id=md.ledger_id, digest_type=md.digest_type,
-                password=md.password if send_passwords and md.digest_type == "HMAC" else b"",
-                pulsar_messages=holds_messages(md))
-                for md in sorted(ledgers, key=lambda m: m.ledger_id)]
+            asks = [ledger_to_verify(md, send_passwords, pulsar_messages=holds_messages(md))
+                    for md in sorted(ledgers, key=lambda m: m.ledger_id)]
             for i in range(0, len(asks), self.deep_ledgers_per_call):
                 tasks.append((bookie_id, self._pool.submit(self._verify_chunk, bookie_id,
                                                            asks[i:i + self.deep_ledgers_per_call])))
@@ -378,11 +386,8 @@ class BookieClient:
         got: list[Any] = []
 
         def ask() -> None:
-            ledger = bookie_pb2.LedgerToVerify(ledger_id=md.ledger_id, digest_type=md.digest_type,
-                                               password=md.password if send_password and md.digest_type == "HMAC"
-                                               else b"")
-            got.append(self._stub(bookie_id).ReadLastEntry(bookie_pb2.ReadLastEntryRequest(ledger=ledger),
-                                                           timeout=self.deadline))
+            req = bookie_pb2.ReadLastEntryRequest(ledger=ledger_to_verify(md, send_password))
+            got.append(self._stub(bookie_id).ReadLastEntry(req, timeout=self.deadline))
 
         with self._slot(bookie_id):
             failed = self._retried(ask)

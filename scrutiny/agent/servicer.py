@@ -234,24 +234,15 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
 
     @stoppable
     def VerifyEntriesOfLedgers(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        reader = self.reader
+        reader = self._entry_reader(context, "deep scrub")
         if reader is None:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                          f"a {type(self.source).__name__} has no entry logs to read: deep scrub needs DbLedgerStorage")
             return
         asks = list({a.ledger_id: a for a in request.ledgers}.values())
         if len(asks) > self.max_ledgers_per_call:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"{len(asks)} ledgers in one call; at most {self.max_ledgers_per_call}")
         for a in asks:
-            if a.ledger_id < 0:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger_id {a.ledger_id} is negative")
-            if a.digest_type not in bookie_pb2.DigestType.values():
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger {a.ledger_id}: unknown digest type "
-                              f"{a.digest_type}")
-            if a.password and not self.accepts_passwords:
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                              "ledger passwords (HMAC) are accepted only by an agent served over TLS")
+            self._refuse_bad_ledger(context, a)
         failed = self.refresh("VerifyEntriesOfLedgers")
 
         def verified() -> Iterator[Any]:
@@ -267,17 +258,10 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
 
     @stoppable
     def ReadLastEntry(self, request: Any, context: grpc.ServicerContext) -> Any:
-        reader, ask = self.reader, request.ledger
+        reader, ask = self._entry_reader(context, "reading an entry"), request.ledger
         if reader is None:
-            context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                          f"a {type(self.source).__name__} has no entry logs to read: it needs DbLedgerStorage")
             return None
-        if ask.ledger_id < 0 or ask.digest_type not in bookie_pb2.DigestType.values():
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger {ask.ledger_id}, digest type {ask.digest_type}: "
-                          "a ledger id is at least 0, a digest type one of DigestType's")
-        if ask.password and not self.accepts_passwords:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                          "ledger passwords (HMAC) are accepted only by an agent served over TLS")
+        self._refuse_bad_ledger(context, ask)
         reply = bookie_pb2.ReadLastEntryResponse
         failed = self.refresh("ReadLastEntry")
         if failed:
@@ -290,6 +274,24 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
         if got is None:
             return reply(status=bookie_pb2.ENOLEDGER)
         return reply(status=bookie_pb2.EOK, entry_id=got[0], payload=got[1])
+
+    def _entry_reader(self, context: grpc.ServicerContext, what: str) -> ReadsEntries | None:
+        """The source's entry logs; the call refused (UNIMPLEMENTED) when it has none."""
+        if self.reader is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                          f"a {type(self.source).__name__} has no entry logs to read: {what} needs DbLedgerStorage")
+        return self.reader
+
+    def _refuse_bad_ledger(self, context: grpc.ServicerContext, ask: Any) -> None:
+        """A LedgerToVerify's id, digest type and password, each checked: the call aborted on the first wrong."""
+        if ask.ledger_id < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger_id {ask.ledger_id} is negative")
+        if ask.digest_type not in bookie_pb2.DigestType.values():
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger {ask.ledger_id}: unknown digest type "
+                          f"{ask.digest_type}")
+        if ask.password and not self.accepts_passwords:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          "ledger passwords (HMAC) are accepted only by an agent served over TLS")
 
     def _verification(self, reader: ReadsEntries, ask: Any, failed: str) -> Any:
         reply = bookie_pb2.LedgerVerification

@@ -19,19 +19,22 @@ from scrutiny.pulsar.owners import owner_from_custom_metadata
 MAX_NAMED_MESSAGES = 10
 
 
-def holds_messages(md: LedgerMetadata) -> bool:
-    """A ledger Pulsar created for a topic's data (not a cursor's, a schema's or a compacted one's)."""
+def _data_topic(md: LedgerMetadata) -> str | None:
+    """The topic whose data the ledger holds, if Pulsar created it so (not a cursor's, a schema's or a
+    compacted one's)."""
     owner = owner_from_custom_metadata(md.custom_metadata)
-    return owner is not None and owner.kind == "topic"
+    return owner.name if owner is not None and owner.kind == "topic" else None
+
+
+def holds_messages(md: LedgerMetadata) -> bool:
+    return _data_topic(md) is not None
 
 
 def deep_slice_key(md: LedgerMetadata) -> int:
     """What puts a ledger in a deep pass's slice: a topic's data ledgers go together (their messages are
     validated in order, in the run that scrubs them), every other ledger by its id."""
-    owner = owner_from_custom_metadata(md.custom_metadata)
-    if owner is not None and owner.kind == "topic":
-        return zlib.crc32(owner.name.encode())
-    return md.ledger_id
+    topic = _data_topic(md)
+    return zlib.crc32(topic.encode()) if topic is not None else md.ledger_id
 
 
 def check_checksums(md: LedgerMetadata, deep: Mapping[str, DeepAnswer]) -> list[Violation]:

@@ -33,6 +33,7 @@ MAX_PRODUCERS_KEPT = 1000  # per topic checkpoint: the producers seen last (a fo
 DEDUP_CURSOR = "pulsar.dedup"
 _EXCUSED = int(Stamp.CHUNK | Stamp.TRANSACTION | Stamp.REPLICATED)  # a repeat that may be legitimate
 _SKIPPED = int(Stamp.MARKER | Stamp.UNREADABLE)
+_CHUNK = int(Stamp.CHUNK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,19 +105,32 @@ def _union(envs: Sequence[LedgerEnvelopes]) -> tuple[np.ndarray, np.ndarray, np.
     return ids, cols[0], cols[1], cols[2], cols[3], cols[4], names
 
 
+def _against(first: int, stamps: int, highest: int, last_id: int) -> str:
+    """A producer's next first id against what it sent before: "gap", "restart" (at 0), "repeat", or "" in
+    order (a chunk carrying the last id is the same message going on)."""
+    if first > highest + 1:
+        return "gap"
+    if first > highest or (stamps & _CHUNK and first == last_id):
+        return ""
+    return "restart" if first == 0 else "repeat"
+
+
+_STATS = {"gap": "sequence_gaps", "restart": "producer_restarts", "repeat": "repeats"}
+
+
 def _step(run: ProducerRun | None, entry: int, first: int, last: int, messages: int, stamps: int) -> ProducerRun:
     if run is None:
         return ProducerRun(entry, first, stamps, entry, last, last, messages)
     gaps, restarts, repeats, count = run.gaps, run.restarts, run.repeats, run.repeats_count
-    if first > run.highest + 1:
+    how = _against(first, stamps, run.highest, run.last_id)
+    if how == "gap":
         gaps += 1
-    elif first <= run.highest and not (stamps & int(Stamp.CHUNK) and first == run.last_id):
-        if first == 0:
-            restarts += 1
-        elif not stamps & _EXCUSED:
-            count += 1
-            if len(repeats) < MAX_REPEATS_KEPT:
-                repeats += ((entry, first, run.highest),)
+    elif how == "restart":
+        restarts += 1
+    elif how == "repeat" and not stamps & _EXCUSED:
+        count += 1
+        if len(repeats) < MAX_REPEATS_KEPT:
+            repeats += ((entry, first, run.highest),)
     return replace(run, last_entry=entry, last_id=last, highest=max(run.highest, last),
                    messages=run.messages + messages, gaps=gaps, restarts=restarts, repeats=repeats, repeats_count=count)
 
@@ -237,12 +251,9 @@ def _fold(led: LedgerSequences, state: dict[str, ProducerState], stats: Counter[
     for name, run in sorted(led.producers.items()):
         before = state.get(name)
         stats.update(sequence_gaps=run.gaps, producer_restarts=run.restarts, repeats=run.repeats_count)
-        if before is not None:  # across ledgers: never a finding (a producer forgotten by an idle broker)
-            if run.first_id > before.highest + 1:
-                stats["sequence_gaps"] += 1
-            elif run.first_id <= before.highest and not (run.first_stamps & int(Stamp.CHUNK)
-                                                         and run.first_id == before.last_id):
-                stats["producer_restarts" if run.first_id == 0 else "repeats"] += 1
+        # across ledgers: never a finding (a producer forgotten by an idle broker)
+        if before is not None and (how := _against(run.first_id, run.first_stamps, before.highest, before.last_id)):
+            stats[_STATS[how]] += 1
         state[name] = ProducerState(max(run.highest, before.highest) if before else run.highest, run.last_id,
                                     Position(led.ledger_id, run.last_entry))
         # Inside one ledger the broker cannot have forgotten the producer (it forgets one idle for

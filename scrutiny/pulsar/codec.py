@@ -60,9 +60,14 @@ _PACKERS = {"ZLIB": _deflated, "LZ4": lambda b: bytes(cramjam.lz4.compress_block
             "SNAPPY": lambda b: bytes(cramjam.snappy.compress_raw(b))}
 
 
+def packed(body: bytes, compression: str) -> bytes:
+    """`body` as Pulsar's codec for `compression` (not NONE) gives it: records and messages use the same codecs."""
+    return _PACKERS[compression](body)
+
+
 def compressed(body: bytes, compression: str) -> bytes:
     """As Pulsar's brokers write a record with `managedLedgerInfoCompressionType` (or the cursors')."""
     if compression == "NONE":
         return body
     meta = _Header(compressionType=compression, uncompressedSize=len(body)).SerializeToString()
-    return MAGIC + _LEN.pack(len(meta)) + meta + _PACKERS[compression](body)
+    return MAGIC + _LEN.pack(len(meta)) + meta + packed(body, compression)

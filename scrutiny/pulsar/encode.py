@@ -4,16 +4,14 @@
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 
-import cramjam
 import google_crc32c
 
 from scrutiny.pulsar import managed_ledger_pb2 as mlpb
 from scrutiny.pulsar import pulsar_api_pb2 as apipb
 from scrutiny.pulsar import schema_storage_pb2 as schemapb
-from scrutiny.pulsar.codec import compressed
+from scrutiny.pulsar.codec import compressed, packed
 from scrutiny.pulsar.entry import BROKER_ENTRY_MAGIC, CHECKSUM_MAGIC, MARKER_PRODUCER
 from scrutiny.pulsar.records import COMPACTED_LEDGER_PROPERTY, LedgerInfo, Position, managed_ledger_of, url_encoded
 
@@ -115,7 +113,7 @@ def message(producer: str, sequence_id: int, payloads: Sequence[bytes] = (b"m",)
     if compression != "NONE":
         meta.compression = apipb.CompressionType.Value(compression)  # type: ignore[assignment]
         meta.uncompressed_size = len(body)
-        body = _MESSAGE_CODECS[compression](body)
+        body = packed(body, compression)
     if encrypted:
         meta.encryption_keys.add(key="app-key", value=b"\x01" * 16)
         meta.encryption_algo, meta.encryption_param = "RSA", b"\x02" * 12
@@ -129,8 +127,8 @@ def message(producer: str, sequence_id: int, payloads: Sequence[bytes] = (b"m",)
         meta.txnid_most_bits, meta.txnid_least_bits = transaction
     if replicated_from:
         meta.replicated_from = replicated_from
-    packed = meta.SerializeToString()
-    framed = struct.pack(">I", len(packed)) + packed + body
+    head = meta.SerializeToString()
+    framed = struct.pack(">I", len(head)) + head + body
     if checksum:
         crc = google_crc32c.value(framed)
         if corrupt:
@@ -146,7 +144,3 @@ def _single(payload: bytes, sequence_id: int) -> bytes:
     single = apipb.SingleMessageMetadata(payload_size=len(payload), sequence_id=sequence_id).SerializeToString()
     return struct.pack(">I", len(single)) + single + payload
 
-
-_MESSAGE_CODECS = {"ZLIB": zlib.compress, "LZ4": lambda b: bytes(cramjam.lz4.compress_block(b, store_size=False)),
-                   "ZSTD": lambda b: bytes(cramjam.zstd.compress(b)),
-                   "SNAPPY": lambda b: bytes(cramjam.snappy.compress_raw(b))}

@@ -98,6 +98,15 @@ class Position(NamedTuple):
     def __str__(self) -> str:
         return f"{self.ledger_id}:{self.entry_id}"
 
+    @classmethod
+    def parse(cls, text: str) -> Position | None:
+        """`str`'s inverse; None when `text` is no position."""
+        ledger_id, _, entry_id = text.partition(":")
+        try:
+            return cls(int(ledger_id), int(entry_id))
+        except ValueError:
+            return None
+
 
 @dataclass(frozen=True, slots=True)
 class LedgerInfo:

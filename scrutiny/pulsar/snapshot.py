@@ -4,6 +4,7 @@ One undecodable record is a problem named, never a stop. Pure."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -155,8 +156,16 @@ class PulsarRecord:
         return frozenset(li.ledger_id for t in self.topics.values() for li in t.managed_ledger.ledgers
                          if li.gone_on_purpose)
 
+    @functools.cached_property
+    def _by_topic(self) -> dict[str, TopicRecord]:
+        out: dict[str, TopicRecord] = {}
+        for t in self.topics.values():
+            out.setdefault(t.topic, t)
+        return out
+
     def topic(self, topic: str) -> TopicRecord | None:
-        return next((t for t in self.topics.values() if t.topic == topic), None)
+        """By topic name (the record's keys are managed-ledger names): one lookup, for a phase that asks per topic."""
+        return self._by_topic.get(topic)
 
     def topic_ledgers(self, topic: str) -> set[int]:
         """The ledgers a topic's record names (data, cursors, compacted; not its schema's, shared by partitions)."""

@@ -12,9 +12,12 @@ import numpy as np
 from scrutiny.checks import (
     BookieAnswer,
     DeepAnswer,
+    deep_slice_key,
+    in_deep_slice,
 )
 from scrutiny.config import ScanSettings
 from scrutiny.lostbookies import LostBookies
+from scrutiny.metadata import LedgerMetadata
 
 LEDGER_COUNTERS = ("seen", "checked", "skipped_open", "skipped_empty", "skipped_underreplicated",
                    "deleted_during_run")
@@ -97,4 +100,11 @@ class RunContext:
     lost_bookies: frozenset[str] = frozenset()  # unregistered at every look: their copies are gone
     registered: frozenset[str] = frozenset()  # registered now
     silent_before: Silences = NO_SILENCES  # per ledger, at the last look
+
+    def scrubs(self, md: LedgerMetadata) -> bool:
+        """Are the ledger's stored copies read (the deep scrub)? A deep run's slice, else those asked for."""
+        s = self.settings
+        if md.last_entry_id < 0:
+            return False
+        return in_deep_slice(deep_slice_key(md), s.deep_slices, s.deep_slice) if s.deep else md.ledger_id in self.scrub
 

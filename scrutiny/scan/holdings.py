@@ -64,8 +64,7 @@ class HoldingsPhase:
             for b, per in sorted(due.items()):
                 for lid, h in client.held(b, per).items():
                     if h is not None:  # else collected meanwhile
-                        held_by.setdefault(lid, {})[b] = {"entries": h.entries} | (
-                            {"bytes": h.stored_bytes} if h.stored_bytes is not None else {})
+                        held_by.setdefault(lid, {})[b] = h.to_json()
                         first_seen[lid] = min(first_seen.get(lid, now), per[lid])
         # its metadata, and the owner it named, are gone
         found = [dataclasses.replace(orphan(r.ledger_id, held_by[r.ledger_id], first_seen[r.ledger_id], now,

@@ -97,12 +97,6 @@ def in_bookkeeper(topic: TopicRecord) -> list[int]:
     return [li.ledger_id for li in ledgers[(gone[-1] + 1 if gone else 0):]]
 
 
-def _position(text: object) -> Position | None:
-    ledger_id, _, entry_id = str(text).partition(":")
-    return Position(int(ledger_id), int(entry_id)) if ledger_id.lstrip("-").isdigit() and entry_id.lstrip(
-        "-").isdigit() else None
-
-
 def unvalidated(store: MetadataStore, record: PulsarRecord, topics: Iterable[str]) -> frozenset[int]:
     """The ledgers of these topics after their checkpoints' (a topic never validated is left to the deep pass:
     its whole history is the deep scrub's to read, at its pace)."""
@@ -174,13 +168,18 @@ class MessagesPhase:
         again = PulsarRecord.decode(pulsar.pulsar_records(topics))
         present = {r.ledger_id for r in self.store.read_ledgers(sorted({v.ledger_id for v in found}))
                    if r.metadata is not None}
+        snapshots: dict[str, DedupSnapshot | None] = {}  # each topic's, read once
         kept = []
         for v in found:
             t = again.topic(v.owner.name) if v.owner is not None else None
             if t is None or v.ledger_id not in in_bookkeeper(t) or v.ledger_id not in present:
                 continue
-            now, judged = dedup_snapshot(t, cursors.last_entry), _position(v.details.get("dedup_snapshot"))
-            if now is not None and judged is not None and now.position < judged:  # gone back: not the same history
-                continue
+            judged = Position.parse(str(v.details.get("dedup_snapshot", "")))
+            if judged is not None:
+                if t.topic not in snapshots:
+                    snapshots[t.topic] = dedup_snapshot(t, cursors.last_entry)
+                now = snapshots[t.topic]
+                if now is not None and now.position < judged:  # gone back: not the same history
+                    continue
             kept.append(v)
         return kept

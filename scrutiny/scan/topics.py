@@ -184,6 +184,5 @@ class TopicsPhase:
                     continue
                 for lid, h in answers.items():
                     if h is not None:
-                        out.setdefault(lid, {})[b] = {"entries": h.entries} | (
-                            {"bytes": h.stored_bytes} if h.stored_bytes is not None else {})
+                        out.setdefault(lid, {})[b] = h.to_json()
         return out

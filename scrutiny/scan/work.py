@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from scrutiny.bookieclient import BookieClient
-from scrutiny.checks import deep_slice_key, in_deep_slice
 from scrutiny.errors import DataError, StoreError
 from scrutiny.orphans import LedgerIds
 from scrutiny.pulsar.ledgers import BookKeeperLedgers
@@ -129,9 +128,7 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
             s = ctx.settings
             deadline = s.recheck_deadline if mode is Pass.FINAL else s.bookie_deadline_seconds
             answers = client.fetch_many(wanted(selection.candidates), deadline) if selection.candidates else {}
-            scrub = [md for md in selection.candidates if md.last_entry_id >= 0 and (
-                in_deep_slice(deep_slice_key(md), s.deep_slices, s.deep_slice) if s.deep
-                else md.ledger_id in ctx.scrub)] if s.deep or ctx.scrub else []
+            scrub = [md for md in selection.candidates if ctx.scrubs(md)] if s.deep or ctx.scrub else []
             deep = client.verify_many(by_bookie(scrub), s.deep_send_passwords) if s.deep or scrub else None
             checked = classify(ctx, mode, selection.candidates, answers, deep, selection.marked)
             io_stats = {"bookie_calls_failed": client.failed_calls - failed_before,

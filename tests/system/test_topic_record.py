@@ -4,12 +4,14 @@ record in a metadata store of its own; Pulsar's operations racing the runs."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 from kazoo.client import KazooClient
@@ -27,7 +29,7 @@ from scrutiny.store import MetadataStore, open_store
 from scrutiny.testing.churn import ChurnCluster
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
-from scrutiny.testing.pulsarchurn import PulsarChurn
+from scrutiny.testing.pulsarchurn import PulsarChurn, Topic
 from scrutiny.testing.soak import soak
 from tests.conftest import Place
 
@@ -218,23 +220,36 @@ class DeletesBeforeReading:
         return getattr(self.store, name)
 
 
-def test_a_topic_deleted_between_the_second_looks_reads_is_no_finding(place: Place) -> None:
-    cluster = ChurnCluster(place.client, place.root, place.uri, BOOKIES, 0.2, random.Random(9))
+@contextlib.contextmanager
+def two_topics(place: Place, seed: int) -> Iterator[tuple[PulsarChurn, Topic, Topic]]:
+    """Two topics, each with a closed ledger and an open head."""
+    cluster = ChurnCluster(place.client, place.root, place.uri, BOOKIES, 0.2, random.Random(seed))
     try:
         pulsar = PulsarChurn(cluster, topics=0)
-        doomed, kept = pulsar.create_topic(), pulsar.create_topic()
-        for t in (doomed, kept):
+        a, b = pulsar.create_topic(), pulsar.create_topic()
+        for t in (a, b):
             pulsar.publish(t)
             pulsar.rollover(t)
+        yield pulsar, a, b
+    finally:
+        cluster.close()
+
+
+def topics_phase(place: Place, store: MetadataStore, sleep: Callable[[float], None]) -> Any:
+    """The phase's findings and problems, as if the first pass had listed no ledger (every one the records name
+    created since)."""
+    return TopicsPhase(settings(place.uri), store, "race", sleep=sleep).run(BookKeeperLedgers.of([]), None,
+                                                                           Counter())
+
+
+def test_a_topic_deleted_between_the_second_looks_reads_is_no_finding(place: Place) -> None:
+    with two_topics(place, 9) as (pulsar, doomed, _):
         doomed_ids = {li.ledger_id for li in doomed.ledgers}
         for lid in doomed_ids:  # its deletion under way at the first look: a candidate
             pulsar.delete_ledger(lid)
         with open_store(settings(place.uri)) as store:
             racing = cast(MetadataStore, DeletesBeforeReading(store, lambda: pulsar.delete_topic(doomed)))
-            phase = TopicsPhase(settings(place.uri), racing, "race", sleep=lambda s: None)
-            found, problems = phase.run(BookKeeperLedgers.of([]), None, Counter())
-    finally:
-        cluster.close()
+            found, problems = topics_phase(place, racing, lambda s: None)
     assert problems == [] and doomed.name not in pulsar.topics
     assert found == [], [(str(v.category), v.ledger_id, v.ledger_id in doomed_ids) for v in found]
 
@@ -242,13 +257,7 @@ def test_a_topic_deleted_between_the_second_looks_reads_is_no_finding(place: Pla
 def test_a_topic_deletion_under_way_through_the_second_look_is_no_finding(place: Place) -> None:
     """Its ledgers created after the first pass listed BookKeeper's, deleted during the re-check delay, its
     record not yet: missing at one look only (CI's soak once reported such a topic's ledgers)."""
-    cluster = ChurnCluster(place.client, place.root, place.uri, BOOKIES, 0.2, random.Random(11))
-    try:
-        pulsar = PulsarChurn(cluster, topics=0)
-        doomed, faulty = pulsar.create_topic(), pulsar.create_topic()
-        for t in (doomed, faulty):
-            pulsar.publish(t)
-            pulsar.rollover(t)
+    with two_topics(place, 11) as (pulsar, doomed, faulty):
         lost = faulty.ledgers[0].ledger_id
         pulsar.delete_ledger(lost)  # while the record lists it: a fault, so the re-check delay is slept
         doomed_ids = [li.ledger_id for li in doomed.ledgers] + [lid for _, lid in doomed.schema]
@@ -258,9 +267,6 @@ def test_a_topic_deletion_under_way_through_the_second_look_is_no_finding(place:
                 pulsar.delete_ledger(lid)
 
         with open_store(settings(place.uri)) as store:
-            phase = TopicsPhase(settings(place.uri), store, "race", sleep=deletion_under_way)
-            found, problems = phase.run(BookKeeperLedgers.of([]), None, Counter())
-    finally:
-        cluster.close()
+            found, problems = topics_phase(place, store, deletion_under_way)
     assert problems == [] and not any(pulsar.metadata.get(lid) for lid in doomed_ids)
     assert [(str(v.category), v.ledger_id) for v in found] == [("TOPIC_LEDGER_MISSING", lost)]
