@@ -18,9 +18,12 @@ from scrutiny.auditor.continuous import Continuous
 from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.auditor.sinks import PHASES, RunTallies, Tallies
-from scrutiny.categories import REGISTRY, Category, bookkeeper_gauge, spec
+from scrutiny.categories import REGISTRY, Category, Phase, bookkeeper_gauge, in_phase, spec
 from scrutiny.metricnames import PREFIX
 from scrutiny.store.facts import PARTS
+
+# Found by following the hand-off's marks, never by a run: the leader exports them (0 when none) once it has a run.
+FOLLOWED = tuple(str(c) for c in in_phase(Phase.REPAIR))
 
 
 class AuditorCollector:
@@ -32,6 +35,7 @@ class AuditorCollector:
         t = self.tallies.snapshot()
         runs = t.newest()
         counts: dict[str, int] = {}
+        looked: set[str] = set()  # the categories some run looked at: 0 is known there
         underreplicated: int | None = None
         unavailable: dict[str, int] = {}
         slow: tuple[str, ...] = ()
@@ -48,6 +52,7 @@ class AuditorCollector:
             if run.looked_at(Category.LOST_BOOKIE_RECOVERY_NOT_STARTED):
                 lost = run.lost
             counts.update(run.counts)
+            looked.update(run.counts)
             underreplicated = run.stats.get("underreplicated_marks", underreplicated)
             if run.looked_at(Category.BOOKIE_UNAVAILABLE):
                 unavailable, slow = run.unavailable, run.slow
@@ -63,8 +68,9 @@ class AuditorCollector:
                                 "apart from native memory", value=sys.getallocatedblocks())
         if t.leading and self.current is not None and self.current.baseline_ms:
             # the current state: the last full run's findings, those found since, less those cleared
-            now = self.current.counts()
-            counts = {cat: now.get(cat, 0) for cat in counts}
+            counts = dict(self.current.counts())
+        if t.leading and (runs or counts):  # nothing before its first run (or an inherited one): unknown, not 0
+            counts = {cat: counts.get(cat, 0) for cat in sorted({*looked, *counts, *FOLLOWED})}
         violations = GaugeMetricFamily(f"{PREFIX}violations", "ledgers per category now: the last complete "
                                        "run's, updated by continuous scrutiny", labels=["category"])
         for cat, n in counts.items():

@@ -21,9 +21,11 @@ from scrutiny.checks.remedy import RepairContext, remedy
 from scrutiny.pulsar.owners import topic_of_owner
 from scrutiny.times import iso
 
-# What continuous mode looks at: what the bookies hold and who is registered (placement, the durability
-# policy and the marks' age change only with the metadata, which it also follows, but a run finds them).
-WATCHED = frozenset(c for c, spec in REGISTRY.items() if Fact.ANSWERS in spec.facts)
+# What continuous mode looks at, and a full run after it may count as missed: what the bookies answer of each
+# ledger and who is registered (placement, the durability policy and the marks' age change only with the
+# metadata, which it also follows, but a run finds them). Not the stored bytes a deep run reads, which no feed
+# reports, nor the hand-off's follow-up.
+WATCHED = frozenset(c for c, spec in REGISTRY.items() if Fact.ANSWERS in spec.facts and spec.phase is Phase.LEDGERS)
 # The hand-off's follow-up findings (a loss a worker left unrepaired) stand while their ledger has a finding of
 # its own: no run looks for them, and the loss found again keeps them, the loss gone resolves them.
 FOLLOW_UP = frozenset(in_phase(Phase.REPAIR))
@@ -77,11 +79,15 @@ class CurrentState:
             self.watching_since_ms = 0
 
     def full_run(self, found: Iterable[Violation], started_ms: int, finished_ms: int, kind: str = "full",
-                 repair: RepairContext | None = None) -> int:
-        """A complete whole-cluster run (a full run, a rescan of every ledger, a deep run): the new state; the
-        findings continuous mode missed (counted)."""
+                 repair: RepairContext | None = None, categories: Collection[Category] = tuple(REGISTRY),
+                 judges_continuous: bool = True) -> int:
+        """A complete whole-cluster run (a full run, a rescan of every ledger, a deep run) that looked for these
+        categories: the new state of those (what only another kind looks for stays: a full run never clears a
+        deep run's corrupt copy); the findings continuous mode missed (counted, when the run `judges_continuous`:
+        not a deep run, whose corrupt copies make coverage findings no feed could report)."""
+        looked = set(categories) - FOLLOW_UP
         with self._lock:
-            trusted = 0 < self.watching_since_ms <= self.baseline_ms
+            trusted = judges_continuous and 0 < self.watching_since_ms <= self.baseline_ms
             new: dict[tuple[Category, int], Current] = {}
             missed = 0
             for v in found:
@@ -91,6 +97,7 @@ class CurrentState:
                     missed += 1
                 new[key] = Current(v, before.detected_ms if before else finished_ms, before.found_by if before
                                    else kind)
+            new.update({k: c for k, c in self._found.items() if k[0] not in looked and k[0] not in FOLLOW_UP})
             lossy = {lid for _, lid in new}
             new.update({k: c for k, c in self._found.items() if k[0] in FOLLOW_UP and k[1] in lossy})
             self._resolved.extend(Resolved(c, finished_ms, kind) for k, c in self._found.items() if k not in new)

@@ -28,6 +28,12 @@ class MutableHoldings:
             old = self._ledgers.get(ledger_id)
             self._ledgers[ledger_id] = entry_ids if old is None else np.union1d(old, entry_ids)
 
+    def lose(self, ledger_id: int, entry_ids: np.ndarray) -> None:
+        """Entries gone from a ledger the bookie still lists, leaving nothing a change feed reports (a damaged
+        `locations` index, say): only a run that asks finds it."""
+        with self._lock:
+            self._ledgers[ledger_id] = np.setdiff1d(self._ledgers[ledger_id], entry_ids)
+
     def drop(self, ledger_id: int) -> None:
         with self._lock:
             if self._ledgers.pop(ledger_id, None) is not None:

@@ -32,15 +32,14 @@ from scrutiny.httpserver import HttpServer
 from scrutiny.metricnames import PREFIX, family_names
 from scrutiny.report import Report
 from scrutiny.scan.engines import LocalEngine
-from scrutiny.testing import processes, store_on
+from scrutiny.testing import store_on
 from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
-from scrutiny.testing.localzk import LocalZooKeeper, free_port
-from scrutiny.testing.processes import stop
+from scrutiny.testing.localzk import LocalZooKeeper
 from tests.support.helpers import wait_for
 from tests.support.metrics import sample, scrape
+from tests.support.prometheus import RULES, Prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
-RULES = ROOT / "deploy" / "prometheus"
 METRIC = re.compile(r"\b((?:scrutiny|auditor)_[A-Za-z_]+)\b")
 
 
@@ -153,6 +152,20 @@ def test_alert_rules_pass_promtool() -> None:
         assert res.returncode == 0, res.stdout + res.stderr
 
 
+def test_the_leader_exports_every_category_the_rules_name_at_0_when_none() -> None:
+    exported = Exported()
+    try:
+        exported.sink.leadership(True)
+        exported.sink.published(a_run())
+        text = scrape(exported.port)
+        named = set(re.findall(r'category(?:="|=~")([A-Z_|]+)"', (RULES / "scrutiny-rules.yml").read_text()))
+        for category in {c for alt in named for c in alt.split("|")}:
+            assert sample(text, "scrutiny_violations", f'{{category="{category}"}}') is not None, category
+        assert sample(text, "scrutiny_violations", '{category="UNMARKED_WITHOUT_REPAIR"}') == 0
+    finally:
+        exported.close()
+
+
 def exported() -> set[str]:
     """Every name the auditor and the agent export once they have something to say."""
     from scrutiny.auditor.continuous import Continuous
@@ -181,6 +194,13 @@ def exported() -> set[str]:
     return names | family_names(agent.metrics.registry)
 
 
+def test_the_contract_names_every_metric_family_exported() -> None:
+    contract = (ROOT / "docs" / "contract.md").read_text()
+    families = {re.sub(r"_(bucket|count|sum|created)$", "", n) for n in exported()}
+    missing = [f for f in sorted(families) if f not in contract and f.removesuffix("_total") not in contract]
+    assert not missing, missing
+
+
 def test_every_dashboard_and_rule_query_names_an_exported_metric() -> None:
     names = exported()
     dashboard = json.loads((ROOT / "deploy" / "grafana" / "scrutiny-dashboard.json").read_text())
@@ -193,50 +213,6 @@ def test_every_dashboard_and_rule_query_names_an_exported_metric() -> None:
 
 
 # -- a real Prometheus -----------------------------------------------------------------------------
-
-class Prometheus:
-    def __init__(self, workdir: Path, targets: dict[str, int]) -> None:
-        self.port = free_port()
-        cfg = workdir / "prometheus.yml"
-        shutil.copy(RULES / "scrutiny-rules.yml", workdir / "rules.yml")
-        cfg.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: [rules.yml]\n"
-                       "scrape_configs:\n" + "".join(
-                           f"  - job_name: {job}\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
-                           for job, port in targets.items()))
-        self.proc = processes.spawn(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-                                      f"--web.listen-address=127.0.0.1:{self.port}"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workdir)
-        wait_for(lambda: self._get("/-/ready") is not None, 30)
-
-    def _get(self, path: str) -> Any:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=3) as resp:
-                body = resp.read().decode()
-                return json.loads(body) if path.startswith("/api") else body
-        except OSError:
-            return None
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        got = self._get("/api/v1/query?query=" + urllib.parse.quote(expr))
-        return [] if got is None else list(got["data"]["result"])
-
-    def value(self, expr: str) -> float | None:
-        got = self.query(expr)
-        return float(got[0]["value"][1]) if got else None
-
-    def alerts(self) -> list[dict[str, Any]]:
-        got = self._get("/api/v1/alerts") or {"data": {"alerts": []}}
-        return list(got["data"]["alerts"])
-
-    def firing(self) -> set[str]:
-        return {a["labels"]["alertname"] for a in self.alerts() if a["state"] == "firing"}
-
-    def active_since(self, alertname: str) -> set[str]:
-        return {a["activeAt"] for a in self.alerts() if a["labels"]["alertname"] == alertname}
-
-    def close(self) -> None:
-        stop(self.proc)
-
 
 @pytest.fixture
 def cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
