@@ -9,7 +9,7 @@ Two steps, so that a ledger closed since the last look is validated alone:
 
 Only what cannot be legitimate is a finding: deduplication's snapshot ahead of the data (acknowledged
 messages gone), and a repeat the broker's deduplication would have dropped. Gaps, restarts, repeats without
-deduplication and markers are statistics (`../shared/spec/pulsar-and-repair.md` 2). Pure."""
+deduplication and markers are statistics (`docs/formats.md` 20). Pure."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pulsar's record held against BookKeeper's, both ways (`../shared/spec/pulsar-and-repair.md` 1):
+"""Pulsar's record held against BookKeeper's, both ways (`docs/formats.md` 19):
 
 - a ledger a topic needs (data, cursor, schema, compacted) that BookKeeper lacks;
 - a cursor whose mark-delete or acknowledged range is where the topic has nothing;

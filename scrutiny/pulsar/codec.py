@@ -1,8 +1,7 @@
 """The compression header Pulsar's MetaStoreImpl may put before a managed-ledger or cursor record:
 `0x4778`, a big-endian int32 length, a `ManagedLedgerInfoMetadata` (or the cursor's, of the same shape) of
-that length, then the compressed protobuf. Each codec as Pulsar frames it (`../shared/spec/
-pulsar-and-repair.md` 1): LZ4 a raw block, ZSTD one frame, SNAPPY raw, ZLIB deflate flushed with SYNC_FLUSH
-and never finished. Pure."""
+that length, then the compressed protobuf. Each codec as Pulsar frames it (`docs/formats.md` 19): LZ4 a raw
+block, ZSTD one frame, SNAPPY raw, ZLIB deflate flushed with SYNC_FLUSH and never finished. Pure."""
 
 from __future__ import annotations
 

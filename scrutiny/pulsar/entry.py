@@ -6,7 +6,7 @@ sent it, which sequence ids it carries, and whether Pulsar's own checksum holds.
               u32 size | MessageMetadata | payload
 
 Only the envelope is read: a payload (batched, compressed or encrypted) is checked by the checksum, never
-opened (`../shared/spec/pulsar-and-repair.md` 2). Pure."""
+opened (`docs/formats.md` 20). Pure."""
 
 from __future__ import annotations
 

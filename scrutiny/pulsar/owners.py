@@ -1,5 +1,5 @@
 """Which Pulsar topic (or cursor, compacted topic, schema) a ledger belongs to, from the keys Pulsar puts
-in the ledger's own custom metadata (`LedgerMetadataUtils`; `../shared/spec/bookkeeper-formats.md` 13).
+in the ledger's own custom metadata (`LedgerMetadataUtils`; `docs/formats.md` 13).
 Pure."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Pulsar's own operations on a churning cluster (`ChurnCluster`), only ever legally and in the order Pulsar's
 brokers do them: a ledger created before a record names it, dropped from the record before it is deleted
-(`../shared/spec/pulsar-and-repair.md` 1). Topics publish, roll over, trim, offload (and later delete from
+(`docs/formats.md` 19). Topics publish, roll over, trim, offload (and later delete from
 BookKeeper), switch cursor ledgers, add schema versions, compact, and are deleted and created; then faults of
 each class the topics phase reports."""
 
