@@ -332,7 +332,8 @@ class RescanFailed(ScrutinyError):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    configure(getattr(args, "log_level", "INFO"))
+    # the auditor logs each finding for the log pipeline; the commands a person runs print them once, as asked
+    configure(getattr(args, "log_level", "INFO"), findings=args.command not in ("scan", "whatif", "demo"))
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
         "scan": run_scan, "whatif": run_whatif, "bookie-agent": agent_main.run, "demo": run_demo,
         "auditor": auditor_main.run, "rescan": run_rescan, "sightings": run_sightings}

@@ -41,7 +41,12 @@ class _Stderr(logging.StreamHandler):
         pass
 
 
-def configure(level: str = "INFO", json_lines: bool = False) -> None:
+# A finding a line, each in full (BP-34), for the daemon's log pipeline; an interactive command prints its
+# findings once, in the report the user asked for, and turns this off.
+FINDINGS = "scrutiny.findings"
+
+
+def configure(level: str = "INFO", json_lines: bool = False, findings: bool = True) -> None:
     handler = _Stderr()
     handler.addFilter(_RunIdFilter())
     handler.setFormatter(JsonLines() if json_lines else logging.Formatter(
@@ -49,6 +54,7 @@ def configure(level: str = "INFO", json_lines: bool = False) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    logging.getLogger(FINDINGS).disabled = not findings
     if level != "DEBUG":
         # kazoo narrates every reconnection attempt; our own messages say what matters.
         logging.getLogger("kazoo").setLevel(logging.ERROR)

@@ -10,7 +10,8 @@
   `sinks`: report files and StatsD; `collector`: what /metrics exports; `lastrun`, `history`, `deeprecord`:
   what the leaders keep in the store;
 - `continuous` (with `backlog`, `feeds`, `currentstate`): continuous scrutiny on the leader;
-- `service`: the Auditor RPC; `web` (with `console`, `clusterview`, `templates/`): the console and its API.
+- `trigger`: whether a run asked for starts (a periodic kind due, continuous scrutiny's full run);
+- `service`: the Auditor RPC. The console it serves has a room of its own, `scrutiny.console`.
 """
 
 from __future__ import annotations

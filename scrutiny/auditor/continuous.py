@@ -35,6 +35,7 @@ from scrutiny.categories import Category, Phase, in_phase
 from scrutiny.config import AuditorSettings, ScanSettings
 from scrutiny.metadata import TreeChange
 from scrutiny.pulsar.owners import topic_of_owner
+from scrutiny.pulsar.snapshot import PulsarRecord
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
@@ -104,7 +105,7 @@ class Continuous:
         self.feeds["metadata"] = "up" if self._watch is not None else "unavailable"
         if self._watch is not None and not (position and self._watch.position()):
             # ZooKeeper's watch replays nothing: what changed before it started is unknown
-            self._gap("metadata", "a new leader's watch starts now; what changed before it is unknown")
+            self._gap("metadata", "a new leader's watch starts now; what changed before it is unknown", expected=True)
         else:  # etcd's resumes where the last leader stopped; the agents' feeds too
             self.schedule_full("the new leader's current state (it keeps no findings across leaders)")
         if pulsar := self.topics.start(store):  # Pulsar's records: watched from now (the full run covers before)
@@ -141,9 +142,11 @@ class Continuous:
 
     # -- what the feeds say -----------------------------------------------------------------------
 
-    def _gap(self, feed: str, why: str) -> None:
-        """A feed may have missed changes: only a full run can tell what they were."""
-        log.warning("continuous scrutiny: %s feed: %s; scheduling a full run", feed, why)
+    def _gap(self, feed: str, why: str, expected: bool = False) -> None:
+        """A feed may have missed changes: only a full run can tell what they were (`expected`: as at every
+        election, nothing an operator need look into)."""
+        log.log(logging.INFO if expected else logging.WARNING, "continuous scrutiny: %s feed: %s; scheduling a full "
+                "run", feed, why)
         self.stats[f"gaps.{feed.split(' ')[0]}"] += 1
         if self.facts is not None:
             self.facts.changed()
@@ -287,11 +290,8 @@ class Continuous:
     def _look_at_topics(self, due: dict[str, Due]) -> None:
         """These topics' records against BookKeeper's metadata of their ledgers (a topic run)."""
         topics = sorted(due)
-        try:
-            self.topics.refresh(topics)
-        except Exception as exc:  # the map waits for the next look; the run reads the records itself
-            log.info("continuous scrutiny: cannot read the records of %d topics now: %s", len(topics), exc)
-        report = self._scoped(replace(self.scan, topics=tuple(topics)))
+        report = self._scoped(replace(self.scan, topics=tuple(topics)),
+                              topics_read=lambda record: self.topics.learned(topics, record))
         if report is None:
             for topic, d in due.items():
                 self._look_at_topic(topic, d.why, self.settings.continuous_batch_seconds)
@@ -330,13 +330,14 @@ class Continuous:
         if not len(self.backlog) and self._store is not None:
             self._kept.record(self._store, at)
 
-    def _scoped(self, scan: ScanSettings | None = None, **scope: Any) -> Report | None:
+    def _scoped(self, scan: ScanSettings | None = None, topics_read: Callable[[PulsarRecord], None] | None = None,
+                **scope: Any) -> Report | None:
         """A run over these ledgers (or one bookie's, or some topics'), as any run; None when it could not
         complete (the caller looks again at the next batch)."""
         try:
             report = ScrutinyRun(scan or self.scan, LocalEngine(), kind="continuous", sleep=self._pause,
                                  store=self._store, facts=self.facts.facts if self.facts else None,
-                                 checkpoints=self.validates_messages).execute(**scope)
+                                 checkpoints=self.validates_messages, topics_read=topics_read).execute(**scope)
         except Exception as exc:  # the store away for a moment: nothing it was to look at is dropped
             log.info("continuous scrutiny: a look failed (%s): trying again", exc)
             return None

@@ -8,7 +8,6 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent import futures
 from datetime import UTC, datetime, timedelta
@@ -21,7 +20,6 @@ from apscheduler.triggers.date import DateTrigger
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from scrutiny.auditor.clusterview import ClusterView
 from scrutiny.auditor.collector import AuditorCollector
 from scrutiny.auditor.continuous import Continuous
 from scrutiny.auditor.currentstate import FOLLOW_UP, CurrentState
@@ -32,7 +30,6 @@ from scrutiny.auditor.publishing import Leading, Publisher
 from scrutiny.auditor.runkinds import (
     CHECKED_BY_RUNS,
     DEEP,
-    FULL,
     RESCAN,
     UNDERREPLICATION,
     WHATIF,
@@ -40,9 +37,11 @@ from scrutiny.auditor.runkinds import (
 from scrutiny.auditor.runqueue import Later, RunQueue, Ticket
 from scrutiny.auditor.service import AuditorServicer, Authenticator, Status
 from scrutiny.auditor.sinks import ReportFiles, ReportSink, RunTallies, StatsdSink
-from scrutiny.auditor.web import AuditorWeb
+from scrutiny.auditor.trigger import RunTrigger, intervals
 from scrutiny.checks.remedy import RepairContext
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings, StatsdSettings
+from scrutiny.console.clusterview import ClusterView
+from scrutiny.console.web import AuditorWeb
 from scrutiny.errors import NotLeader, RequestError, one_line
 from scrutiny.findings import Findings
 from scrutiny.httpserver import HttpServer, HttpsFiles
@@ -113,7 +112,6 @@ class Auditor:
         self.tallies = RunTallies()  # what /metrics exports of the runs, across reloads
         self.http: HttpServer | None = None
         self._http_listen = ""
-        self.skipped: Counter[str] = Counter()
         self._token = (read_secret(settings.token_file, "auditor.token_file").decode().strip()
                        if settings.token_file else "")
         self.scheduler = BackgroundScheduler(timezone=UTC)
@@ -128,15 +126,16 @@ class Auditor:
         # the remedies' context before a full run tells it (the hand-off judges with the same percentage)
         self.current.repair = RepairContext(self.config.scan.auditor_ledger_verification_percentage)
         self.publisher = Publisher(self.current)  # where finished runs go
-        self.cluster = ClusterView(self._store, lambda: self.config.scan)  # what the console asks live
+        self.trigger = RunTrigger(self)  # whether a run asked for starts
+        self.cluster = ClusterView(self.connected_store, lambda: self.config.scan)  # what the console asks live
         # its safety net: a full run (unless one is queued or running)
         self.handoff = Handoff(lambda: (self.config.scan, self.config.auditor),
-                               lambda: (c.violation for c in self.current.findings()), self._store,
+                               lambda: (c.violation for c in self.current.findings()), self.connected_store,
                                lambda: self.leadership is not None and self.leading.is_set(), lambda: self.address,
                                lambda ids, found: self.current.looked_again(
                                    ids, found, int(time.time() * 1000), "repair follow-up",
                                    (*CHECKED_BY_RUNS, *FOLLOW_UP)), self.stopping)
-        self.continuous = (Continuous(self.config.scan, self.config.auditor, self.current, lambda _: self._due(FULL))
+        self.continuous = (Continuous(self.config.scan, self.config.auditor, self.current, self.trigger.full_run_asked)
                            if settings.continuous else None)
 
     # -- what tests and the RPC look at --------------------------------------------------------
@@ -170,7 +169,7 @@ class Auditor:
         self.address = s.advertise_address or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]') else host}:{self.port}"
         self.leadership = Leadership(lambda: open_store(self.config.scan), self.address, s.election_path,
                                      self._elected, self._deposed)
-        self.periodic = PeriodicRuns(self.scheduler, self.leadership.connected_store, self._due)
+        self.periodic = PeriodicRuns(self.scheduler, self.leadership.connected_store, self.trigger.due)
         self.server.start()
         for name in ("", SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -232,12 +231,12 @@ class Auditor:
             if sink is not self.tallies:
                 sink.leadership(leading)
         if self.leading.is_set() and self.periodic is not None:
-            self.periodic.schedule(self._intervals())
+            self.periodic.schedule(intervals(self.config.auditor))
             self._schedule_handoff()
         log.info("configuration reloaded")
 
     def _serve_http(self) -> None:
-        """/metrics (`scrutiny.auditor.collector`) and the console with its API (`scrutiny.auditor.web`) on
+        """/metrics (`scrutiny.auditor.collector`) and the console with its API (`scrutiny.console.web`) on
         metrics.listen; a reload that moves it moves the server (a moved port is freed before the new binds)."""
         listen, s = self.config.metrics.listen, self.config.auditor
         if self.http is not None and listen != self._http_listen:
@@ -255,18 +254,13 @@ class Auditor:
 
     # -- leadership ---------------------------------------------------------------------------
 
-    def _intervals(self) -> dict[str, float]:
-        s = self.config.auditor
-        return {FULL: s.full_interval_seconds, UNDERREPLICATION: s.underreplication_interval_seconds,
-                DEEP: s.deep_interval_seconds}
-
     def _elected(self) -> None:
         assert self.periodic is not None
-        self.publisher.elected(self._store(), {kind: t.finished_ms for kind, t in self.queue.last.items()})
-        self.periodic.schedule(self._intervals())
+        self.publisher.elected(self.connected_store(), {kind: t.finished_ms for kind, t in self.queue.last.items()})
+        if self.continuous is not None:  # first: the full run it asks for is then the period's, if one is due
+            self.continuous.start(self.connected_store())
+        self.periodic.schedule(intervals(self.config.auditor))
         self._schedule_handoff()
-        if self.continuous is not None:
-            self.continuous.start(self._store())
 
     def _schedule_handoff(self) -> None:
         """The hand-off to autorecovery (`scrutiny.repair`), while leading; it does nothing while `repair` is off."""
@@ -281,29 +275,6 @@ class Auditor:
         with contextlib.suppress(JobLookupError):
             self.scheduler.remove_job(HANDOFF_JOB)
         self.publisher.deposed()
-
-    def _due(self, kind: str) -> None:
-        if not self.leading.is_set():
-            return
-        try:
-            disabled = self._store().replication_disabled()
-        except Exception as exc:
-            log.warning("cannot tell whether replication is disabled (%s): skipping the %s run", exc, kind)
-            self._skip(kind, "zookeeper_unavailable")
-            return
-        if disabled and not self.config.auditor.run_when_replication_disabled:
-            log.info("ledger replication is disabled: skipping the %s run", kind)
-            self._skip(kind, "replication_disabled")
-            return
-        if self.queue.busy_with(kind):
-            log.warning("the previous %s run is still going: skipping this one", kind)
-            self._skip(kind, "still_running")
-            return
-        self.queue.submit(Ticket(kind))
-
-    def _skip(self, kind: str, reason: str) -> None:
-        self.skipped[f"{kind}.{reason}"] += 1
-        self.publisher.skipped(kind, reason)
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -327,7 +298,7 @@ class Auditor:
 
         settings = self.config.scan
         if ticket.kind == DEEP:  # the next slice of the deep pass, wherever the last leader left it
-            cursor = deep_pass(self._store(), self.config.auditor)
+            cursor = deep_pass(self.connected_store(), self.config.auditor)
             ticket.deep_slice = cursor.next_slice
             settings = dataclasses.replace(settings, deep=True, deep_slices=cursor.slices,
                                            deep_slice=cursor.next_slice)
@@ -346,7 +317,7 @@ class Auditor:
                                misfire_grace_time=None)
 
     def _publish(self, ticket: Ticket, report: Report) -> None:
-        leading = (Leading(self._store(), self.config.auditor, self.periodic)
+        leading = (Leading(self.connected_store(), self.config.auditor, self.periodic)
                    if self.leading.is_set() and self.periodic is not None else None)
         self.publisher.published(ticket, report, self.address, leading)
 
@@ -357,7 +328,7 @@ class Auditor:
         if not self.leading.is_set():
             raise NotLeader(self.leadership.leader_address())
         if ledger_ids is not None:
-            check_rescan_ids(ledger_ids, self.config.auditor.max_rescan_ledgers, self._store())
+            check_rescan_ids(ledger_ids, self.config.auditor.max_rescan_ledgers, self.connected_store())
         return self.queue.submit(Ticket(RESCAN, tuple(ledger_ids) if ledger_ids is not None else None, bookie_id))
 
     def whatif(self, bookie_ids: list[str], racks: list[str]) -> tuple[Ticket, bool]:
@@ -371,7 +342,7 @@ class Auditor:
         leader = self.leadership.leader_address() if self.leadership is not None else ""
         return Status(leading=self.leading.is_set(), leader_address=leader, current=q.current,
                       last=tuple(q.last.values()), next_runs=self.periodic.next_runs() if self.periodic else {},
-                      skipped=dict(self.skipped), queued_runs=len(q.queued),
+                      skipped=dict(self.trigger.skipped), queued_runs=len(q.queued),
                       runs_awaiting_recheck=len(q.awaiting_recheck),
                       inherited=tuple(self.publisher.inherited.values()))
 
@@ -394,9 +365,12 @@ class Auditor:
     def leader_address(self) -> str:
         return self.leadership.leader_address() if self.leadership is not None else ""
 
-    def _store(self) -> MetadataStore:
+    def connected_store(self) -> MetadataStore:
         assert self.leadership is not None
         return self.leadership.connected_store()
+
+    def auditor_settings(self) -> AuditorSettings:
+        return self.config.auditor
 
 
 def failed_run(ticket: Ticket, exc: Exception) -> Report:

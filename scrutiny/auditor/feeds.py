@@ -63,12 +63,18 @@ class AgentFeeds:
             self._tasks[bookie] = self._loop.create_task(self._follow(bookie))
 
     def stop(self) -> None:
-        """Every stream cancelled, every channel closed, the loop ended."""
+        """Every stream cancelled, every channel closed, the loop ended with nothing pending on it: grpc.aio's
+        own tasks (a call's request being sent, a cancellation being handled) are awaited too, or they would be
+        destroyed pending with the loop."""
         async def cancel_all() -> None:
-            tasks = list(self._tasks.values())
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            for _ in range(10):  # what a cancellation ends may start a task of its own: until none is left
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                if not tasks:
+                    break
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            await self._loop.shutdown_asyncgens()
 
         if self._loop.is_running():
             try:

@@ -41,11 +41,18 @@ class Leadership:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
+        """Depose, then let go (as Patroni demotes before it frees the leader key): the leader stops acting (its
+        deposition callback runs to its end) and releases the election on a live session; only then is the
+        store closed. A standby stops contending."""
         self.stopping.set()
         self._step_down.set()
         if self._election is not None:
-            self._election.cancel()
+            self._election.cancel()  # a standby waiting to lead
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("the election did not end within %.0f s: closing the store under it", timeout)
         if self.store is not None:
             try:
                 self.store.close()
@@ -70,6 +77,8 @@ class Leadership:
             return False  # stopping
 
     def _session_lost(self) -> None:
+        if self.stopping.is_set():
+            return  # our own stop closed it: nothing was lost
         log.warning("metadata store session lost: stepping down")
         self._step_down.set()
 

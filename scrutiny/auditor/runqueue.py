@@ -7,6 +7,7 @@ import functools
 import logging
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,6 +58,8 @@ class RunQueue:
         self._execute, self._publish, self._schedule, self._failed = execute, publish, schedule, failed
         self.max_queued = max_queued
         self._lock = threading.Lock()
+        self._finished = threading.Condition(self._lock)  # a re-check ended (`stop` waits for those going)
+        self._finishing = 0  # re-checks going now (on the scheduler's threads)
         self._queue: queue.Queue[Ticket | None] = queue.Queue()
         self.queued: list[Ticket] = []
         self.awaiting_recheck: list[Ticket] = []
@@ -69,11 +72,15 @@ class RunQueue:
         self._worker.start()
 
     def stop(self, grace_seconds: float) -> bool:
-        """Stop taking runs; wait for the current one at most `grace_seconds`. False if abandoned."""
+        """Stop taking runs; wait for the current one, and for the re-checks going, at most `grace_seconds` in
+        all. False if something was abandoned. (A re-check not begun yet is `abandon_rechecks`'.)"""
+        deadline = time.monotonic() + grace_seconds
         self._queue.put(None)
         if self._worker.is_alive():
             self._worker.join(grace_seconds)
-        return not self._worker.is_alive()
+        with self._lock:
+            self._finished.wait_for(lambda: self._finishing == 0, max(0.0, deadline - time.monotonic()))
+            return not self._worker.is_alive() and self._finishing == 0
 
     def submit(self, ticket: Ticket) -> tuple[Ticket, bool]:
         """Queue a run; returns it and whether it waits behind another."""
@@ -89,6 +96,16 @@ class RunQueue:
         """A run of this kind is queued, going, or waiting for its re-check."""
         with self._lock:
             return any(t.kind == kind for t in [*self.queued, *self.awaiting_recheck, self.current] if t)
+
+    def waiting(self, kind: str) -> bool:
+        """A run of this kind is queued and has not started."""
+        with self._lock:
+            return any(t.kind == kind for t in self.queued)
+
+    def going_since_ms(self, kind: str) -> int | None:
+        """When the run of this kind that is going (or waiting for its re-check) started (0: starting now)."""
+        with self._lock:
+            return next((t.started_ms for t in (self.current, *self.awaiting_recheck) if t and t.kind == kind), None)
 
     def _work(self) -> None:
         while True:
@@ -117,6 +134,10 @@ class RunQueue:
                     self.current = None
 
     def _finish(self, ticket: Ticket, later: Later) -> None:
+        with self._lock:
+            if self._later.pop(ticket.run_id, None) is None:
+                return  # abandoned at shutdown before its timer fired
+            self._finishing += 1
         token = RUN_ID.set(ticket.run_id)
         try:
             report = later.finish()
@@ -127,8 +148,12 @@ class RunQueue:
             RUN_ID.reset(token)
             with self._lock:
                 self.awaiting_recheck.remove(ticket)
-                self._later.pop(ticket.run_id, None)
-        self._done(ticket, report)
+        try:
+            self._done(ticket, report)
+        finally:
+            with self._lock:
+                self._finishing -= 1
+                self._finished.notify_all()
 
     def abandon_rechecks(self) -> None:
         """At shutdown, once no timer can fire: the runs awaiting their re-check end here, their sessions closed."""

@@ -3,7 +3,7 @@
 ledger belongs to, so that a ledger deleted or closed in BookKeeper's metadata names the topic to look at.
 
 The ledger -> topic map comes from one read of every record when the leader starts (and again after a gap
-in the watch); each look at a topic reads that topic's record again and updates it. Its ledger events that
+in the watch); each look at a topic updates it with the record that look read. Its ledger events that
 come before the first read are kept and named once it is done. A deleted ledger's metadata says nothing of
 its owner, which is why the map is kept at all.
 """
@@ -90,12 +90,11 @@ class TopicFeed:
         if topic is not None:
             self._look(topic, f"ledger {ledger_id} {why}", after_s)
 
-    def refresh(self, topics: Iterable[str]) -> None:
-        """These topics' records read again: the map follows them (a look at them reads them itself too)."""
+    def learned(self, topics: Iterable[str], record: PulsarRecord) -> None:
+        """These topics' records as a look at them read them: the map follows them."""
         wanted = set(topics)
-        if self._store is None or self._topic_of is None:
+        if self._topic_of is None:
             return
-        record = PulsarRecord.decode(self._store.pulsar_records(sorted(wanted)))
         named = {n.ledger_id: topic_of_owner(n.owner) for n in record.needs()}
         with self._lock:
             if self._topic_of is None:

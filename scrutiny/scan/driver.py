@@ -26,6 +26,7 @@ from scrutiny.checks.remedy import RepairContext
 from scrutiny.checks.sequences import LedgerSequences
 from scrutiny.config import ScanSettings
 from scrutiny.findings import Findings
+from scrutiny.logsetup import FINDINGS
 from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
 from scrutiny.lostbookies import LostBookies
 from scrutiny.metadata import UnderreplicationMark
@@ -54,6 +55,7 @@ from scrutiny.store.facts import ClusterFacts
 from scrutiny.times import iso
 
 log = logging.getLogger(__name__)
+findings_log = logging.getLogger(FINDINGS)
 
 _RECHECKED = resting_on(Fact.ANSWERS)  # a delayed re-check recomputes these
 _ON_METADATA = resting_on(Fact.METADATA)  # re-read before reporting: the metadata must be unchanged
@@ -116,7 +118,8 @@ class ScrutinyRun:
     def __init__(self, settings: ScanSettings, engine: Engine | None = None, progress: Progress | None = None,
                  sleep: Callable[[float], None] = time.sleep, run_id: str | None = None, kind: str = "scan",
                  record_sightings: bool = False, store: MetadataStore | None = None,
-                 facts: Callable[[], ClusterFacts] | None = None, checkpoints: bool = False) -> None:
+                 facts: Callable[[], ClusterFacts] | None = None, checkpoints: bool = False,
+                 topics_read: Callable[[PulsarRecord], None] | None = None) -> None:
         self.settings = settings.validate()
         self.store = store  # a connected store the caller keeps open (continuous scrutiny's batches); else its own
         self.facts = facts  # the facts the run starts on (continuous scrutiny's, kept between changes); else read
@@ -124,6 +127,7 @@ class ScrutinyRun:
         # the leader's runs: each topic's messages are validated on from its checkpoint, which they keep; a topic
         # run (continuous scrutiny's) also scrubs the topic's ledgers closed since, and validates them
         self.checkpoints = checkpoints
+        self.topics_read = topics_read  # a topic run's records, as it read them to list their ledgers
         self.kind = kind  # named in every log line of the run: the auditor runs several kinds
         self.engine, self.progress, self.sleep = engine or make_engine(settings), progress, sleep
         self.run_id = run_id or uuid.uuid4().hex[:12]
@@ -187,6 +191,8 @@ class ScrutinyRun:
                     held = s.pulsar_check and pulsar.pulsar_present()
                     if topic_run:
                         record = PulsarRecord.decode(pulsar.pulsar_records(s.topics))
+                        if self.topics_read is not None:
+                            self.topics_read(record)
                         problems += record.problems
                         wanted += sorted(lid for t in s.topics for lid in record.topic_ledgers(t))
                         scoped = True
@@ -253,9 +259,9 @@ class ScrutinyRun:
         )
         total, worst = report.violations.worst(LOGGED_FINDINGS)
         for v in worst:
-            log.warning("violation %s", json.dumps({"run_id": self.run_id, **v.to_json()}, sort_keys=True))
+            findings_log.warning("violation %s", json.dumps({"run_id": self.run_id, **v.to_json()}, sort_keys=True))
         if total > len(worst):
-            log.warning("run %s: %d more findings, in the report only", self.run_id, total - len(worst))
+            findings_log.warning("run %s: %d more findings, in the report only", self.run_id, total - len(worst))
         log.info("%s run %s counts %s", self.kind, self.run_id, json.dumps(report.counts, sort_keys=True))
         return report
 

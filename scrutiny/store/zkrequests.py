@@ -36,6 +36,7 @@ from kazoo.protocol.serialization import (
     read_string,
     stat_struct,
 )
+from kazoo.protocol.states import KeeperState
 
 from scrutiny import retry
 from scrutiny.errors import ConfigError
@@ -146,9 +147,11 @@ class ZooKeeperRequests:
         def once() -> Any:
             return start(*args).get(timeout=max(0.05, min(deadline - time.monotonic(), OPERATION_TIMEOUT)))
 
+        def retryable(exc: Exception) -> bool:  # a client we stopped ourselves never comes back
+            return isinstance(exc, _RETRYABLE) and self.client.client_state != KeeperState.CLOSED
+
         try:
-            return retry.Retry(retry.ZOOKEEPER_REQUEST, deadline=self.retry_deadline).call(
-                once, lambda exc: isinstance(exc, _RETRYABLE))
+            return retry.Retry(retry.ZOOKEEPER_REQUEST, deadline=self.retry_deadline).call(once, retryable)
         except _RETRYABLE as exc:
             raise MetadataStoreUnavailable(
                 f"ZooKeeper unavailable for {self.retry_deadline:.0f} s: {type(exc).__name__}") from None

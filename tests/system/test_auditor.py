@@ -175,7 +175,7 @@ def test_runs_are_skipped_while_replication_is_disabled(cluster: tuple[DemoClust
                                underreplication_interval_seconds=0, insecure_open_rescan=True)
     auditor = Auditor(scan_settings(uri), settings, engine=LocalEngine()).start()
     try:
-        wait_for(lambda: auditor.skipped["full.replication_disabled"] >= 2)
+        wait_for(lambda: auditor.trigger.skipped["full.replication_disabled"] >= 2)
         assert not auditor.last
     finally:
         auditor.stop()
