@@ -44,17 +44,15 @@ from typing import Any
 import numpy as np
 import psutil
 import yaml
-from kazoo.client import KazooClient
 
 from bench.common import table
+from bench.harness import BenchCluster
 from scrutiny import entrylog
-from scrutiny.agent import BookieAgent
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
-from scrutiny.testing import processes, store_on
-from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing import processes
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.holdings import MutableHoldings, share
-from scrutiny.testing.localzk import LocalZooKeeper, free_port, packets_received
+from scrutiny.testing.localzk import free_port, packets_received
 from scrutiny.testing.processes import stop
 
 SYNTHETIC = [f"127.0.3.{n}:3181" for n in range(1, 10)]
@@ -94,16 +92,13 @@ def wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.25)
 
 
-class Cluster:
+class Cluster(BenchCluster):
     """ZooKeeper, the ledgers, the bookies and their agents: everything but the auditor."""
 
     def __init__(self, ledgers: int, per_class: int, small_ledgers: int, workdir: Path, seed: int) -> None:
+        super().__init__(heap="4g" if ledgers > 300_000 else "2g")
         self.rng = random.Random(seed)
         self.workdir = workdir
-        self.zk = LocalZooKeeper(heap="4g" if ledgers > 300_000 else "2g")
-        self.zk.start()
-        self.client = KazooClient(hosts=self.zk.hosts, timeout=30)
-        self.client.start(timeout=30)
         self.own_requests = 0  # what the cluster itself asks of ZooKeeper (its writes): not scrutiny's cost
         send = self.client._call
 
@@ -112,9 +107,6 @@ class Cluster:
             return send(request, async_object)
 
         self.client._call = counted
-        self.root = "/bench/ledgers"
-        self.uri = f"zk+hierarchical://{self.zk.hosts}{self.root}"
-        self.writer = ClusterWriter(self.client, self.root)
         self.writer.init_cluster()
         self.holdings = {b: MutableHoldings() for b in [*SYNTHETIC, *SMALL, EMPTY]}
         self.live_lock = threading.Lock()  # the bookie's own writes (the churn's, the losses')
@@ -152,14 +144,10 @@ class Cluster:
             log.finish()
         self.live.flush()
         self.built_s = time.monotonic() - t0
-        registry = store_on(self.client, self.uri)
-        self.agents = {b: BookieAgent(h, bind="127.0.0.1:0", workers=4).start() for b, h in self.holdings.items()}
-        for b, a in self.agents.items():
-            a.register(registry, b, f"127.0.0.1:{a.port}")
+        self.serve(self.holdings)
         self.live_agent: subprocess.Popen[str] | None = None
         self.start_live_agent(watching=False)
-        for b in [*SYNTHETIC, *SMALL, EMPTY, LIVE]:
-            self.writer.register_bookie(BookieRegistration(b, False))
+        self.writer.register_bookie(BookieRegistration(LIVE, False))
         self.touched: set[int] = set()  # ledgers a loss was aimed at: the churn leaves them alone
         self.plain = [x for x in range(ledgers) if x not in self.log_ids]
         self.timers: list[threading.Timer] = []
@@ -181,12 +169,8 @@ class Cluster:
             t.cancel()
         if self.live_agent is not None:
             stop(self.live_agent)
-        for a in self.agents.values():
-            a.stop(grace=0)
         self.live.close()
-        self.client.stop()
-        self.client.close()
-        self.zk.close()
+        super().close()
 
     # -- what is measured ----------------------------------------------------------------------
 

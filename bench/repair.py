@@ -30,17 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from kazoo.client import KazooClient
 
 from bench.common import table
 from bench.continuous import AuditorProcess, get, md, percentile, say, wait
-from scrutiny.agent import BookieAgent
-from scrutiny.metadata import BookieRegistration
+from bench.harness import BenchCluster
 from scrutiny.repair.plan import MARKED, REPAIRED
-from scrutiny.testing import store_on
-from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.holdings import MutableHoldings, share
-from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.replicationworker import ReplicationWorker
 from scrutiny.times import ms_of
 
@@ -48,16 +43,10 @@ BOOKIES = [f"127.0.5.{n}:3181" for n in range(1, 11)]
 WHOLE, MIDDLE = "a bookie's whole share gone", "one entry gone mid-share"
 
 
-class Cluster:
+class Cluster(BenchCluster):
     def __init__(self, ledgers: int, seed: int) -> None:
+        super().__init__(heap="4g" if ledgers > 300_000 else "1g")
         self.rng = random.Random(seed)
-        self.zk = LocalZooKeeper(heap="4g" if ledgers > 300_000 else "1g")
-        self.zk.start()
-        self.client = KazooClient(hosts=self.zk.hosts, timeout=30)
-        self.client.start(timeout=30)
-        self.root = "/bench/ledgers"
-        self.uri = f"zk+hierarchical://{self.zk.hosts}{self.root}"
-        self.writer = ClusterWriter(self.client, self.root)
         self.writer.init_cluster()
         self.holdings = {b: MutableHoldings() for b in BOOKIES}
         self.ledgers = {lid: md(lid, tuple(self.rng.sample(BOOKIES, 3))) for lid in range(ledgers)}
@@ -67,11 +56,7 @@ class Cluster:
             for b in m.bookies:
                 self.holdings[b].put(m.ledger_id, share(m, b))
         self.built_s = time.monotonic() - t0
-        registry = store_on(self.client, self.uri)
-        self.agents = {b: BookieAgent(h, bind="127.0.0.1:0", workers=4).start() for b, h in self.holdings.items()}
-        for b, a in self.agents.items():
-            a.register(registry, b, f"127.0.0.1:{a.port}")
-            self.writer.register_bookie(BookieRegistration(b, False))
+        self.serve(self.holdings)
         self.untouched = list(self.ledgers)
         self.rng.shuffle(self.untouched)
 
@@ -84,13 +69,6 @@ class Cluster:
             mine = share(m, b)
             self.holdings[b].put(lid, np.delete(mine, len(mine) // 2))
         return lid
-
-    def close(self) -> None:
-        for a in self.agents.values():
-            a.stop(grace=0)
-        self.client.stop()
-        self.client.close()
-        self.zk.close()
 
 
 def worker_loop(worker: ReplicationWorker, stop: threading.Event) -> None:

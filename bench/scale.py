@@ -49,6 +49,7 @@ import psutil
 from kazoo.client import KazooClient
 
 from bench.common import cpu_seconds, start_agents, stop_agents, table
+from bench.harness import BenchCluster
 from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources.synthetic import SyntheticStoreWriter
@@ -67,7 +68,7 @@ from scrutiny.store import LedgerRange
 from scrutiny.store.zookeeper import ZooKeeperStore
 from scrutiny.testing import processes, store_at
 from scrutiny.testing.clusterwriter import ClusterWriter
-from scrutiny.testing.localzk import LocalZooKeeper, free_port, packets_received
+from scrutiny.testing.localzk import free_port, packets_received
 from scrutiny.testing.processes import stop
 
 BOOKIES = 30
@@ -280,11 +281,8 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
              compare_local: bool = False) -> dict[str, Any]:
     row: dict[str, Any] = {"ledgers": count, "spark": master}
     heap = "10g" if count > 3_000_000 else "3g" if count > 300_000 else "1g"
-    with tempfile.TemporaryDirectory() as tmp, LocalZooKeeper(heap=heap) as zk:
-        root = "/ledgers"
-        uri = f"zk+hierarchical://{zk.hosts}{root}"
-        client = KazooClient(hosts=zk.hosts, timeout=30)
-        client.start()
+    with tempfile.TemporaryDirectory() as tmp, BenchCluster(heap, root="/ledgers") as cluster:
+        zk, client, root, uri = cluster.zk, cluster.client, cluster.root, cluster.uri
         t0 = time.perf_counter()
         held = build(client, root, count, entries, Path(tmp))
         row["build s"] = time.perf_counter() - t0
@@ -372,8 +370,6 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
             session.stop()
         finally:
             stop_agents(agents)
-            client.stop()
-            client.close()
     return row
 
 

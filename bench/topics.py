@@ -26,13 +26,14 @@ from kazoo.client import KazooClient
 
 from bench import scale
 from bench.common import start_agents, stop_agents, table
+from bench.harness import BenchCluster
 from scrutiny.config import ScanSettings
 from scrutiny.pulsar import encode
 from scrutiny.pulsar.records import LedgerInfo, Position, managed_ledger_of
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import Engine, SparkEngine, spark_session
 from scrutiny.testing.clusterwriter import ClusterWriter
-from scrutiny.testing.localzk import LocalZooKeeper, packets_received
+from scrutiny.testing.localzk import packets_received
 
 ENTRIES = 100
 
@@ -69,11 +70,8 @@ def run(topics: int, per_topic: int, rounds: int, engine: Engine | None = None) 
     count = topics * per_topic
     row: dict[str, Any] = {"topics": topics, "ledgers": count}
     heap = "3g" if count > 300_000 else "1g"
-    with tempfile.TemporaryDirectory() as tmp, LocalZooKeeper(heap=heap) as zk:
-        root = "/ledgers"
-        uri = f"zk+hierarchical://{zk.hosts}{root}"
-        client = KazooClient(hosts=zk.hosts, timeout=30)
-        client.start()
+    with tempfile.TemporaryDirectory() as tmp, BenchCluster(heap, root="/ledgers") as cluster:
+        zk, client, root, uri = cluster.zk, cluster.client, cluster.root, cluster.uri
         t0 = time.perf_counter()
         held = build(client, root, topics, per_topic, Path(tmp))
         row["build s"] = time.perf_counter() - t0
@@ -103,8 +101,6 @@ def run(topics: int, per_topic: int, rounds: int, engine: Engine | None = None) 
                     "zk requests (on)": req_on, "requests on / off": req_on / req_off}
         finally:
             stop_agents(agents)
-            client.stop()
-            client.close()
     return row
 
 

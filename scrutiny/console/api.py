@@ -7,13 +7,13 @@ import dataclasses
 import json
 from typing import Any
 
-from scrutiny.auditor import console
-from scrutiny.auditor.asking import MAX_LEDGER_ID, Asking, HttpError, WebApi, body_of, ledger_id_of, page_of
 from scrutiny.auditor.lastrun import RunSummary
-from scrutiny.auditor.ledgerview import ledger_view, metadata_json
 from scrutiny.auditor.runqueue import Ticket
 from scrutiny.auditor.service import status_json
-from scrutiny.auditor.topicview import topic_name_of, topic_view
+from scrutiny.console import display
+from scrutiny.console.asking import MAX_LEDGER_ID, Asking, HttpError, WebApi, body_of, ledger_id_of, page_of
+from scrutiny.console.ledgerview import ledger_view, metadata_json
+from scrutiny.console.topicview import topic_name_of, topic_view
 from scrutiny.errors import RequestError
 from scrutiny.httpserver import Request, Response
 
@@ -37,7 +37,7 @@ class ConsoleApi(Asking):
             raise HttpError(400, "limit must be 1 .. 10000")
         doc = self.api.current_state(int(limit), order == "newest")
         checked = bool(self.api.current.baseline_ms)
-        v = console.verdict((c.violation for c in self.api.current.findings()), checked)
+        v = display.verdict((c.violation for c in self.api.current.findings()), checked)
         verdict = {"level": v.level, "words": v.words, "by_severity": v.by_severity}
         return json_response(200, {**doc, "verdict": verdict})
 
@@ -120,5 +120,5 @@ def json_response(status: int, doc: Any) -> Response:
     return Response(status, "application/json", json.dumps(doc).encode())
 
 
-def bookie_json(r: console.BookieRow) -> dict[str, Any]:
+def bookie_json(r: display.BookieRow) -> dict[str, Any]:
     return {**{k: v for k, v in vars(r).items() if k != "findings"}, "findings": dict(r.findings)}

@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
-from scrutiny.auditor import console
-from scrutiny.auditor.clusterview import ClusterView
 from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.auditor.runkinds import KINDS
@@ -18,6 +16,8 @@ from scrutiny.auditor.runqueue import Ticket
 from scrutiny.auditor.service import Status
 from scrutiny.categories import REGISTRY
 from scrutiny.checks import Violation
+from scrutiny.console import display
+from scrutiny.console.clusterview import ClusterView
 from scrutiny.httpserver import Request
 from scrutiny.repair.handoff import Handoff
 from scrutiny.report import Report
@@ -93,11 +93,11 @@ class Asking:
             return None, ""
         return (run.blast_radius or {}).get("bookies"), run.finished_at
 
-    def bookie_rows(self) -> list[console.BookieRow]:
+    def bookie_rows(self) -> list[display.BookieRow]:
         registered, racks = self.api.cluster.bookies_now()
         depends, finished = self.dependencies()
         feeds = self.api.current_state(most=0)["feeds"]
-        return console.bookie_rows(registered, racks, depends, [c.violation for c in self.api.current.findings()],
+        return display.bookie_rows(registered, racks, depends, [c.violation for c in self.api.current.findings()],
                                    feeds, finished)
 
 

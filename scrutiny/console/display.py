@@ -1,4 +1,4 @@
-"""What the operator's console shows, computed from plain data (pure: `scrutiny.auditor.web` serves it
+"""What the operator's console shows, computed from plain data (pure: `scrutiny.console.web` serves it
 and the templates draw it): the verdict, the bookies and their states, a ledger's copies as entry
 ranges, the history chart's geometry, and an unavailability in words."""
 

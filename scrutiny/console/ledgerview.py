@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrutiny.auditor import console
-from scrutiny.auditor.asking import HttpError, WebApi
 from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.auditor.runkinds import KINDS
 from scrutiny.categories import REGISTRY, severity_of, spec
 from scrutiny.checks import Violation
 from scrutiny.checks.remedy import RepairContext, remedy
+from scrutiny.console import display
+from scrutiny.console.asking import HttpError, WebApi
 from scrutiny.errors import ScrutinyError, one_line
 from scrutiny.metadata import LedgerMetadata, LedgerState
 from scrutiny.pulsar.owners import owner_from_custom_metadata
@@ -37,12 +37,12 @@ def ledger_view(api: WebApi, ledger_id: int, ask: bool) -> dict[str, Any]:
         raise HttpError(404, f"no such ledger: {ledger_id} is not in the metadata, and no finding names it")
     full = api.last_run("full")
     state, why = checked_state(md, read, full, findings or current)
-    segments: list[console.SegmentView] = []
+    segments: list[display.SegmentView] = []
     asked = ""
     if md is not None and md.state is LedgerState.CLOSED and ask:
         try:
             registered, _ = api.cluster.bookies_now()
-            segments = console.copies(md, api.cluster.ask_bookies(md), registered.keys())
+            segments = display.copies(md, api.cluster.ask_bookies(md), registered.keys())
         except ScrutinyError as exc:
             asked = f"could not ask the bookies now: {one_line(exc)}"
     # the owner its own metadata names (Pulsar's keys), whether or not some finding names it

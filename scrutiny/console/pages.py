@@ -13,14 +13,14 @@ from typing import Any
 
 import jinja2
 
-from scrutiny.auditor import console
-from scrutiny.auditor.asking import Asking, HttpError, known_rack, ledger_id_of, link, page_of
 from scrutiny.auditor.lastrun import RunSummary
-from scrutiny.auditor.ledgerview import finding_row, ledger_view
 from scrutiny.auditor.runkinds import KINDS
 from scrutiny.auditor.service import Status
-from scrutiny.auditor.topicview import topic_name_of, topic_view
 from scrutiny.categories import CATEGORY_NAMES, REGISTRY, SEVERITIES, Category, severity_of, spec, worst_first
+from scrutiny.console import display
+from scrutiny.console.asking import Asking, HttpError, known_rack, ledger_id_of, link, page_of
+from scrutiny.console.ledgerview import finding_row, ledger_view
+from scrutiny.console.topicview import topic_name_of, topic_view
 from scrutiny.httpserver import Request, Response
 from scrutiny.report import Report
 from scrutiny.times import in_words, iso, ms_of
@@ -29,7 +29,7 @@ BLAST_COLUMNS = ("ledgers_below_aq", "ledgers_without_a_copy", "topics_below_aq"
 REFRESH_SECONDS = 60
 CSV_COLUMNS = ("ledger_id", "category", "severity", "owner_kind", "owner", "bookies", "details")
 
-TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("scrutiny.auditor", "templates"),
+TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("scrutiny.console", "templates"),
                                autoescape=jinja2.select_autoescape(default=True), undefined=jinja2.StrictUndefined,
                                trim_blocks=True, lstrip_blocks=True)
 
@@ -47,7 +47,7 @@ class ConsolePages(Asking):
                              "duration": run_duration(run), "bad": worst_counts(run.counts)})
         full = self.api.last_run("full")
         checked = bool(state.baseline_ms) or full is not None
-        verdict = console.verdict((c.violation for c in found) if state.baseline_ms else
+        verdict = display.verdict((c.violation for c in found) if state.baseline_ms else
                                   (full.violations if isinstance(full, Report) else []), checked,
                                   not isinstance(full, Report) or full.complete)
         since = state.previous_full_ms
@@ -59,8 +59,8 @@ class ConsolePages(Asking):
                      new=[finding_row(c.violation, c, state.repair) for c in found
                           if c.detected_ms > since][:50] if since else [],
                      resolved=state.resolved(since)[:50] if since else [], since=iso(since) if since else "",
-                     chart=console.chart(history), deep=deep_progress(self.api.last_run("deep")),
-                     recent=[p for p in history if p.kind in console.WHOLE_RUNS][-5:][::-1], refresh=REFRESH_SECONDS)
+                     chart=display.chart(history), deep=deep_progress(self.api.last_run("deep")),
+                     recent=[p for p in history if p.kind in display.WHOLE_RUNS][-5:][::-1], refresh=REFRESH_SECONDS)
 
     def page_findings(self, req: Request) -> Response:
         kind, run = self.run(req)
@@ -113,13 +113,13 @@ class ConsolePages(Asking):
         rack = req.query.get("rack", "").strip()
         if rack:
             rows = [r for r in rows if r.rack == known_rack(rack, {r.bookie: r.rack for r in rows})]
-        racks: dict[str, list[console.BookieRow]] = {}
+        racks: dict[str, list[display.BookieRow]] = {}
         for r in rows:
             racks.setdefault(r.rack or "(no rack)", []).append(r)
         _, finished = self.dependencies()
         return html(200, "bookies", "bookies" + (f" on {rack}" if rack else ""), rows=rows,
                      racks=sorted(racks.items()), tallest=max(map(len, racks.values()), default=0), rack=rack,
-                     finished=finished, states=console.STATES, refresh=REFRESH_SECONDS)
+                     finished=finished, states=display.STATES, refresh=REFRESH_SECONDS)
 
     def page_blast(self, req: Request) -> Response:
         _, run = self.run(req)
@@ -177,7 +177,7 @@ def run_duration(run: Report | RunSummary) -> str:
     return in_words(took / 1000) if took >= 0 else "?"
 
 
-TEMPLATES.filters["plural"] = console.plural
+TEMPLATES.filters["plural"] = display.plural
 TEMPLATES.filters["duration_ms"] = lambda ms: in_words(ms / 1000)
 TEMPLATES.filters["iso"] = iso
 TEMPLATES.globals.update(severities=SEVERITIES, link=link, spec=spec)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrutiny.auditor.asking import HttpError, WebApi
-from scrutiny.auditor.ledgerview import finding_row
 from scrutiny.auditor.runkinds import KINDS
 from scrutiny.categories import REGISTRY
+from scrutiny.console.asking import HttpError, WebApi
+from scrutiny.console.ledgerview import finding_row
 from scrutiny.errors import MetadataError
 from scrutiny.metadata import LedgerState
 from scrutiny.pulsar.owners import topic_of_owner

@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 import grpc
 
-from scrutiny.auditor.api import ConsoleApi, json_response
-from scrutiny.auditor.asking import HttpError, WebApi
-from scrutiny.auditor.pages import ConsolePages, html
 from scrutiny.auditor.service import Authenticator
+from scrutiny.console.api import ConsoleApi, json_response
+from scrutiny.console.asking import HttpError, WebApi
+from scrutiny.console.pages import ConsolePages, html
 from scrutiny.errors import NotLeader, ScrutinyError, one_line
 from scrutiny.httpserver import Request, Response, json_error
 

@@ -473,8 +473,8 @@ def test_a_topics_page_lists_its_ledgers_healthy_at_fault_or_missing(healthy: Co
 
 
 def test_the_history_chart_draws_equal_series_once_and_one_run_in_the_middle() -> None:
-    from scrutiny.auditor.console import CHART_W, chart
     from scrutiny.auditor.history import RunPoint
+    from scrutiny.console.display import CHART_W, chart
 
     def point(n: int, **counts: int) -> RunPoint:
         return RunPoint("full", f"r{n}", n * 1000, 1000, 10, counts)

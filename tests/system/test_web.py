@@ -202,7 +202,7 @@ def test_a_standbys_page_names_the_leader_and_its_api_redirects(
 def test_with_status_requires_auth_the_pages_need_the_token_too() -> None:
     from scrutiny.auditor.currentstate import CurrentState
     from scrutiny.auditor.service import Authenticator, Status
-    from scrutiny.auditor.web import AuditorWeb
+    from scrutiny.console.web import AuditorWeb
     from scrutiny.httpserver import Request
 
     class Cluster:
