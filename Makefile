@@ -21,9 +21,9 @@ PYTEST_ARGS ?=
 # tests run on this many workers, each with its own ZooKeeper, etcd and SparkSession.
 TEST_WORKERS ?= 3
 
-.PHONY: setup system-deps proto test lint demo bench soak clean dist wheelhouse image image-test
+.PHONY: setup system-deps proto peers test test-real lint demo bench soak clean dist wheelhouse image image-test
 
-setup: system-deps $(VENV)/.installed proto
+setup: system-deps $(VENV)/.installed proto peers
 
 # apt only when something is absent, so `make setup` stays quick and idempotent.
 system-deps:
@@ -38,6 +38,9 @@ system-deps:
 	[ -x /usr/bin/etcd ] || missing="$$missing etcd-server"; \
 	command -v etcdctl >/dev/null 2>&1 || missing="$$missing etcd-client"; \
 	command -v setpriv >/dev/null 2>&1 || missing="$$missing util-linux"; \
+	command -v git >/dev/null 2>&1 || missing="$$missing git"; \
+	command -v javac >/dev/null 2>&1 || missing="$$missing openjdk-17-jdk-headless"; \
+	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing with apt:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
@@ -47,6 +50,20 @@ $(VENV)/.installed: pyproject.toml
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+# Real BookKeeper releases for the tests (tests/peers/versions names them), from Maven Central: each release's
+# jars, and the tests' client (tests/peers/src) built against them, in .peers/; nothing when present.
+PEERS := .peers
+BOOKKEEPER_LINES := $(shell awk '$$1 == "bookkeeper" {print $$2}' tests/peers/versions)
+
+peers: $(BOOKKEEPER_LINES:%=$(PEERS)/bookkeeper-%/.fetched)
+
+$(PEERS)/bookkeeper-%/.fetched: tests/peers/pom.xml tests/peers/versions $(wildcard tests/peers/src/scrutiny/peers/*.java)
+	rm -rf $(PEERS)/bookkeeper-$*
+	mvn -q -B -Dstyle.color=never -f tests/peers/pom.xml dependency:copy-dependencies -Dbookkeeper.version=$* -DincludeScope=runtime \
+	  -DoutputDirectory=$(CURDIR)/$(PEERS)/bookkeeper-$*/lib
+	javac -nowarn -d $(PEERS)/bookkeeper-$*/classes -cp '$(PEERS)/bookkeeper-$*/lib/*' tests/peers/src/scrutiny/peers/*.java
 	touch $@
 
 # Generated code is not committed: protos/ is the one source. build_support/protogen.py is the one
@@ -61,6 +78,12 @@ lint: setup
 
 test: setup lint
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# Against real BookKeeper processes (tests/real/: bookies, AutoRecovery, the shell, the client, of every release
+# tests/peers/versions names). CI runs it beside the soaks and the image test.
+REAL_WORKERS ?= 2
+test-real: setup
+	$(VENV)/bin/pytest -n $(REAL_WORKERS) -m real tests/real $(PYTEST_ARGS)
 
 demo: setup
 	$(VENV)/bin/scrutiny demo
@@ -88,17 +111,20 @@ wheelhouse: dist
 	rm -rf $(WHEELHOUSE)
 	$(PY) -m pip wheel -q -w $(WHEELHOUSE) dist/scrutiny-$(VERSION)-py3-none-any.whl
 
+# Starts a Docker daemon when none answers, and leaves it running (`docker/dockerd.sh stop` stops it).
 image: wheelhouse
-	docker/dockerd.sh
+	docker/dockerd.sh start
 	docker build -q --network host --build-arg BASE=$(BASE_IMAGE) -f docker/Dockerfile -t $(IMAGE) .
 
-# The wheel in a clean venv and the image, installed and run as an operator would (tests/install/).
+# The wheel in a clean venv and the image, installed and run as an operator would (tests/install/). A Docker
+# daemon it had to start is stopped at the end, passed or failed.
 image-test: setup
-	docker/dockerd.sh
-	docker/base-image.sh $(TEST_BASE_IMAGE)
-	$(MAKE) image BASE_IMAGE=$(TEST_BASE_IMAGE)
-	docker image prune -f >/dev/null  # vfs keeps every replaced build whole (GBs each)
-	SCRUTINY_IMAGE=$(IMAGE) $(VENV)/bin/pytest -m install tests/install $(PYTEST_ARGS)
+	docker/dockerd.sh start
+	status=0; { docker/base-image.sh $(TEST_BASE_IMAGE) \
+	  && $(MAKE) image BASE_IMAGE=$(TEST_BASE_IMAGE) \
+	  && docker image prune -f >/dev/null `# vfs keeps every replaced build whole (GBs each)` \
+	  && SCRUTINY_IMAGE=$(IMAGE) $(VENV)/bin/pytest -m install tests/install $(PYTEST_ARGS); } || status=$$?; \
+	docker/dockerd.sh stop; exit $$status
 
 clean:
-	rm -rf $(VENV) dist build $(GENERATED) $(GENERATED:.py=.pyi) $(GENERATED:.py=_grpc.py)
+	rm -rf $(VENV) $(PEERS) dist build $(GENERATED) $(GENERATED:.py=.pyi) $(GENERATED:.py=_grpc.py)

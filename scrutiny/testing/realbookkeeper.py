@@ -1,0 +1,315 @@
+"""Real BookKeeper for the tests, from a release's own jars (`make peers` fetches them into .peers/): bookie processes
+on loopback over the tests' ZooKeeper, on DbLedgerStorage (or SortedLedgerStorage, the stock bookie behind the
+bridge), each started, stopped, killed, wiped and brought back; AutoRecovery (its Auditor and ReplicationWorker) at
+a chosen percentage; BookKeeper's shell; and BookKeeper's own client, driven a command a line
+(`tests/peers/src/scrutiny/peers/LedgerTool.java`).
+
+Every process is a child that dies with the test (`processes.spawn`); each writes its log to the cluster's work
+directory (`<workdir>/<name>.log`), where a failing test's message points."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from scrutiny.testing import processes
+
+PEERS = Path(os.environ.get("SCRUTINY_PEERS", Path(__file__).resolve().parents[2] / ".peers"))
+DB_LEDGER_STORAGE = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
+SORTED_LEDGER_STORAGE = "org.apache.bookkeeper.bookie.SortedLedgerStorage"
+# bin/common.sh's flags for Java 17; a client JIT and a serial collector: two cores start many JVMs quickly
+JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Dio.netty.tryReflectionSetAccessible=true",
+             "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED",
+             "--add-opens", "java.base/java.io=ALL-UNNAMED", "--add-opens", "java.base/java.util.zip=ALL-UNNAMED")
+LOG4J2 = """<Configuration status="WARN">
+  <Appenders><File name="f" fileName="{log}"><PatternLayout pattern="%d %p [%t] %c{{1}} - %m%n"/></File></Appenders>
+  <Loggers><Root level="{level}"><AppenderRef ref="f"/></Root></Loggers>
+</Configuration>
+"""
+
+
+class RealBookKeeperError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Release:
+    """One BookKeeper release's jars, and the tests' client built against them."""
+
+    version: str
+    home: Path
+
+    @classmethod
+    def of(cls, version: str, peers: Path = PEERS) -> Release:
+        home = peers / f"bookkeeper-{version}"
+        if not (home / ".fetched").exists():
+            raise RealBookKeeperError(f"BookKeeper {version} is not in {peers}: run `make peers`")
+        return cls(version, home)
+
+    @property
+    def line(self) -> str:
+        """4.17, 4.16: a Pulsar line's BookKeeper."""
+        return ".".join(self.version.split(".")[:2])
+
+    def command(self, main: str, *args: str, log: Path, heap: str = "256m", level: str = "INFO") -> list[str]:
+        config = log.with_suffix(".log4j2.xml")
+        config.write_text(LOG4J2.format(log=log, level=level))
+        return ["java", f"-Xmx{heap}", f"-XX:MaxDirectMemorySize={heap}", *JVM_FLAGS,
+                f"-Dlog4j.configurationFile={config}", "-cp", f"{self.home}/lib/*:{self.home}/classes", main, *args]
+
+
+def write_conf(path: Path, values: Mapping[str, object]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    return path
+
+
+class Process:
+    """A JVM of the cluster's, its log in the work directory."""
+
+    def __init__(self, cmd: list[str], log: Path) -> None:
+        self.log = log
+        with log.with_suffix(".out").open("ab") as out:
+            self.proc: subprocess.Popen[bytes] = processes.spawn(cmd, stdout=out, stderr=subprocess.STDOUT)
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, grace: float = 30.0) -> None:
+        processes.stop(self.proc, grace)
+
+    def kill(self) -> None:
+        processes.reap(self.proc)
+
+    def tail(self, lines: int = 30) -> str:
+        text = "".join(p.read_text(errors="replace") for p in (self.log, self.log.with_suffix(".out")) if p.exists())
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class RealBookie:
+    """One bookie process: its id (`127.0.0.1:<port>`), its journal and ledger directories, its configuration."""
+
+    def __init__(self, cluster: RealBookKeeper, name: str, port: int, storage: str, settings: Mapping[str, object]
+                 ) -> None:
+        self.cluster, self.name, self.port = cluster, name, port
+        self.bookie_id = f"127.0.0.1:{port}"
+        self.base = cluster.workdir / name
+        self.journal_dir, self.ledger_dir = self.base / "journal", self.base / "ledgers"
+        self.settings = {**cluster.bookie_settings(), "bookiePort": port, "journalDirectories": self.journal_dir,
+                         "ledgerDirectories": self.ledger_dir, "ledgerStorageClass": storage, **settings}
+        self.conf = write_conf(cluster.workdir / f"{name}.conf", self.settings)
+        self.process: Process | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.running
+
+    def start(self, timeout: float = 90.0) -> RealBookie:
+        """Started, and registered as writable (so a client can place ledgers on it)."""
+        if self.running:
+            return self
+        log = self.cluster.workdir / f"{self.name}.log"
+        self.process = Process(self.cluster.release.command("org.apache.bookkeeper.server.Main", "--conf",
+                                                            str(self.conf), log=log), log)
+        path = f"{self.cluster.root}/available/{self.bookie_id}"
+        deadline = time.monotonic() + timeout
+        while not self.cluster.zk.exists(path):
+            if not self.process.running or time.monotonic() > deadline:
+                raise RealBookKeeperError(f"bookie {self.bookie_id} did not register: {self.process.tail()}")
+            time.sleep(0.1)
+        return self
+
+    def stop(self) -> None:
+        """SIGTERM: the bookie flushes its write cache and index, and unregisters."""
+        if self.process is not None:
+            self.process.stop()
+
+    def kill(self) -> None:
+        """SIGKILL: what it had not flushed is in its journal only; its registration lasts until its session expires."""
+        if self.process is not None:
+            self.process.kill()
+
+    def wipe(self) -> None:
+        """Its disks lost, and the bookie formatted to come back under its id (`bookieformat -deleteCookie`, as an
+        operator does: a bookie whose cookie is in the metadata and not on its disks refuses to start)."""
+        self.kill()
+        shutil.rmtree(self.base, ignore_errors=True)
+        self.cluster.shell("bookieformat", "-nonInteractive", "-force", "-deleteCookie", conf=self.conf)
+
+
+class LedgerClient:
+    """BookKeeper's own client in a process of its own (LedgerTool), a command a line: every ledger it writes has
+    the password "scrutiny" and payloads that name their ledger and entry."""
+
+    def __init__(self, release: Release, uri: str, log: Path) -> None:
+        cmd = release.command("scrutiny.peers.LedgerTool", uri, log=log, level="WARN")
+        self.log = log
+        self.proc: subprocess.Popen[str] = processes.spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                           stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True, name="ledger-client").start()
+        self._lock = threading.Lock()
+        self._answer(120.0)  # {"ready": true}
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self._lines.put(line)
+        self._lines.put(None)
+
+    def _answer(self, timeout: float) -> dict[str, Any]:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise RealBookKeeperError(f"the ledger client said nothing for {timeout:.0f} s; see {self.log}") from None
+        if line is None:
+            raise RealBookKeeperError(f"the ledger client ended; see {self.log}")
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            raise RealBookKeeperError(f"the ledger client: {answer['error']}")
+        return answer
+
+    def call(self, *words: object, timeout: float = 120.0) -> dict[str, Any]:
+        with self._lock:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(" ".join(map(str, words)) + "\n")
+            self.proc.stdin.flush()
+            return self._answer(timeout)
+
+    def create(self, ensemble: int, write_quorum: int, ack_quorum: int, digest: str = "CRC32C", entries: int = 10,
+               size: int = 100, metadata: Mapping[str, str] | None = None) -> tuple[int, int]:
+        """A ledger written and closed: its id and last entry id."""
+        got = self.call("create", ensemble, write_quorum, ack_quorum, digest, entries, size,
+                        *(f"{k}={v}" for k, v in (metadata or {}).items()))
+        return int(got["ledger"]), int(got["last"])
+
+    def open(self, ensemble: int, write_quorum: int, ack_quorum: int, digest: str = "CRC32C",
+             metadata: Mapping[str, str] | None = None) -> int:
+        return int(self.call("open", ensemble, write_quorum, ack_quorum, digest,
+                             *(f"{k}={v}" for k, v in (metadata or {}).items()))["ledger"])
+
+    def add(self, ledger_id: int, count: int, size: int = 100) -> int:
+        return int(self.call("add", ledger_id, count, size)["last"])
+
+    def close_ledger(self, ledger_id: int) -> int:
+        return int(self.call("close", ledger_id)["last"])
+
+    def recover(self, ledger_id: int) -> int:
+        """Opened by a second client with recovery: the writer fenced, the ledger closed at what recovery found."""
+        return int(self.call("recover", ledger_id)["last"])
+
+    def read(self, ledger_id: int, first: int, last: int) -> int:
+        return int(self.call("read", ledger_id, first, last)["entries"])
+
+    def delete(self, ledger_id: int) -> None:
+        self.call("delete", ledger_id)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                processes.reap(self.proc)
+
+
+class AutoRecovery:
+    """BookKeeper's AutoRecoveryMain: its Auditor (elected in BookKeeper's own election) and a ReplicationWorker."""
+
+    def __init__(self, cluster: RealBookKeeper, name: str, settings: Mapping[str, object]) -> None:
+        conf = write_conf(cluster.workdir / f"{name}.conf", {**cluster.bookie_settings(), **settings})
+        log = cluster.workdir / f"{name}.log"
+        self.process = Process(cluster.release.command("org.apache.bookkeeper.replication.AutoRecoveryMain",
+                                                       "--conf", str(conf), log=log), log)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+class RealBookKeeper:
+    """A cluster of real bookies under `root` on the tests' ZooKeeper (`zk_hosts`)."""
+
+    def __init__(self, release: Release, zk_hosts: str, root: str = "/ledgers", workdir: Path | None = None,
+                 **settings: object) -> None:
+        self.release, self.zk_hosts, self.root = release, zk_hosts, root
+        self.uri = f"zk+hierarchical://{zk_hosts}{root}"
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="scrutiny-bk-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.settings = settings  # every process's, over bookie_settings()
+        self.zk = KazooClient(hosts=zk_hosts, timeout=15)
+        self.zk.start(timeout=30)
+        self.bookies: list[RealBookie] = []
+        self.recoveries: list[AutoRecovery] = []
+        self.clients: list[LedgerClient] = []
+        self.conf = write_conf(self.workdir / "cluster.conf", self.bookie_settings())
+        self.zk.ensure_path(root.rsplit("/", 1)[0] or "/")  # initnewcluster creates the root, not its parents
+        self.shell("initnewcluster")
+
+    def bookie_settings(self) -> dict[str, object]:
+        """What every bookie (and AutoRecovery, the shell) is configured with: small caches, short flush and GC
+        intervals, loopback allowed, BookKeeper's own tests' disk thresholds."""
+        return {"metadataServiceUri": self.uri, "advertisedAddress": "127.0.0.1", "allowLoopback": "true",
+                "zkTimeout": 10000, "httpServerEnabled": "false", "flushInterval": 1000, "gcWaitTime": 1000,
+                "diskUsageThreshold": 0.999, "diskUsageWarnThreshold": 0.99, "journalSyncData": "false",
+                "dbStorage_writeCacheMaxSizeMb": 4, "dbStorage_readAheadCacheMaxSizeMb": 4,
+                "dbStorage_rocksDB_blockCacheSize": 4 * 1024 * 1024, "logSizeLimit": 4 * 1024 * 1024,
+                "dbStorage_directIOEntryLoggerMaxFileSizeMb": 4, "autoRecoveryDaemonEnabled": "false",
+                "lostBookieRecoveryDelay": 0, **self.settings}
+
+    def add_bookie(self, storage: str = DB_LEDGER_STORAGE, start: bool = True, **settings: object) -> RealBookie:
+        from scrutiny.testing.localzk import free_port
+
+        bookie = RealBookie(self, f"bookie{len(self.bookies) + 1}", free_port(), storage, settings)
+        self.bookies.append(bookie)
+        return bookie.start() if start else bookie
+
+    def autorecovery(self, percentage: int = 0, **settings: object) -> AutoRecovery:
+        recovery = AutoRecovery(self, f"autorecovery{len(self.recoveries) + 1}",
+                                {"auditorLedgerVerificationPercentage": percentage, **settings})
+        self.recoveries.append(recovery)
+        return recovery
+
+    def client(self) -> LedgerClient:
+        c = LedgerClient(self.release, self.uri, self.workdir / f"client{len(self.clients) + 1}.log")
+        self.clients.append(c)
+        return c
+
+    def shell(self, *args: str, conf: Path | None = None, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+        """`bookkeeper shell ARGS`: its output (stdout and the log, WARN and up), or RealBookKeeperError."""
+        log = self.workdir / "shell.log"
+        cmd = self.release.command("org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf or self.conf),
+                                   *args, log=log, level="WARN")
+        done = processes.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RealBookKeeperError(f"bookkeeper shell {' '.join(args)}: exit {done.returncode}: "
+                                      f"{(done.stdout + done.stderr)[-2000:]}")
+        return done
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
+        for r in self.recoveries:
+            r.stop()
+        for b in self.bookies:
+            if b.process is not None:
+                b.process.stop(grace=10)
+        self.zk.stop()
+        self.zk.close()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
