@@ -26,6 +26,7 @@ ENTRY_SIZE = struct.Struct(">i")
 ENTRY_HEADER = struct.Struct(">qqqq")  # ledgerId, entryId, lastAddConfirmed, length
 MAP_RECORD = struct.Struct(">qqi")  # a ledgers-map record: ledgerId = -1, entryId = -2, count; then count pairs
 MAP_PAIR = struct.Struct(">qq")  # (ledgerId, size)
+PADDING_BYTE = b"\xf0"  # the direct-I/O entry logger's padding to its 4 KiB blocks (`directentrylogger/Buffer.java`)
 DIGEST_BYTES = {"CRC32": 8, "CRC32C": 4, "HMAC": 20, "DUMMY": 0}
 PAYLOAD_HASH_BYTES = 8
 # Why a stored copy is not the entry (the `reason` of CORRUPT_ENTRY).
@@ -62,10 +63,14 @@ def ledgers_map_offset(header: bytes) -> int:
 
 def ledgers_map(data: bytes) -> list[int]:
     """The ledger ids of a ledgers map (its records from the map's offset to the end of the log); ValueError
-    when it is not one."""
+    when it is not one. The direct-I/O entry logger pads the map to its 4 KiB block with bytes whose size field
+    reads negative (0xF0...): the map ends there."""
     ids: list[int] = []
     pos = 0
     while pos < len(data):
+        if len(data) - pos >= ENTRY_SIZE.size and ENTRY_SIZE.unpack_from(data, pos)[0] < 0 \
+                and data[pos:].strip(PADDING_BYTE) == b"":
+            break
         if pos + ENTRY_SIZE.size + MAP_RECORD.size > len(data):
             raise ValueError(f"a ledgers-map record cut at byte {pos}")
         (size,) = ENTRY_SIZE.unpack_from(data, pos)

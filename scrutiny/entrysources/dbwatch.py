@@ -197,15 +197,12 @@ class DbLedgerStorageWatch:
         return read
 
     def _log_gone(self, d: int, log_id: int, mapped: list[int] | None) -> tuple[Change | None, int]:
-        """An entry log removed: the ledgers of its map still held whose locations still point into it."""
+        """An entry log removed: the ledgers of its map (of every ledger held, for the log being written, which
+        has no map yet) still held whose locations still point into it."""
         source = self.source
-        if mapped is None:  # the log being written, or one whose map was unreadable: which ledgers is unknown
-            source.gone_logs[d].add(log_id)
-            return Change(Kind.ENTRY_LOG_GONE, detail=f"{log_id:x}.log of {source.ledger_dirs[d]} (no ledgers map)",
-                          entry_log=log_id, every_ledger=True), 0
         ledgers, locations = source.indexes[d]
         affected, read = [], 0
-        for lid in mapped:
+        for lid in self._keys(ledgers).tolist() if mapped is None else mapped:
             if ledgers.get(LEDGER_KEY.pack(lid)) is None:
                 continue
             for _, value in index_entries(locations, lid):

@@ -136,10 +136,17 @@ class RealBookie:
         if self.process is not None:
             self.process.stop()
 
-    def kill(self) -> None:
-        """SIGKILL: what it had not flushed is in its journal only; its registration lasts until its session expires."""
+    def kill(self, timeout: float = 60.0) -> None:
+        """SIGKILL: what it had not flushed is in its journal only. Returns once its registration is gone (its session
+        expired): a bookie started again before that waits for the old registration, and may give up."""
         if self.process is not None:
             self.process.kill()
+        deadline = time.monotonic() + timeout
+        while any(self.cluster.zk.exists(f"{self.cluster.root}/available{sub}/{self.bookie_id}")
+                  for sub in ("", "/readonly")):
+            if time.monotonic() > deadline:
+                raise RealBookKeeperError(f"bookie {self.bookie_id}'s registration outlived its session")
+            time.sleep(0.2)
 
     def wipe(self) -> None:
         """Its disks lost, and the bookie formatted to come back under its id (`bookieformat -deleteCookie`, as an
@@ -269,8 +276,13 @@ class RealBookKeeper:
                 "diskUsageThreshold": 0.999, "diskUsageWarnThreshold": 0.99, "journalSyncData": "false",
                 "dbStorage_writeCacheMaxSizeMb": 4, "dbStorage_readAheadCacheMaxSizeMb": 4,
                 "dbStorage_rocksDB_blockCacheSize": 4 * 1024 * 1024, "logSizeLimit": 4 * 1024 * 1024,
-                "dbStorage_directIOEntryLoggerMaxFileSizeMb": 4, "autoRecoveryDaemonEnabled": "false",
-                "lostBookieRecoveryDelay": 0, **self.settings}
+                # the direct-I/O entry logger: each of its 8 read threads' reader cache must hold one read buffer,
+                # or every reader is evicted as it is made ("Entry logger misconfigured", "Cached reader already
+                # closed" on every read): its defaults assume a larger direct memory than these JVMs'
+                "dbStorage_directIOEntryLoggerTotalReadBufferSizeMB": 16,
+                "dbStorage_directIOEntryLoggerReadBufferSizeMB": 1,
+                "dbStorage_directIOEntryLoggerTotalWriteBufferSizeMB": 16,
+                "autoRecoveryDaemonEnabled": "false", "lostBookieRecoveryDelay": 0, **self.settings}
 
     def add_bookie(self, storage: str = DB_LEDGER_STORAGE, start: bool = True, **settings: object) -> RealBookie:
         from scrutiny.testing.localzk import free_port

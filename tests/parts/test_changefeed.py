@@ -104,10 +104,11 @@ def test_what_a_dbledgerstorage_agent_sees_change(bookie: tuple[Path, LiveBookie
         assert (gone.kind, gone.ledger_ids, gone.entry_log) == (Kind.ENTRY_LOG_GONE, (1, 3), 1)
         assert source.availability(1) is not None and source.availability(1).entries == 0  # type: ignore[union-attr]
         assert source.availability(4).entries == 10  # type: ignore[union-attr]  # moved, then its log went: fine
-        # the log being written removed: which ledgers is unknown
+        # the log being written removed: it has no map yet, so every ledger held is looked at for it
         entrylog.log_path(path, 3).unlink()
-        (unknown,) = look(source)
-        assert unknown.kind is Kind.ENTRY_LOG_GONE and unknown.every_ledger and unknown.entry_log == 3
+        (unmapped,) = look(source)
+        assert (unmapped.kind, unmapped.ledger_ids, unmapped.entry_log) == (Kind.ENTRY_LOG_GONE, (6,), 3)
+        assert source.availability(6).entries == 0  # type: ignore[union-attr]
         # back as another instance
         (path / "current" / "VERSION").write_text('bookieHost: "127.0.8.1:3181"\ninstanceId: "two"\n')
         (reset,) = look(source)

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from scrutiny import entrylog
 from scrutiny.codec import (
     HEADER_SIZE,
     Availability,
@@ -257,3 +258,14 @@ def test_exact_encodings_are_found_in_bulk_and_nothing_else(sets: list[list[int]
         answers.append(bytes(b))
         want.append(kind in ("same", "reserved"))
     assert is_exact_encoding(answers, rows, counts).tolist() == want
+
+
+def test_a_direct_io_entry_logs_ledgers_map_ends_at_its_padding() -> None:
+    """The direct-I/O entry logger pads its ledgers map to the 4 KiB block with 0xF0 bytes (a size read there is
+    negative: BookKeeper's own scanner skips it). The bytes after a real 4.17 bookie's map offset, shortened."""
+    record = entrylog.MAP_RECORD.pack(-1, -2, 2) + entrylog.MAP_PAIR.pack(7, 900) + entrylog.MAP_PAIR.pack(9, 40)
+    data = entrylog.ENTRY_SIZE.pack(len(record)) + record
+    assert entrylog.ledgers_map(data + b"\xf0" * (4096 - len(data))) == [7, 9]
+    assert entrylog.ledgers_map(data) == [7, 9]
+    with pytest.raises(ValueError, match="ledgers-map record"):
+        entrylog.ledgers_map(data + b"\xf0" * 8 + b"\x00" * 8)  # not padding to the end: not a map

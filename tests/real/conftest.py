@@ -6,11 +6,20 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from scrutiny.agent import BookieAgent
+from scrutiny.config import ScanSettings
+from scrutiny.entrysources import DbLedgerStorageSource
+from scrutiny.entrysources.bridge import BookieBridgeSource
+from scrutiny.report import Report
+from scrutiny.scan.driver import ScrutinyRun
+from scrutiny.scan.engines import LocalEngine
+from scrutiny.testing import store_at
 from scrutiny.testing.localzk import LocalZooKeeper
-from scrutiny.testing.realbookkeeper import RealBookKeeper, Release
+from scrutiny.testing.realbookkeeper import DB_LEDGER_STORAGE, RealBookie, RealBookKeeper, Release
 
 VERSIONS = Path(__file__).resolve().parents[1] / "peers" / "versions"
 _roots = itertools.count()
@@ -39,3 +48,61 @@ def bookkeeper(release: Release, zk_server: LocalZooKeeper, tmp_path: Path) -> I
         yield cluster
     finally:
         cluster.close()
+
+
+class Agents:
+    """scrutiny's agent beside each bookie of a real cluster, in this process, registered as the bookie's agent:
+    a DbLedgerStorage bookie's reads its indexes and entry logs (read-only, watching them), a stock bookie's is the
+    bridge to it."""
+
+    def __init__(self, cluster: RealBookKeeper, tmp_path: Path) -> None:
+        self.cluster, self.tmp_path = cluster, tmp_path
+        self.store = store_at(cluster.uri)
+        self.agents: dict[str, BookieAgent] = {}
+
+    def serve(self, bookie: RealBookie) -> BookieAgent:
+        source: Any
+        if bookie.settings["ledgerStorageClass"] == DB_LEDGER_STORAGE:
+            source = DbLedgerStorageSource([bookie.ledger_dir], self.tmp_path / f"scratch-{bookie.name}")
+        else:
+            source = BookieBridgeSource("127.0.0.1", bookie.port, timeout=5)
+        agent = BookieAgent(source, bind="127.0.0.1:0", workers=4, watch_interval_seconds=0.5).start()
+        agent.register(self.store, bookie.bookie_id, f"127.0.0.1:{agent.port}")
+        self.agents[bookie.bookie_id] = agent
+        return agent
+
+    def stop(self, bookie: RealBookie) -> None:
+        self.agents.pop(bookie.bookie_id).stop(grace=0)
+
+    def close(self) -> None:
+        for agent in self.agents.values():
+            agent.stop(grace=0)
+        self.store.close()
+
+
+@pytest.fixture
+def agents(bookkeeper: RealBookKeeper, tmp_path: Path) -> Iterator[Agents]:
+    a = Agents(bookkeeper, tmp_path)
+    try:
+        yield a
+    finally:
+        a.close()
+
+
+def scan_settings(cluster: RealBookKeeper, **settings: Any) -> ScanSettings:
+    """How the tests scan a real cluster: the local engine; no rack map (the real client places ledgers on the
+    default rack); a delayed look longer than a bookie's restart, and the write cache's lag (flushInterval 1 s)
+    re-checked rather than reported."""
+    return ScanSettings(**{"metadata_service_uri": cluster.uri, "engine": "local", "placement_policy": "none",
+                           "recheck_delay": 8.0, "write_cache_grace_seconds": 3.0, "bookie_deadline_seconds": 10.0,
+                           **settings})
+
+
+def scan(cluster: RealBookKeeper, **settings: Any) -> Report:
+    report = ScrutinyRun(scan_settings(cluster, **settings), LocalEngine()).execute()
+    assert report.complete, report.errors[:3]
+    return report
+
+
+def findings(report: Report) -> set[tuple[str, int]]:
+    return {(str(v.category), v.ledger_id) for v in report.violations}
