@@ -35,6 +35,7 @@ system-deps:
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	[ -f /usr/include/rocksdb/c.h ] || missing="$$missing librocksdb-dev"; \
+	command -v ldb >/dev/null 2>&1 || missing="$$missing rocksdb-tools"; \
 	[ -x /usr/bin/etcd ] || missing="$$missing etcd-server"; \
 	command -v etcdctl >/dev/null 2>&1 || missing="$$missing etcd-client"; \
 	command -v setpriv >/dev/null 2>&1 || missing="$$missing util-linux"; \

@@ -29,6 +29,17 @@ from scrutiny.metadata import (
 )
 
 
+def cookie(bookie_id: str, instance_id: str, journal_dir: str = "/data/bookkeeper/journal",
+           ledger_dir: str = "/data/bookkeeper/ledgers") -> bytes:
+    """A bookie's cookie as BookKeeper writes it, in the metadata (`cookies/<id>`) and in each of its directories
+    (`current/VERSION`): format 5, the protobuf text of its CookieFormat (`bookie/Cookie.java`)."""
+    return (f'5\nbookieHost: "{bookie_id}"\njournalDir: "{journal_dir}"\nledgerDirs: "1\\t{ledger_dir}"\n'
+            f'instanceId: "{instance_id}"\n').encode()
+
+
+make_cookie = cookie  # (register_bookie's own `cookie` flag shadows the name)
+
+
 class ClusterWriter:
     def __init__(self, client: KazooClient, root: str = "/ledgers", layout: Layout = Layout.HIERARCHICAL) -> None:
         self.client = client
@@ -119,7 +130,8 @@ class ClusterWriter:
         base = f"{self.root}/available" + ("/readonly" if reg.readonly else "")
         self._put(f"{base}/{reg.bookie_id}", encode_bookie_service_info(reg), ephemeral=ephemeral)
         if cookie:
-            self._put(f"{self.root}/cookies/{reg.bookie_id}", b"4\nbookieHost: \"" + reg.bookie_id.encode() + b"\"\n")
+            instance, _ = self.client.get(f"{self.root}/INSTANCEID")
+            self._put(f"{self.root}/cookies/{reg.bookie_id}", make_cookie(reg.bookie_id, instance.decode()))
 
     def unregister_bookie(self, bookie_id: str) -> None:
         for path in (f"{self.root}/available/{bookie_id}", f"{self.root}/available/readonly/{bookie_id}"):

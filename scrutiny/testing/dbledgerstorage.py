@@ -9,6 +9,7 @@ keys only at a later cleanup). `EntryLog` writes entry logs as DefaultEntryLogge
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,14 @@ class EntryLog:
         self.file.close()
 
 
-def ledger_data(limbo: bool = False, fenced: bool = False) -> bytes:
-    return dbledgerstorage_pb2.LedgerData(exists=True, fenced=fenced, masterKey=b"", limbo=limbo).SerializeToString()
+def ledger_data(limbo: bool = False, fenced: bool = False, password: bytes = b"") -> bytes:
+    """A `ledgers` index value as a bookie writes it: its master key is SHA-1("ledger" + the ledger's password)
+    (`DigestManager.generateMasterKey`; Pulsar's password is empty); BP-46's limbo only when set."""
+    key = hashlib.sha1(b"ledger" + password).digest()
+    data = dbledgerstorage_pb2.LedgerData(exists=True, fenced=fenced, masterKey=key)
+    if limbo:
+        data.limbo = True
+    return data.SerializeToString()
 
 
 class LiveBookie:

@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -147,6 +148,23 @@ class RealBookie:
             if time.monotonic() > deadline:
                 raise RealBookKeeperError(f"bookie {self.bookie_id}'s registration outlived its session")
             time.sleep(0.2)
+
+    def lose_entries(self, ledger_id: int, entry_ids: list[int] | None = None) -> None:
+        """Copies lost while the bookie is down (stopped here, started again): the given entries' keys, or with none
+        given the ledger's own key (its whole share: the bookie answers it holds no such ledger), deleted from its
+        DbLedgerStorage indexes with RocksDB's `ldb`, and its journal emptied so that the restart does not replay
+        them back (a bookie whose index lost keys and whose journal disk was replaced, say)."""
+        self.stop()
+        current = self.ledger_dir / "current"
+        keys = ([("locations", struct.pack(">qq", ledger_id, e)) for e in entry_ids] if entry_ids is not None
+                else [("ledgers", struct.pack(">q", ledger_id))])
+        for db, key in keys:
+            processes.run(["ldb", f"--db={current / db}", "delete", "--key_hex", f"0x{key.hex()}"], check=True,
+                          capture_output=True, timeout=60)
+        for journal in (self.journal_dir / "current").glob("*.txn"):
+            journal.unlink()
+        (current / "lastMark").unlink(missing_ok=True)
+        self.start()
 
     def wipe(self) -> None:
         """Its disks lost, and the bookie formatted to come back under its id (`bookieformat -deleteCookie`, as an
@@ -302,12 +320,14 @@ class RealBookKeeper:
         self.clients.append(c)
         return c
 
-    def shell(self, *args: str, conf: Path | None = None, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
-        """`bookkeeper shell ARGS`: its output (stdout and the log, WARN and up), or RealBookKeeperError."""
+    def shell(self, *args: str, conf: Path | None = None, answer: str = "", timeout: float = 180.0
+              ) -> subprocess.CompletedProcess[str]:
+        """`bookkeeper shell ARGS` (`answer`: what an operator types at its prompts, e.g. "Y\n"): its output, or
+        RealBookKeeperError with it (the log, WARN and up, is the work directory's shell.log)."""
         log = self.workdir / "shell.log"
         cmd = self.release.command("org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf or self.conf),
                                    *args, log=log, level="WARN")
-        done = processes.run(cmd, capture_output=True, text=True, timeout=timeout)
+        done = processes.run(cmd, input=answer, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             raise RealBookKeeperError(f"bookkeeper shell {' '.join(args)}: exit {done.returncode}: "
                                       f"{(done.stdout + done.stderr)[-2000:]}")

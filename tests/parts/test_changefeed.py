@@ -20,6 +20,7 @@ from scrutiny.agent import BookieAgent
 from scrutiny.auditor.feeds import AgentFeeds
 from scrutiny.changefeed import Change, ChangeFeed, Kind
 from scrutiny.entrysources import DbLedgerStorageSource, dbwatch
+from scrutiny.testing.clusterwriter import cookie
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 from tests.support.helpers import wait_for
@@ -77,7 +78,7 @@ def bookie(tmp_path: Path) -> Iterator[tuple[Path, LiveBookie]]:
         if log_id < 3:
             log.finish()
     live.flush()
-    (path / "current" / "VERSION").write_text('bookieHost: "127.0.8.1:3181"\ninstanceId: "one"\n')
+    (path / "current" / "VERSION").write_bytes(cookie("127.0.8.1:3181", "one"))
     yield path, live
     live.close()
 
@@ -110,7 +111,7 @@ def test_what_a_dbledgerstorage_agent_sees_change(bookie: tuple[Path, LiveBookie
         assert (unmapped.kind, unmapped.ledger_ids, unmapped.entry_log) == (Kind.ENTRY_LOG_GONE, (6,), 3)
         assert source.availability(6).entries == 0  # type: ignore[union-attr]
         # back as another instance
-        (path / "current" / "VERSION").write_text('bookieHost: "127.0.8.1:3181"\ninstanceId: "two"\n')
+        (path / "current" / "VERSION").write_bytes(cookie("127.0.8.1:3181", "two"))
         (reset,) = look(source)
         assert reset.kind is Kind.BOOKIE_RESET and reset.every_ledger
     finally:

@@ -37,10 +37,19 @@ def held(agents: Agents, bookie: RealBookie) -> set[int]:
     return set(ids.tolist())
 
 
+def logs_of(agents: Agents, bookie: RealBookie, ledger_id: int) -> set[int]:
+    """The entry logs the bookie's index places the ledger's entries in."""
+    source = agents.agents[bookie.bookie_id].source
+    source.refresh()
+    return {loc >> 32 for _, _, loc in source.locations_of(ledger_id) or []}  # type: ignore[attr-defined]
+
+
 def test_a_healthy_cluster_raises_nothing_while_it_lives(bookkeeper: RealBookKeeper, agents: Agents,
                                                          tmp_path: Path) -> None:
     c = bookkeeper
-    bookies = [c.add_bookie() for _ in range(4)] + [c.add_bookie(dbStorage_directIOEntryLogger="true")]
+    compacting = {"minorCompactionInterval": 2, "majorCompactionInterval": 4, "majorCompactionThreshold": 0.8}
+    bookies = ([c.add_bookie(**compacting) for _ in range(4)]
+               + [c.add_bookie(dbStorage_directIOEntryLogger="true", **compacting)])
     for b in bookies:
         agents.serve(b)
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), full_interval_seconds=3600,
@@ -85,9 +94,14 @@ def test_a_healthy_cluster_raises_nothing_while_it_lives(bookkeeper: RealBookKee
 
         # ledgers deleted: each bookie's garbage collector drops them, and compaction moves what stays
         big = [client.create(3, 3, 2, "CRC32C", entries=300, size=4096)[0] for _ in range(6)]
+        time.sleep(2)
+        logs_before = {b.bookie_id: logs_of(agents, b, big[5]) for b in bookies if logs_of(agents, b, big[5])}
         for lid in big[:5]:
             client.delete(lid)
         wait_for(lambda: not any(held(agents, b) & set(big[:5]) for b in bookies), 120)
+        # compaction: the entries that stay are copied out of the logs mostly deleted, and those logs removed
+        wait_for(lambda: any(logs_of(agents, b, big[5]) != logs_before[b.bookie_id] for b in bookies
+                             if b.bookie_id in logs_before), 120, lambda: f"for compaction; see {c.workdir}")
         written.append(big[5])
 
         # a bookie lost for good: AutoRecovery's Auditor marks its ledgers, its worker copies them to the others

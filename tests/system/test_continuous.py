@@ -34,7 +34,7 @@ from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, S
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.store import MetadataStore
 from scrutiny.testing import store_on
-from scrutiny.testing.clusterwriter import ClusterWriter
+from scrutiny.testing.clusterwriter import ClusterWriter, cookie
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.testing.holdings import MutableHoldings, share
 from scrutiny.testing.localzk import LocalZooKeeper, free_port
@@ -181,7 +181,7 @@ def test_a_bookie_back_empty_is_found_by_continuous_mode(cluster: Cluster) -> No
         shutil.rmtree(cluster.path / "current")
         cluster.live = LiveBookie(cluster.path)
         cluster.live.flush()
-        (cluster.path / "current" / "VERSION").write_text('bookieHost: "127.0.9.1:3181"\ninstanceId: "new"\n')
+        (cluster.path / "current" / "VERSION").write_bytes(cookie("127.0.9.1:3181", "new"))
         wanted = {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", lid) for lid in range(1, 9)}
         wait_for(lambda: set(current(a)) == wanted, FOUND_WITHIN)
         assert all(str(v["found_by"]).startswith("continuous:") for v in current(a).values())

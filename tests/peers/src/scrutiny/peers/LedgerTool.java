@@ -182,8 +182,8 @@ public final class LedgerTool {
                 Enumeration<LedgerEntry> entries = lh.readEntries(Long.parseLong(a[2]), Long.parseLong(a[3]));
                 while (entries.hasMoreElements()) {
                     LedgerEntry e = entries.nextElement();
-                    byte[] want = payload(lh.getId(), e.getEntryId(), (int) e.getLength());
-                    if (!java.util.Arrays.equals(want, e.getEntry())) {
+                    byte[] got = e.getEntry();
+                    if (!java.util.Arrays.equals(payload(lh.getId(), e.getEntryId(), got.length), got)) {
                         throw new IllegalStateException("entry " + e.getEntryId() + " has another payload");
                     }
                     n++;
