@@ -86,8 +86,10 @@ REAL_WORKERS ?= 2
 test-real: setup
 	$(VENV)/bin/pytest -n $(REAL_WORKERS) -m real tests/real $(PYTEST_ARGS)
 
+# `make demo DEMO_ARGS=--real-bookkeeper`: the demo on real bookies (BookKeeper's own client writes the ledgers)
+DEMO_ARGS ?=
 demo: setup
-	$(VENV)/bin/scrutiny demo
+	$(VENV)/bin/scrutiny demo $(DEMO_ARGS)
 
 bench: setup
 	$(PY) -m bench.run

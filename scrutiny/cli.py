@@ -315,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="exit after the report (scripts); by default an auditor then serves the console "
                            "with the findings on a local port until Ctrl-C")
     demo.add_argument("--port", type=int, default=0, help="the console's port on 127.0.0.1 (default: any free one)")
+    demo.add_argument("--real-bookkeeper", nargs="?", const="newest", metavar="VERSION",
+                      help="on real bookies of this BookKeeper release (default: the newest `make peers` fetched), "
+                           "written by BookKeeper's own client, with real faults")
     demo.add_argument("--log-level", default="WARNING")
     return parser
 

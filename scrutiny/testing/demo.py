@@ -450,6 +450,10 @@ def serve_console(settings: ScanSettings, workdir: Path, port: int, candidate: s
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    if getattr(args, "real_bookkeeper", None):
+        from scrutiny.testing.realdemo import run_real_demo
+
+        return run_real_demo(args, serve=not args.no_serve)
     workdir = Path(tempfile.mkdtemp(prefix="scrutiny-demo-"))
     zk: LocalZooKeeper | None = None
     client: KazooClient | None = None
