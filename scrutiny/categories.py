@@ -177,8 +177,10 @@ def _pulsar_crc(d: Mapping[str, Any]) -> list[str]:
 
 
 def _dedup_ahead(d: Mapping[str, Any]) -> list[str]:
-    return [f"producer {p['producer']}: persisted {p['persisted']} at or before {d.get('dedup_snapshot')}, the highest "
-            f"stored is {p['highest_stored']} (last seen at {p['last_seen']})" for p in d.get("producers", [])[:5]]
+    through = f"through ledger {d['horizon']}" if "horizon" in d else "up to it"
+    return [f"producer {p['producer']}: persisted {p['persisted']} by deduplication's snapshot at "
+            f"{d.get('dedup_snapshot')}, the highest stored {through} is {p['highest_stored']} (last seen at "
+            f"{p['last_seen']})" for p in d.get("producers", [])[:5]]
 
 
 def _repeat_under_dedup(d: Mapping[str, Any]) -> list[str]:
@@ -300,8 +302,8 @@ REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
                  rank=0.85),
     CategorySpec(Category.PULSAR_DEDUP_STATE_AHEAD_OF_DATA, Phase.DEEP, Severity.ERROR, _RECORDED,
                  "deep, a Pulsar topic's ledgers in order: deduplication's snapshot (cursor pulsar.dedup) says a "
-                 "producer persisted a sequence id at or before its position, and no stored message up to there "
-                 "carries it, every ledger between read whole: acknowledged messages gone", _dedup_ahead, rank=0.7),
+                 "producer persisted a sequence id, and no message stored in the ledgers the topic listed when "
+                 "it was read carries it, every one read whole: acknowledged messages gone", _dedup_ahead, rank=0.7),
     CategorySpec(Category.PULSAR_REPEAT_UNDER_DEDUP, Phase.DEEP, Severity.WARNING, _RECORDED,
                  "deep, a Pulsar topic's ledgers: a producer's sequence id at or below one it had already "
                  "persisted in the same ledger, after deduplication's snapshot: a duplicate deduplication should "

@@ -17,6 +17,7 @@ import json
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -143,21 +144,46 @@ class ProducerState:
 
 
 @dataclass(frozen=True)
+class DedupSnapshot:
+    """Cursor `pulsar.dedup`'s mark-delete and its properties: each producer's highest sequence id persisted when
+    the broker wrote them, which may be later than `position` (purging an inactive producer writes the current
+    ids at the old mark-delete: `MessageDeduplication.purgeInactiveProducers`; a timer's snapshot copies them
+    after reading the last add). All were persisted before the snapshot was read, in a ledger the topic listed
+    then: `horizon` is the last ledger of the topic's record read no sooner than the snapshot."""
+
+    position: Position
+    highest: Mapping[str, int]
+    horizon: int
+
+    def to_json(self) -> list[object]:
+        return [list(self.position), dict(self.highest), self.horizon]
+
+    @staticmethod
+    def from_json(doc: list[Any]) -> DedupSnapshot:
+        pos, highest, horizon = doc
+        return DedupSnapshot(Position(int(pos[0]), int(pos[1])), {str(k): int(v) for k, v in highest.items()},
+                             int(horizon))
+
+
+@dataclass(frozen=True)
 class MessageCheckpoint:
     """Where a topic's validation stands: validated through `position` (a closed ledger's last entry), with
-    each producer's state there, the statistics so far, and the findings the validation made, which stand
-    while their ledger is the topic's (a ledger is validated once). Kept by the leaders, one record a topic."""
+    each producer's state there, the statistics so far, the findings the validation made, which stand while
+    their ledger is the topic's (a ledger is validated once), and the deduplication snapshot `waiting` for the
+    validation to reach its horizon. Kept by the leaders, one record a topic."""
 
     position: Position | None = None
     producers: Mapping[str, ProducerState] = field(default_factory=dict)
     stats: Mapping[str, int] = field(default_factory=dict)
     standing: tuple[Violation, ...] = ()
+    waiting: DedupSnapshot | None = None
 
     def to_bytes(self) -> bytes:
         return json.dumps({"position": list(self.position) if self.position else None,
                            "producers": {p: [s.highest, s.last_id, *s.seen_at] for p, s in self.producers.items()},
                            "stats": dict(self.stats),
-                           "standing": [[str(v.category), v.ledger_id, dict(v.details)] for v in self.standing]},
+                           "standing": [[str(v.category), v.ledger_id, dict(v.details)] for v in self.standing],
+                           "waiting": self.waiting.to_json() if self.waiting else None},
                           sort_keys=True).encode()
 
     @staticmethod
@@ -168,18 +194,11 @@ class MessageCheckpoint:
             producers = {str(p): ProducerState(int(v[0]), int(v[1]), Position(int(v[2]), int(v[3])))
                          for p, v in doc["producers"].items()}
             standing = tuple(Violation(Category(c), int(lid), (), dict(d)) for c, lid, d in doc.get("standing", []))
+            waiting = DedupSnapshot.from_json(doc["waiting"]) if doc.get("waiting") else None
             return MessageCheckpoint(Position(int(pos[0]), int(pos[1])) if pos else None, producers,
-                                     {str(k): int(v) for k, v in doc.get("stats", {}).items()}, standing)
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
+                                     {str(k): int(v) for k, v in doc.get("stats", {}).items()}, standing, waiting)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise DataError(f"{where}: unreadable ({type(exc).__name__}: {exc})") from None
-
-
-@dataclass(frozen=True)
-class DedupSnapshot:
-    """Cursor `pulsar.dedup`'s mark-delete: each producer's highest sequence id persisted at or before it."""
-
-    position: Position
-    highest: Mapping[str, int]
 
 
 @dataclass(frozen=True)
@@ -198,29 +217,35 @@ def validate(checkpoint: MessageCheckpoint, order: Sequence[int], read: Mapping[
     """The topic's closed ledgers in BookKeeper (`order`: the managed ledger's, after any offloaded away) past
     the checkpoint, folded in order while each was read whole in this run. A ledger `lost` (listed, and gone
     from BookKeeper: TOPIC_LEDGER_MISSING says so) is a hole: the validation starts again after it, knowing no
-    producer."""
+    producer. The deduplication snapshot is judged once the fold has validated its horizon, in this run or a
+    later one (the checkpoint keeps one waiting)."""
     start = 0
     if checkpoint.position is not None and checkpoint.position.ledger_id in order:
         start = order.index(checkpoint.position.ledger_id) + 1
     elif checkpoint.position is not None:
         # trimmed since: what lay between it and the record's first ledger is unknown, so nothing is known
         checkpoint = MessageCheckpoint(stats={**checkpoint.stats, "checkpoint_resets": 1 + checkpoint.stats.get(
-            "checkpoint_resets", 0)}, standing=checkpoint.standing)
+            "checkpoint_resets", 0)}, standing=checkpoint.standing, waiting=checkpoint.waiting)
     state = dict(checkpoint.producers)
     stats: Counter[str] = Counter(checkpoint.stats)
     found = [v for v in checkpoint.standing if v.ledger_id in order]
     position = checkpoint.position
     done: list[int] = []
     stopped = None
-    judged = False  # the snapshot, judged as soon as the fold stands at or past its position
+    # the snapshot kept waiting, then this run's: each judged once the fold has validated its horizon
+    waiting = [s for s in (checkpoint.waiting, dedup) if s is not None and s.horizon in order]
+    if len(waiting) == 2 and waiting[0] == waiting[1]:
+        waiting.pop()
 
     def judge() -> None:
-        nonlocal judged
-        if not judged and dedup is not None and position is not None and position >= dedup.position:
-            if not any(v.details.get("dedup_snapshot") == str(dedup.position) for v in found
+        if position is None or position.ledger_id not in order:
+            return
+        for snap in [s for s in waiting if order.index(position.ledger_id) >= order.index(s.horizon)]:
+            waiting.remove(snap)
+            stats["dedup_snapshots_judged"] += 1
+            if not any(v.details.get("dedup_snapshot") == str(snap.position) for v in found
                        if v.category is Category.PULSAR_DEDUP_STATE_AHEAD_OF_DATA):
-                found.extend(_ahead(dedup, state))
-            judged = True
+                found.extend(_ahead(snap, state))
 
     judge()
     for lid in order[start:]:
@@ -239,7 +264,8 @@ def validate(checkpoint: MessageCheckpoint, order: Sequence[int], read: Mapping[
         judge()
     if len(state) > MAX_PRODUCERS_KEPT:
         state = dict(sorted(state.items(), key=lambda kv: kv[1].seen_at)[-MAX_PRODUCERS_KEPT:])
-    kept = MessageCheckpoint(position, state, dict(stats), tuple(found[-MAX_STANDING:]))
+    kept = MessageCheckpoint(position, state, dict(stats), tuple(found[-MAX_STANDING:]),
+                             waiting[0] if waiting else None)
     return Validation(kept, tuple(found), tuple(done), stopped)
 
 
@@ -271,15 +297,15 @@ def _fold(led: LedgerSequences, state: dict[str, ProducerState], stats: Counter[
 
 
 def _ahead(dedup: DedupSnapshot, state: Mapping[str, ProducerState]) -> list[Violation]:
-    """Producers whose highest id stored through the fold's position (at or past the snapshot's) is below what
-    the snapshot says was persisted at or before it: under deduplication a producer's ids only grow along the
-    topic, every ledger between its last message seen and the snapshot was read whole, and the message is gone."""
+    """Producers whose highest id stored through the snapshot's horizon is below what the snapshot says was
+    persisted: under deduplication a producer's ids only grow along the topic, every ledger between its last
+    message seen and the horizon was read whole, and the message is gone."""
     behind = [{"producer": p, "persisted": s, "highest_stored": state[p].highest, "last_seen": str(state[p].seen_at)}
               for p, s in sorted(dedup.highest.items()) if p in state and state[p].highest < s]
     if not behind:
         return []
     return [Violation(Category.PULSAR_DEDUP_STATE_AHEAD_OF_DATA, dedup.position.ledger_id, (),
-                      {"dedup_snapshot": str(dedup.position), "producers": behind})]
+                      {"dedup_snapshot": str(dedup.position), "horizon": dedup.horizon, "producers": behind})]
 
 
 def stitched(reads: Iterable[LedgerSequences]) -> dict[str, dict[int, LedgerSequences]]:

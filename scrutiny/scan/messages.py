@@ -48,23 +48,35 @@ def checkpoint_record(topic: str) -> LeaderRecord[MessageCheckpoint]:
                         "the topic's messages are validated again from its first ledger")
 
 
-def dedup_snapshot(topic: TopicRecord, last_entry: Callable[[int], bytes | None]) -> DedupSnapshot | None:
+def dedup_snapshot(topic: TopicRecord, last_entry: Callable[[int], bytes | None]
+                   ) -> tuple[Position, dict[str, int]] | None:
     """Cursor `pulsar.dedup`'s mark-delete and properties: inline in its record (a cursor its broker closed), or
     the last entry of its own ledger (a live broker's); None when deduplication is off, or neither can be read."""
     cursor = topic.cursors.get(DEDUP_CURSOR)
     if cursor is None:
         return None
     if cursor.mark_delete is not None:
-        return DedupSnapshot(cursor.mark_delete, dict(cursor.properties))
+        return cursor.mark_delete, dict(cursor.properties)
     data = last_entry(cursor.ledger_id) if cursor.ledger_id >= 0 else None
     if data is None:
         return None
     try:
-        return DedupSnapshot(*position_entry(f"{topic.topic}'s cursor {DEDUP_CURSOR}, ledger {cursor.ledger_id}",
-                                             data))
+        return position_entry(f"{topic.topic}'s cursor {DEDUP_CURSOR}, ledger {cursor.ledger_id}", data)
     except MetadataError as exc:  # another version's entry (compressed, chunked): nothing judged against it
         log.info("%s", exc)
         return None
+
+
+def with_horizons(pulsar: MetadataStore, read: Mapping[str, tuple[Position, dict[str, int]] | None]
+                  ) -> dict[str, DedupSnapshot | None]:
+    """Each snapshot with its horizon: the topic's last ledger in its record read now, after the snapshot."""
+    after = PulsarRecord.decode(pulsar.pulsar_records(sorted(t for t, s in read.items() if s is not None)))
+    out: dict[str, DedupSnapshot | None] = {}
+    for topic, snap in read.items():
+        t = after.topic(topic) if snap is not None else None
+        order = in_bookkeeper(t) if t is not None else []
+        out[topic] = DedupSnapshot(snap[0], snap[1], order[-1]) if snap is not None and order else None
+    return out
 
 
 class CursorLedgers:
@@ -128,18 +140,17 @@ class MessagesPhase:
         with pulsar_store(self.store, self.settings) as pulsar, contextlib.closing(cursors):
             record = PulsarRecord.decode(pulsar.pulsar_records(sorted(by_topic)))
             read_at = time.monotonic()
+            topics = {topic: t for topic in sorted(by_topic) if (t := record.topic(topic)) is not None}  # else deleted
+            dedups = with_horizons(pulsar, {topic: dedup_snapshot(t, cursors.last_entry) for topic, t in topics.items()})
             found: list[Violation] = []
-            for topic, ledgers in sorted(by_topic.items()):
-                t = record.topic(topic)
-                if t is None:  # deleted meanwhile
-                    continue
-                dedup = dedup_snapshot(t, cursors.last_entry)
-                v = self._validate(topic, t, ledgers, dedup, stats)
+            for topic, t in topics.items():
+                v = self._validate(topic, t, by_topic[topic], dedups[topic], stats)
                 owner = Owner("topic", topic)
                 found += [dataclasses.replace(x, owner=owner) for x in v.violations]
                 stats.update(pulsar_topics_validated=1, pulsar_ledgers_validated=len(v.ledgers),
                              pulsar_validation_stopped=v.stopped_at is not None,
-                             pulsar_topics_without_dedup_snapshot=dedup is None)
+                             pulsar_topics_without_dedup_snapshot=dedups[topic] is None,
+                             pulsar_dedup_snapshots_waiting=v.checkpoint.waiting is not None)
             if not found:
                 return []
             self.sleep(max(0.0, self.settings.recheck_delay - (time.monotonic() - read_at)))
@@ -168,7 +179,7 @@ class MessagesPhase:
         again = PulsarRecord.decode(pulsar.pulsar_records(topics))
         present = {r.ledger_id for r in self.store.read_ledgers(sorted({v.ledger_id for v in found}))
                    if r.metadata is not None}
-        snapshots: dict[str, DedupSnapshot | None] = {}  # each topic's, read once
+        snapshots: dict[str, tuple[Position, dict[str, int]] | None] = {}  # each topic's, read once
         kept = []
         for v in found:
             t = again.topic(v.owner.name) if v.owner is not None else None
@@ -179,7 +190,7 @@ class MessagesPhase:
                 if t.topic not in snapshots:
                     snapshots[t.topic] = dedup_snapshot(t, cursors.last_entry)
                 now = snapshots[t.topic]
-                if now is not None and now.position < judged:  # gone back: not the same history
+                if now is not None and now[0] < judged:  # gone back: not the same history
                     continue
             kept.append(v)
         return kept

@@ -118,6 +118,12 @@ class EtcdTree:
     def exists(self, path: str) -> bool:
         return self.kv.get(path.encode()) is not None
 
+    def get(self, path: str) -> tuple[bytes, None]:
+        got = self.kv.get(path.encode())
+        if got is None:
+            raise NoNodeError(path)
+        return got.value, None
+
     def create(self, path: str, value: bytes = b"", makepath: bool = False, ephemeral: bool = False) -> str:
         if not self.kv.create(path.encode(), value, lease=self.session.lease if ephemeral else 0):
             raise NodeExistsError(path)

@@ -5,6 +5,7 @@ whole topic validated at once finds."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -62,18 +63,18 @@ def test_what_pulsar_does_legitimately_is_counted_never_reported() -> None:
 
 def test_a_repeat_after_the_dedup_snapshot_inside_a_ledger_is_reported_and_only_that() -> None:
     entries = [*plain("p", [10, 11, 12, 11, 13]), ("p", 13, {"chunk": (1, 2)}), *plain("q", [1, 1])]
-    dedup = DedupSnapshot(Position(1, 2), {"p": 12})
+    dedup = DedupSnapshot(Position(1, 2), {"p": 12}, horizon=1)
     found, _ = run(ledger(1, entries), dedup=dedup)
     assert found == [("PULSAR_REPEAT_UNDER_DEDUP", 1)]
     v = validate(MessageCheckpoint(), [1], {1: ledger(1, entries)}, dedup).violations[0]
     assert v.details["producers"] == [{"producer": "p", "count": 1, "entry_id": 3, "sequence_id": 11,
                                        "highest_before": 12}]  # q is not in the snapshot: not judged
-    assert run(ledger(1, entries), dedup=DedupSnapshot(Position(1, 4), {"p": 13}))[0] == []  # before it: not judged
+    assert run(ledger(1, entries), dedup=DedupSnapshot(Position(1, 4), {"p": 13}, 1))[0] == []  # before it: not judged
     assert run(ledger(1, entries))[0] == []  # no deduplication
 
 
 def test_a_repeat_across_ledgers_is_never_a_finding() -> None:
-    dedup = DedupSnapshot(Position(1, 0), {"p": 10})
+    dedup = DedupSnapshot(Position(1, 0), {"p": 10}, horizon=2)
     found, cp = run(ledger(1, plain("p", [10, 11])), ledger(2, plain("p", [5, 6])), dedup=dedup)
     assert found == [] and cp.stats["repeats"] == 1
 
@@ -87,33 +88,35 @@ def test_a_dedup_snapshot_ahead_of_the_data_is_reported(entries: list[Entry],
                                                         expected: list[tuple[str, int]]) -> None:
     one = ledger(1, plain("p", [1, 2]))
     two = ledger(2, entries + plain("q", [1, 2, 3]))
-    three = ledger(3, plain("p", [70]))  # later messages do not hide it: judged at the snapshot's ledger
-    dedup = DedupSnapshot(Position(2, len(entries)), {"p": 50, "gone": 99})  # a producer never seen: not judged
+    three = ledger(3, plain("p", [70]))  # listed after the snapshot was read: its messages do not hide the loss
+    dedup = DedupSnapshot(Position(2, len(entries)), {"p": 50, "gone": 99}, horizon=2)  # "gone" never seen: not judged
     found, _ = run(one, two, three, dedup=dedup)
     assert found == expected
 
 
 def test_the_snapshot_is_not_judged_until_every_ledger_up_to_it_was_read_whole() -> None:
-    dedup = DedupSnapshot(Position(2, 1), {"p": 50})
+    dedup = DedupSnapshot(Position(2, 1), {"p": 50}, horizon=2)
     v = validate(MessageCheckpoint(), [1, 2], {1: ledger(1, plain("p", [1, 2])),
                                                2: ledger(2, plain("p", [3, 4, 5]), copies=2, drop=1)}, dedup)
     assert v.violations == () and v.ledgers == (1,) and v.stopped_at == 2
     assert v.checkpoint.position == Position(1, 1)  # the next run goes on from ledger 2
+    assert v.checkpoint.waiting == dedup  # and judges the snapshot then
 
 
 def test_a_ledger_validated_alone_from_the_checkpoint_finds_what_the_whole_topic_does() -> None:
     ledgers = [ledger(1, plain("p", [1, 2, 3]) + plain("q", [1])), ledger(2, plain("p", [4, 4, 5])),
                ledger(3, plain("p", [6, 3]) + plain("q", [2]))]
-    dedup = DedupSnapshot(Position(2, 0), {"p": 40, "q": 1})
+    dedup = DedupSnapshot(Position(2, 0), {"p": 40, "q": 1}, horizon=2)
     whole = validate(MessageCheckpoint(), [1, 2, 3], {x.ledger_id: x for x in ledgers}, dedup)
     first = validate(MessageCheckpoint(), [1, 2], {x.ledger_id: x for x in ledgers[:2]}, dedup)
     saved = MessageCheckpoint.parse(first.checkpoint.to_bytes())
     assert saved == first.checkpoint
-    alone = validate(saved, [1, 2, 3], {3: ledgers[2]}, dedup)
+    alone = validate(saved, [1, 2, 3], {3: ledgers[2]}, dedup)  # read again: judged again, not reported again
     assert alone.ledgers == (3,)
     assert {(str(v.category), v.ledger_id) for v in first.violations + alone.violations} == \
         {(str(v.category), v.ledger_id) for v in whole.violations}
-    assert alone.checkpoint == whole.checkpoint
+    assert alone.checkpoint.stats["dedup_snapshots_judged"] == 2 and whole.checkpoint.stats["dedup_snapshots_judged"] == 1
+    assert replace(alone.checkpoint, stats={**alone.checkpoint.stats, "dedup_snapshots_judged": 1}) == whole.checkpoint
     assert {str(v.category) for v in whole.violations} == {"PULSAR_REPEAT_UNDER_DEDUP",
                                                            "PULSAR_DEDUP_STATE_AHEAD_OF_DATA"}
 
@@ -121,7 +124,7 @@ def test_a_ledger_validated_alone_from_the_checkpoint_finds_what_the_whole_topic
 def test_a_checkpoint_whose_ledger_was_trimmed_starts_again() -> None:
     cp = MessageCheckpoint(Position(1, 9), {"p": validate(MessageCheckpoint(), [1], {1: ledger(1, plain("p", [1]))},
                                                           None).checkpoint.producers["p"]})
-    dedup = DedupSnapshot(Position(5, 0), {"p": 50})
+    dedup = DedupSnapshot(Position(5, 0), {"p": 50}, horizon=5)
     v = validate(cp, [5], {5: ledger(5, plain("p", [60]))}, dedup)  # what lay between is unknown: no finding
     assert v.violations == () and v.checkpoint.stats["checkpoint_resets"] == 1
 
@@ -132,11 +135,11 @@ def test_an_unreadable_checkpoint_says_so() -> None:
 
 
 def test_a_finding_stands_in_every_later_validation_while_its_ledger_is_the_topics() -> None:
-    dedup = DedupSnapshot(Position(1, 1), {"p": 50})
+    dedup = DedupSnapshot(Position(1, 1), {"p": 50}, horizon=1)
     first = validate(MessageCheckpoint(), [1], {1: ledger(1, plain("p", [1, 2]))}, dedup)
     assert [str(v.category) for v in first.violations] == ["PULSAR_DEDUP_STATE_AHEAD_OF_DATA"]
     kept = MessageCheckpoint.parse(first.checkpoint.to_bytes())
-    later = validate(kept, [1, 2], {2: ledger(2, plain("p", [60]))}, DedupSnapshot(Position(2, 0), {"p": 60}))
+    later = validate(kept, [1, 2], {2: ledger(2, plain("p", [60]))}, DedupSnapshot(Position(2, 0), {"p": 60}, 2))
     assert [(str(v.category), v.ledger_id) for v in later.violations] == [("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 1)]
     assert later.violations[0].details == first.violations[0].details  # the verdict on the snapshot it judged
     trimmed = validate(later.checkpoint, [2, 3], {3: ledger(3, plain("p", [61]))}, None)
@@ -144,7 +147,7 @@ def test_a_finding_stands_in_every_later_validation_while_its_ledger_is_the_topi
 
 
 def test_a_lost_ledger_is_a_hole_the_validation_starts_again_after() -> None:
-    dedup = DedupSnapshot(Position(3, 0), {"p": 50})
+    dedup = DedupSnapshot(Position(3, 0), {"p": 50}, horizon=3)
     ledgers = {1: ledger(1, plain("p", [1, 2])), 3: ledger(3, plain("p", [40, 41]))}
     v = validate(MessageCheckpoint(), [1, 2, 3], ledgers, dedup, lost={2})
     assert v.ledgers == (1, 3) and v.stopped_at is None and v.checkpoint.position == Position(3, 1)
@@ -153,3 +156,43 @@ def test_a_lost_ledger_is_a_hole_the_validation_starts_again_after() -> None:
     assert [str(x.category) for x in v.violations] == ["PULSAR_DEDUP_STATE_AHEAD_OF_DATA"]
     assert v.checkpoint.stats["restarts_after_a_lost_ledger"] == 1
     assert validate(MessageCheckpoint(), [1, 2, 3], ledgers, dedup).stopped_at == 2  # not known lost: it waits
+
+
+def test_a_snapshot_holding_ids_persisted_after_its_position_is_judged_at_its_horizon() -> None:
+    """A broker purging an inactive producer writes the current ids at the old mark-delete: the snapshot at 1:1
+    holds q's 30, persisted in ledger 3. Judged through ledger 2 it would say q's messages are gone; it is judged
+    once the horizon (the head when it was read, ledger 3) is validated, in a later run: nothing is gone."""
+    purge = DedupSnapshot(Position(1, 1), {"p": 2, "q": 30}, horizon=3)
+    one, two = ledger(1, plain("p", [1, 2])), ledger(2, plain("q", [10, 11]))
+    first = validate(MessageCheckpoint(), [1, 2, 3], {1: one, 2: two}, purge)  # 3 is the open head
+    assert first.violations == () and first.stopped_at == 3
+    assert first.checkpoint.waiting == purge and "dedup_snapshots_judged" not in first.checkpoint.stats
+    kept = MessageCheckpoint.parse(first.checkpoint.to_bytes())
+    assert kept == first.checkpoint
+    newer = DedupSnapshot(Position(3, 1), {"p": 2, "q": 31}, horizon=4)  # the next run reads a newer one: it waits
+    later = validate(kept, [1, 2, 3, 4], {3: ledger(3, plain("q", [29, 30, 31]))}, newer)
+    assert later.violations == () and later.checkpoint.stats["dedup_snapshots_judged"] == 1
+    assert later.checkpoint.waiting == newer
+    # had ledger 3 lost q's 30 and 31, the snapshot waiting would say so once judged
+    lost = validate(kept, [1, 2, 3, 4], {3: ledger(3, plain("q", [29]))}, newer)
+    assert [(str(v.category), v.ledger_id, v.details["horizon"]) for v in lost.violations] == \
+        [("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 1, 3)]
+    assert lost.violations[0].details["producers"] == [{"producer": "q", "persisted": 30, "highest_stored": 29,
+                                                        "last_seen": "3:0"}]
+
+
+def test_an_idle_topics_snapshot_is_judged_in_the_run_that_reads_it() -> None:
+    """A topic whose last ledger is closed (unloaded): the horizon is validated in the same run."""
+    dedup = DedupSnapshot(Position(2, 0), {"p": 9}, horizon=2)
+    v = validate(MessageCheckpoint(), [1, 2], {1: ledger(1, plain("p", [1, 2])), 2: ledger(2, plain("p", [3]))}, dedup)
+    assert [str(x.category) for x in v.violations] == ["PULSAR_DEDUP_STATE_AHEAD_OF_DATA"]
+    assert v.checkpoint.waiting is None
+    again = validate(v.checkpoint, [1, 2], {}, dedup)  # read again, unchanged: judged, not reported twice
+    assert len(again.violations) == 1 and again.checkpoint.stats["dedup_snapshots_judged"] == 2
+
+
+def test_a_snapshot_whose_horizon_is_not_the_topics_is_dropped() -> None:
+    """Its horizon trimmed, or a topic deleted and created again under the same name: nothing to judge it against."""
+    stale = MessageCheckpoint(Position(2, 0), waiting=DedupSnapshot(Position(2, 0), {"p": 9}, horizon=3))
+    v = validate(stale, [7, 8], {7: ledger(7, plain("p", [1]))}, None)
+    assert v.violations == () and v.checkpoint.waiting is None

@@ -152,16 +152,16 @@ def messages(producer: str, ids: list[int], **kw: object) -> list[bytes]:
 def topics_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
                    tmp_path: Path) -> Iterator[tuple[ScanSettings, ClusterWriter, list[BookieAgent]]]:
     """Topic DEDUP, deduplication's snapshot at 22:9 saying a persisted 29 and b 130: ledger 21 (a 0-19, b's
-    batches 100-109), 22 (a 20-29, then 25 again at entry 15; b 110-114: b's 115-130 are gone), 23 (b 200),
-    and its open head 24. Topic PLAIN, no deduplication: gaps, a restart, repeats, a marker, a chunked message."""
+    batches 100-109), 22 (a 20-29, then 25 again at entry 15; b 110-114: b's 115-130 are gone, and b sent nothing since), 23 (a 40),
+    and its open head 24 (so the snapshot waits until 24 is validated: `unload` closes it). Topic PLAIN, no deduplication: gaps, a restart, repeats, a marker, a chunked message."""
     root = f"{zk_namespace}/ledgers"
     w = ClusterWriter(zk_client, root)
     w.init_cluster()
     bodies = {
         21: messages("a", list(range(20))) + [encode.message("b", s, [b"x"] * 5) for s in (100, 105)],
         22: messages("a", list(range(20, 30))) + messages("b", [110, 111, 112, 113, 114]) + messages("a", [25]),
-        23: messages("b", [200]),
-        24: messages("b", [201, 202, 203]),  # the open head: the bookies hold its entries, its metadata is OPEN
+        23: messages("a", [40]),
+        24: messages("a", [41, 42, 43]),  # the open head: the bookies hold its entries, its metadata is OPEN
         # pulsar.dedup's own ledger (open), where a live broker keeps its position: two snapshots, the last
         40: [encode.position_entry(Position(21, 5), {"a": 3, "b": 100}),
              encode.position_entry(Position(22, 9), {"a": 29, "b": 130})],
@@ -191,30 +191,33 @@ def topics_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespa
 def test_messages_gone_behind_deduplication_and_a_repeat_it_should_have_dropped_are_found(
         topics_cluster: tuple[ScanSettings, ClusterWriter, list[BookieAgent]], engine: str,
         request: pytest.FixtureRequest) -> None:
-    settings, _, _ = topics_cluster
+    settings, w, _ = topics_cluster
+    unload(w)
     runner = LocalEngine() if engine == "local" else request.getfixturevalue("spark_engine")
     report = ScrutinyRun(settings, runner).execute()
     assert report.complete
     found = {(str(v.category), v.ledger_id): v for v in report.violations}
     assert set(found) == {("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22), ("PULSAR_REPEAT_UNDER_DEDUP", 22)}
     ahead = found[("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22)]
-    assert ahead.details == {"dedup_snapshot": "22:9", "producers": [
+    assert ahead.details == {"dedup_snapshot": "22:9", "horizon": 24, "producers": [
         {"producer": "b", "persisted": 130, "highest_stored": 114, "last_seen": "22:14"}]}
     assert ahead.owner is not None and ahead.owner.name == DEDUP
     repeat = found[("PULSAR_REPEAT_UNDER_DEDUP", 22)]
     assert repeat.details["producers"] == [{"producer": "a", "count": 1, "entry_id": 15, "sequence_id": 25,
                                             "highest_before": 29}]
     stats = report.stats
-    assert stats["pulsar_topics_validated"] == 2 and stats["pulsar_ledgers_validated"] == 5
-    assert stats["pulsar_messages_validated"] == 20 + 10 + 10 + 6 + 1 + 5 + 3 + 2 + 2  # all but the marker
+    assert stats["pulsar_topics_validated"] == 2 and stats["pulsar_ledgers_validated"] == 6
+    assert stats["pulsar_messages_validated"] == 20 + 10 + 10 + 6 + 1 + 3 + 5 + 3 + 2 + 2  # all but the marker
     assert stats["pulsar_topics_without_dedup_snapshot"] == 1
-    assert stats["pulsar_validation_stopped"] == 1  # at DEDUP's open head, never scrubbed
-    # counted, never reported: gaps (PLAIN's 2 to 9, DEDUP's b from 114 to 200 across ledgers), PLAIN's restart,
+    assert stats["pulsar_validation_stopped"] == 0
+    assert stats["pulsar_dedup_snapshots_judged"] == 1 and stats["pulsar_dedup_snapshots_waiting"] == 0
+    # counted, never reported: gaps (PLAIN's 2 to 9, DEDUP's a from 29 to 40 across ledgers), PLAIN's restart,
     # its repeats (two inside ledger 31, 5 after 11 across ledgers) and DEDUP's repeat, the marker
     assert (stats["pulsar_sequence_gaps"], stats["pulsar_producer_restarts"], stats["pulsar_repeats"],
             stats["pulsar_markers"]) == (2, 1, 4, 1)
     text = report.render_text()
-    assert "producer b: persisted 130 at or before 22:9, the highest stored is 114" in text
+    assert "producer b: persisted 130 by deduplication's snapshot at 22:9, the highest stored through ledger 24 " \
+        "is 114" in text
 
 
 def test_each_topics_checkpoint_lets_the_next_leader_validate_a_closed_ledger_alone(
@@ -230,9 +233,13 @@ def test_each_topics_checkpoint_lets_the_next_leader_validate_a_closed_ledger_al
     finally:
         first.stop()
     assert one is not None and one.stats["pulsar_ledgers_validated"] == 5
+    # the snapshot's horizon is the open head 24: it waits in the checkpoint
+    assert {str(v.category) for v in one.violations} == {"PULSAR_REPEAT_UNDER_DEDUP"}
+    assert one.stats["pulsar_dedup_snapshots_waiting"] == 1
     with store_at(settings.metadata_service_uri) as store:
         kept = checkpoint_record(DEDUP).read(store)
-    assert kept.position == Position(23, 0) and kept.producers["b"].highest == 200
+    assert kept.position == Position(23, 0) and kept.producers["a"].highest == 40
+    assert kept.waiting is not None and (kept.waiting.position, kept.waiting.horizon) == (Position(22, 9), 24)
     close_the_head(w)  # between the two leaders: no look saw it
     second = Auditor(dataclasses.replace(settings, deep=False), auditing, engine=LocalEngine()).start()
     try:
@@ -245,20 +252,28 @@ def test_each_topics_checkpoint_lets_the_next_leader_validate_a_closed_ledger_al
     assert two is not None and two.complete
     assert two.stats["pulsar_ledgers_validated"] == 1  # ledger 24 alone: every other one was validated
     assert two.stats["pulsar_messages_validated"] == 3
-    found = {(str(v.category), v.ledger_id) for v in two.violations}  # the first validation's, standing
+    # the first validation's repeat, standing, and the snapshot it kept, judged now that 24 is validated
+    found = {(str(v.category), v.ledger_id) for v in two.violations}
     assert found == {("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22), ("PULSAR_REPEAT_UNDER_DEDUP", 22)}
+    assert two.stats["pulsar_dedup_snapshots_judged"] == 1
     with store_at(settings.metadata_service_uri) as store:
         assert checkpoint_record(DEDUP).read(store).position == Position(24, 2)
 
 
-def close_the_head(w: ClusterWriter) -> None:
-    """DEDUP's broker closes its head, ledger 24 (3 entries), and opens ledger 25."""
+def close_the_head(w: ClusterWriter, roll_over: bool = True) -> None:
+    """DEDUP's broker closes its head, ledger 24 (3 entries), and opens ledger 25 (or, unloading the topic, none)."""
     closed = dataclasses.replace(ledger(24, BOOKIES, last=2), custom_metadata=encode.ledger_keys("topic", DEDUP))
     w.client.set(ledger_path(w.layout, w.root, 24), encode_ledger_metadata(closed, 3))
-    w.write_ledgers([open_head(dataclasses.replace(closed, ledger_id=25))])
-    w.write_managed_ledger(managed_ledger_of(DEDUP), encode.managed_ledger(
-        [LedgerInfo(21, 22, 100), LedgerInfo(22, 16, 100), LedgerInfo(23, 1, 100), LedgerInfo(24, 3, 100),
-         LedgerInfo(25)]))
+    listed = [LedgerInfo(21, 22, 100), LedgerInfo(22, 16, 100), LedgerInfo(23, 1, 100), LedgerInfo(24, 3, 100)]
+    if roll_over:
+        w.write_ledgers([open_head(dataclasses.replace(closed, ledger_id=25))])
+        listed.append(LedgerInfo(25))
+    w.write_managed_ledger(managed_ledger_of(DEDUP), encode.managed_ledger(listed))
+
+
+def unload(w: ClusterWriter) -> None:
+    """DEDUP unloaded: its last ledger closed, so every ledger a snapshot read now can speak of is closed."""
+    close_the_head(w, roll_over=False)
 
 
 def test_continuous_scrutiny_validates_a_ledger_closed_since_the_checkpoint_at_once(
@@ -295,6 +310,10 @@ def test_a_live_brokers_dedup_snapshot_is_read_from_its_cursors_own_ledger(
     snapshot, read from the bookies of its ensemble, and judged as the inline one."""
     settings, w, _ = topics_cluster
     w.write_cursor(managed_ledger_of(DEDUP), "pulsar.dedup", encode.cursor(40))
+    live = ScrutinyRun(settings, LocalEngine()).execute()  # the head open: the snapshot cannot be judged yet
+    assert {(str(v.category), v.ledger_id) for v in live.violations} == {("PULSAR_REPEAT_UNDER_DEDUP", 22)}
+    assert live.stats["pulsar_dedup_snapshots_waiting"] == 1 and live.stats["pulsar_dedup_snapshots_judged"] == 0
+    unload(w)
     report = ScrutinyRun(settings, LocalEngine()).execute()
     found = {(str(v.category), v.ledger_id): v for v in report.violations}
     assert set(found) == {("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22), ("PULSAR_REPEAT_UNDER_DEDUP", 22)}
@@ -305,12 +324,13 @@ def test_a_live_brokers_dedup_snapshot_is_read_from_its_cursors_own_ledger(
 def test_a_lost_ledger_is_reported_and_the_validation_starts_again_after_it(
         topics_cluster: tuple[ScanSettings, ClusterWriter, list[BookieAgent]]) -> None:
     settings, w, _ = topics_cluster
+    unload(w)
     w.delete_ledger(21)  # still listed by DEDUP's record
     report = ScrutinyRun(settings, LocalEngine()).execute()
     found = {(str(v.category), v.ledger_id) for v in report.violations}
     assert found == {("TOPIC_LEDGER_MISSING", 21), ("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22),
                      ("PULSAR_REPEAT_UNDER_DEDUP", 22)}
-    assert report.stats["pulsar_restarts_after_a_lost_ledger"] == 1 and report.stats["pulsar_ledgers_validated"] == 4
+    assert report.stats["pulsar_restarts_after_a_lost_ledger"] == 1 and report.stats["pulsar_ledgers_validated"] == 5
 
 
 def test_a_finding_whose_ledger_is_trimmed_while_it_is_read_again_is_not_reported(
