@@ -138,7 +138,7 @@ def validation(ledgers: int, entries: int, producers: int = 5, repeats: int = 5)
     deep = {lid: {"b:1": DeepAnswer(ids, envelopes=envelopes(lid))} for lid in range(ledgers)}
     summed = {lid: LedgerSequences.of(lid, "persistent://t/n/x", entries - 1, d) for lid, d in deep.items()}
     order = list(range(ledgers))
-    dedup = DedupSnapshot(Position(ledgers - 1, 0), {f"producer-{p}": 0 for p in range(producers)})
+    dedup = DedupSnapshot(Position(ledgers - 1, 0), {f"producer-{p}": 0 for p in range(producers)}, ledgers - 1)
     before = validate(MessageCheckpoint(), order[:-1], {lid: summed[lid] for lid in order[:-1]}, dedup).checkpoint
 
     summary = median_seconds(lambda: LedgerSequences.of(0, "persistent://t/n/x", entries - 1, deep[0]), repeats)

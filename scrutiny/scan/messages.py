@@ -141,7 +141,7 @@ class MessagesPhase:
             record = PulsarRecord.decode(pulsar.pulsar_records(sorted(by_topic)))
             read_at = time.monotonic()
             topics = {topic: t for topic in sorted(by_topic) if (t := record.topic(topic)) is not None}  # else deleted
-            dedups = with_horizons(pulsar, {topic: dedup_snapshot(t, cursors.last_entry) for topic, t in topics.items()})
+            dedups = with_horizons(pulsar, {name: dedup_snapshot(t, cursors.last_entry) for name, t in topics.items()})
             found: list[Violation] = []
             for topic, t in topics.items():
                 v = self._validate(topic, t, by_topic[topic], dedups[topic], stats)

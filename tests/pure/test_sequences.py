@@ -115,8 +115,9 @@ def test_a_ledger_validated_alone_from_the_checkpoint_finds_what_the_whole_topic
     assert alone.ledgers == (3,)
     assert {(str(v.category), v.ledger_id) for v in first.violations + alone.violations} == \
         {(str(v.category), v.ledger_id) for v in whole.violations}
-    assert alone.checkpoint.stats["dedup_snapshots_judged"] == 2 and whole.checkpoint.stats["dedup_snapshots_judged"] == 1
-    assert replace(alone.checkpoint, stats={**alone.checkpoint.stats, "dedup_snapshots_judged": 1}) == whole.checkpoint
+    judged = "dedup_snapshots_judged"
+    assert alone.checkpoint.stats[judged] == 2 and whole.checkpoint.stats[judged] == 1
+    assert replace(alone.checkpoint, stats={**alone.checkpoint.stats, judged: 1}) == whole.checkpoint
     assert {str(v.category) for v in whole.violations} == {"PULSAR_REPEAT_UNDER_DEDUP",
                                                            "PULSAR_DEDUP_STATE_AHEAD_OF_DATA"}
 

@@ -152,8 +152,9 @@ def messages(producer: str, ids: list[int], **kw: object) -> list[bytes]:
 def topics_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str,
                    tmp_path: Path) -> Iterator[tuple[ScanSettings, ClusterWriter, list[BookieAgent]]]:
     """Topic DEDUP, deduplication's snapshot at 22:9 saying a persisted 29 and b 130: ledger 21 (a 0-19, b's
-    batches 100-109), 22 (a 20-29, then 25 again at entry 15; b 110-114: b's 115-130 are gone, and b sent nothing since), 23 (a 40),
-    and its open head 24 (so the snapshot waits until 24 is validated: `unload` closes it). Topic PLAIN, no deduplication: gaps, a restart, repeats, a marker, a chunked message."""
+    batches 100-109), 22 (a 20-29, then 25 again at entry 15; b 110-114: b's 115-130 are gone, and b sent
+    nothing since), 23 (a 40), and its open head 24 (a 41-43; the snapshot waits until 24 is validated: `unload`
+    closes it). Topic PLAIN, no deduplication: gaps, a restart, repeats, a marker, a chunked message."""
     root = f"{zk_namespace}/ledgers"
     w = ClusterWriter(zk_client, root)
     w.init_cluster()
