@@ -53,18 +53,28 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-# Real BookKeeper releases for the tests (tests/peers/versions names them), from Maven Central: each release's
-# jars, and the tests' client (tests/peers/src) built against them, in .peers/; nothing when present.
+# Real BookKeeper and Pulsar releases for the tests (tests/peers/versions names them), from Maven Central only
+# (tests/peers/settings.xml): each release's jars, and the tests' client (tests/peers/src) built against BookKeeper's,
+# in .peers/; nothing when present.
 PEERS := .peers
 BOOKKEEPER_LINES := $(shell awk '$$1 == "bookkeeper" {print $$2}' tests/peers/versions)
+PULSAR_LINES := $(shell awk '$$1 == "pulsar" {print $$2}' tests/peers/versions)
+MVN_PEERS := mvn -q -B -Dstyle.color=never -s tests/peers/settings.xml
 
-peers: $(BOOKKEEPER_LINES:%=$(PEERS)/bookkeeper-%/.fetched)
+peers: $(BOOKKEEPER_LINES:%=$(PEERS)/bookkeeper-%/.fetched) $(PULSAR_LINES:%=$(PEERS)/pulsar-%/.fetched)
 
 $(PEERS)/bookkeeper-%/.fetched: tests/peers/pom.xml tests/peers/versions $(wildcard tests/peers/src/scrutiny/peers/*.java)
 	rm -rf $(PEERS)/bookkeeper-$*
-	mvn -q -B -Dstyle.color=never -f tests/peers/pom.xml dependency:copy-dependencies -Dbookkeeper.version=$* -DincludeScope=runtime \
+	$(MVN_PEERS) -f tests/peers/pom.xml dependency:copy-dependencies -Dbookkeeper.version=$* -DincludeScope=runtime \
 	  -DoutputDirectory=$(CURDIR)/$(PEERS)/bookkeeper-$*/lib
 	javac -nowarn -d $(PEERS)/bookkeeper-$*/classes -cp '$(PEERS)/bookkeeper-$*/lib/*' tests/peers/src/scrutiny/peers/*.java
+	touch $@
+
+# A Pulsar release's broker and everything it runs with (about 240 MB a release)
+$(PEERS)/pulsar-%/.fetched: tests/peers/pulsar/pom.xml tests/peers/versions
+	rm -rf $(PEERS)/pulsar-$*
+	$(MVN_PEERS) -f tests/peers/pulsar/pom.xml dependency:copy-dependencies -Dpulsar.version=$* -DincludeScope=runtime \
+	  -DoutputDirectory=$(CURDIR)/$(PEERS)/pulsar-$*/lib
 	touch $@
 
 # Generated code is not committed: protos/ is the one source. build_support/protogen.py is the one

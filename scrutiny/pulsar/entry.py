@@ -61,7 +61,7 @@ class Envelope(NamedTuple):
     producer: str
     first_sequence_id: int
     last_sequence_id: int
-    messages: int
+    messages: int  # a batch's; a chunked message counts at its last chunk
     stamps: int  # Stamp flags
     detail: str = ""  # why UNREADABLE or CHECKSUM_BAD
 
@@ -120,8 +120,10 @@ def envelope(framed: Framed) -> Envelope:
         return unreadable("MessageMetadata without producer_name or sequence_id", stamps)
     if meta.HasField("marker_type") or producer == MARKER_PRODUCER:
         stamps |= _MARKER
+    n = max(meta.num_messages_in_batch, 1)
     if meta.num_chunks_from_msg > 1:
         stamps |= _CHUNK
+        n = int(meta.chunk_id == meta.num_chunks_from_msg - 1)  # one message, counted at its last chunk
     if meta.HasField("txnid_most_bits"):
         stamps |= _TRANSACTION
     if meta.replicated_from:
@@ -130,12 +132,11 @@ def envelope(framed: Framed) -> Envelope:
         stamps |= _COMPRESSED
     if meta.encryption_keys:
         stamps |= _ENCRYPTED
-    n = meta.num_messages_in_batch
     highest = meta.highest_sequence_id
-    last = highest if highest > first else first + max(n, 1) - 1
+    last = highest if highest > first else first + max(meta.num_messages_in_batch, 1) - 1
     if last >= 1 << 63:  # as Pulsar's Java code holds them (longs)
         first, last = (first - (1 << 64) if first >= 1 << 63 else first), last - (1 << 64)
-    return Envelope(producer, first, last, max(n, 1), stamps, detail)
+    return Envelope(producer, first, last, n, stamps, detail)
 
 
 def read_envelope(data: bytes) -> Envelope:

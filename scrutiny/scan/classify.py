@@ -36,7 +36,7 @@ from scrutiny.checks import (
 )
 from scrutiny.checks.sequences import LedgerSequences
 from scrutiny.lostbookies import check_lost_bookie_recovery
-from scrutiny.metadata import LedgerMetadata
+from scrutiny.metadata import LedgerMetadata, LedgerState
 from scrutiny.pulsar.owners import owner_from_custom_metadata
 from scrutiny.scan.context import Answers, DeepAnswers, Pass, RunContext
 from scrutiny.scan.result import BlastTally, RangeResult
@@ -146,6 +146,10 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     for md, held in zip(ledgers, healthy, strict=True):
         found: list[Violation] = []
         if md.last_entry_id < 0:
+            if deep is not None and md.state is LedgerState.CLOSED and (owner := owner_from_custom_metadata(
+                    md.custom_metadata)) is not None and owner.kind == "topic":
+                # a topic's ledger closed empty (an idle topic unloaded after a rollover): read whole, as it is
+                messages.append(LedgerSequences.of(md.ledger_id, owner.name, md.last_entry_id, {}))
             if not ctx.without:
                 past = check_past_the_close(md, answers_for(md, answers))
                 residue += past.residue

@@ -17,7 +17,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
-from scrutiny.bookieclient import BookieClient
 from scrutiny.checks import Violation
 from scrutiny.checks.sequences import (
     DEDUP_CURSOR,
@@ -29,14 +28,13 @@ from scrutiny.checks.sequences import (
     validate,
 )
 from scrutiny.config import ScanSettings
-from scrutiny.errors import MetadataError
 from scrutiny.pulsar.owners import Owner
-from scrutiny.pulsar.records import Position, position_entry, url_encoded
+from scrutiny.pulsar.records import Position, url_encoded
 from scrutiny.pulsar.snapshot import PulsarRecord, TopicRecord
 from scrutiny.records import LeaderRecord
+from scrutiny.scan.cursorledgers import CursorLedgers
 from scrutiny.scan.topics import pulsar_store
 from scrutiny.store import MetadataStore
-from scrutiny.store.facts import ClusterFacts
 
 log = logging.getLogger(__name__)
 
@@ -48,23 +46,10 @@ def checkpoint_record(topic: str) -> LeaderRecord[MessageCheckpoint]:
                         "the topic's messages are validated again from its first ledger")
 
 
-def dedup_snapshot(topic: TopicRecord, last_entry: Callable[[int], bytes | None]
-                   ) -> tuple[Position, dict[str, int]] | None:
-    """Cursor `pulsar.dedup`'s mark-delete and properties: inline in its record (a cursor its broker closed), or
-    the last entry of its own ledger (a live broker's); None when deduplication is off, or neither can be read."""
+def dedup_snapshot(topic: TopicRecord, cursors: CursorLedgers) -> tuple[Position, dict[str, int]] | None:
+    """Cursor `pulsar.dedup`'s mark-delete and properties; None when deduplication is off, or they cannot be read."""
     cursor = topic.cursors.get(DEDUP_CURSOR)
-    if cursor is None:
-        return None
-    if cursor.mark_delete is not None:
-        return cursor.mark_delete, dict(cursor.properties)
-    data = last_entry(cursor.ledger_id) if cursor.ledger_id >= 0 else None
-    if data is None:
-        return None
-    try:
-        return position_entry(f"{topic.topic}'s cursor {DEDUP_CURSOR}, ledger {cursor.ledger_id}", data)
-    except MetadataError as exc:  # another version's entry (compressed, chunked): nothing judged against it
-        log.info("%s", exc)
-        return None
+    return cursors.mark_delete(topic.topic, cursor) if cursor is not None else None
 
 
 def with_horizons(pulsar: MetadataStore, read: Mapping[str, tuple[Position, dict[str, int]] | None]
@@ -77,29 +62,6 @@ def with_horizons(pulsar: MetadataStore, read: Mapping[str, tuple[Position, dict
         order = in_bookkeeper(t) if t is not None else []
         out[topic] = DedupSnapshot(snap[0], snap[1], order[-1]) if snap is not None and order else None
     return out
-
-
-class CursorLedgers:
-    """The last entry of cursors' own ledgers, asked of their current ensemble's agents (a client opened once
-    for the phase, if ever)."""
-
-    def __init__(self, settings: ScanSettings, store: MetadataStore) -> None:
-        self.settings, self.store = settings, store
-        self._client: BookieClient | None = None
-
-    def last_entry(self, ledger_id: int) -> bytes | None:
-        md = next(iter(self.store.read_ledgers([ledger_id]))).metadata
-        if md is None or not md.segments:
-            return None
-        if self._client is None:
-            self._client = BookieClient.from_settings(self.settings, ClusterFacts.read(self.store).agent_addresses)
-        got = [g for b in md.segments[-1].ensemble
-               if (g := self._client.last_entry(b, md, self.settings.deep_send_passwords)) is not None]
-        return max(got)[1] if got else None
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
 
 
 def in_bookkeeper(topic: TopicRecord) -> list[int]:
@@ -141,7 +103,7 @@ class MessagesPhase:
             record = PulsarRecord.decode(pulsar.pulsar_records(sorted(by_topic)))
             read_at = time.monotonic()
             topics = {topic: t for topic in sorted(by_topic) if (t := record.topic(topic)) is not None}  # else deleted
-            dedups = with_horizons(pulsar, {name: dedup_snapshot(t, cursors.last_entry) for name, t in topics.items()})
+            dedups = with_horizons(pulsar, {name: dedup_snapshot(t, cursors) for name, t in topics.items()})
             found: list[Violation] = []
             for topic, t in topics.items():
                 v = self._validate(topic, t, by_topic[topic], dedups[topic], stats)
@@ -188,7 +150,7 @@ class MessagesPhase:
             judged = Position.parse(str(v.details.get("dedup_snapshot", "")))
             if judged is not None:
                 if t.topic not in snapshots:
-                    snapshots[t.topic] = dedup_snapshot(t, cursors.last_entry)
+                    snapshots[t.topic] = dedup_snapshot(t, cursors)
                 now = snapshots[t.topic]
                 if now is not None and now[0] < judged:  # gone back: not the same history
                     continue

@@ -23,8 +23,10 @@ from scrutiny.config import ScanSettings
 from scrutiny.orphans import Sightings
 from scrutiny.pulsar.ledgers import BookKeeperLedgers, LedgerFact
 from scrutiny.pulsar.owners import PULSAR_KINDS, Owner, owner_from_custom_metadata, topic_of_owner
+from scrutiny.pulsar.records import COMPACTED_LEDGER_PROPERTY, COMPACTION_CURSOR
 from scrutiny.pulsar.snapshot import PulsarRecord
 from scrutiny.records import LeaderRecord
+from scrutiny.scan.cursorledgers import CursorLedgers
 from scrutiny.store import LedgerRead, MetadataStore, open_store
 from scrutiny.store.facts import ClusterFacts
 from scrutiny.times import iso, now_ms
@@ -144,6 +146,7 @@ class TopicsPhase:
         again = PulsarRecord.decode(pulsar.pulsar_records(sorted({topic_of_owner(o) for _, o in reads.values()})))
         named = set(again.named()) | again.offloaded
         still = {lid: ro for lid, ro in reads.items() if lid not in named}
+        still = {lid: ro for lid, ro in still.items() if lid not in self._compacted_live(again, still)}
         held = self._held({lid: r for lid, (r, _) in still.items()})
         now = now_ms()
         out = []
@@ -161,6 +164,25 @@ class TopicsPhase:
                        "held_by": held_by, "bytes": sum(h.get("bytes", 0) for h in held_by.values())}
             out.append(Violation(Category.LEAKED_LEDGER, lid, tuple(sorted(held_by)), details, owner=owner))
         stats.update(pulsar_leaked_ledgers=len(out), pulsar_leaked_bytes=sum(v.details["bytes"] for v in out))
+        return out
+
+    def _compacted_live(self, record: PulsarRecord, candidates: dict[int, tuple[LedgerRead, Owner]]) -> set[int]:
+        """The compacted ledgers a live compaction cursor may name: it keeps its position, and the compacted ledger
+        in its properties, in its own ledger, not in its record. One whose cursor's ledger cannot be read is not
+        reported either: nothing shows it is unnamed."""
+        out: set[int] = set()
+        cursors = CursorLedgers(self.settings, self.store)
+        try:
+            for lid, (_, owner) in candidates.items():
+                t = record.topic(owner.name) if owner.kind == "compacted-topic" else None
+                cursor = t.cursors.get(COMPACTION_CURSOR) if t is not None else None
+                if t is None or cursor is None or cursor.ledger_id < 0:
+                    continue
+                live = cursors.mark_delete(t.topic, cursor)
+                if live is None or live[1].get(COMPACTED_LEDGER_PROPERTY) == lid:
+                    out.add(lid)
+        finally:
+            cursors.close()
         return out
 
     def _held(self, reads: dict[int, LedgerRead]) -> dict[int, dict[str, dict[str, int]]]:

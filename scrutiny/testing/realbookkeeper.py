@@ -47,16 +47,17 @@ class RealBookKeeperError(RuntimeError):
 
 @dataclass(frozen=True)
 class Release:
-    """One BookKeeper release's jars, and the tests' client built against them."""
+    """One release's jars (BookKeeper's, or Pulsar's broker with everything it runs with), and for BookKeeper the
+    tests' client built against them."""
 
     version: str
     home: Path
 
     @classmethod
-    def of(cls, version: str, peers: Path = PEERS) -> Release:
-        home = peers / f"bookkeeper-{version}"
+    def of(cls, version: str, peers: Path = PEERS, project: str = "bookkeeper") -> Release:
+        home = peers / f"{project}-{version}"
         if not (home / ".fetched").exists():
-            raise RealBookKeeperError(f"BookKeeper {version} is not in {peers}: run `make peers`")
+            raise RealBookKeeperError(f"{project} {version} is not in {peers}: run `make peers`")
         return cls(version, home)
 
     @property
@@ -64,10 +65,11 @@ class Release:
         """4.17, 4.16: a Pulsar line's BookKeeper."""
         return ".".join(self.version.split(".")[:2])
 
-    def command(self, main: str, *args: str, log: Path, heap: str = "256m", level: str = "INFO") -> list[str]:
+    def command(self, main: str, *args: str, log: Path, heap: str = "256m", level: str = "INFO",
+                jvm: tuple[str, ...] = ()) -> list[str]:
         config = log.with_suffix(".log4j2.xml")
         config.write_text(LOG4J2.format(log=log, level=level))
-        return ["java", f"-Xmx{heap}", f"-XX:MaxDirectMemorySize={heap}", *JVM_FLAGS,
+        return ["java", f"-Xmx{heap}", f"-XX:MaxDirectMemorySize={heap}", *JVM_FLAGS, *jvm,
                 f"-Dlog4j.configurationFile={config}", "-cp", f"{self.home}/lib/*:{self.home}/classes", main, *args]
 
 

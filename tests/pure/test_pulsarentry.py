@@ -30,7 +30,8 @@ TOPIC = "persistent://acme/orders/created"
     ({"broker_entry": (1_700_000_000_000, 42)}, Stamp.CHECKSUM | Stamp.BROKER_ENTRY, (7, 7, 1)),
     ({"broker_entry": (1, 2), "checksum": False}, Stamp.BROKER_ENTRY, (7, 7, 1)),
     ({"checksum": False}, Stamp(0), (7, 7, 1)),
-    ({"chunk": (1, 3)}, Stamp.CHECKSUM | Stamp.CHUNK, (7, 7, 1)),
+    ({"chunk": (1, 3)}, Stamp.CHECKSUM | Stamp.CHUNK, (7, 7, 0)),  # a chunked message counts at its last chunk
+    ({"chunk": (2, 3)}, Stamp.CHECKSUM | Stamp.CHUNK, (7, 7, 1)),
     ({"transaction": (3, 4)}, Stamp.CHECKSUM | Stamp.TRANSACTION, (7, 7, 1)),
     ({"replicated_from": "west"}, Stamp.CHECKSUM | Stamp.REPLICATED, (7, 7, 1)),
     ({"corrupt": True}, Stamp.CHECKSUM | Stamp.CHECKSUM_BAD, (7, 7, 1)),

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_at
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.realbookkeeper import DB_LEDGER_STORAGE, RealBookie, RealBookKeeper, Release
+from scrutiny.testing.realpulsar import RealPulsar
 
 VERSIONS = Path(__file__).resolve().parents[1] / "peers" / "versions"
 _roots = itertools.count()
@@ -27,6 +28,11 @@ _roots = itertools.count()
 
 def bookkeeper_versions() -> list[str]:
     return [line.split()[1] for line in VERSIONS.read_text().splitlines() if line.startswith("bookkeeper ")]
+
+
+def pulsar_versions() -> list[tuple[str, str]]:
+    """Each Pulsar release, with the BookKeeper release its bookies run."""
+    return [(w[1], w[2]) for line in VERSIONS.read_text().splitlines() if (w := line.split())[:1] == ["pulsar"]]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -47,6 +53,31 @@ def bookkeeper(release: Release, zk_server: LocalZooKeeper, tmp_path: Path) -> I
     try:
         yield cluster
     finally:
+        cluster.close()
+
+
+@pytest.fixture(params=pulsar_versions(), ids=lambda v: f"pulsar{v[0]}")
+def pulsar_on(request: pytest.FixtureRequest, zk_server: LocalZooKeeper, tmp_path: Path
+              ) -> Iterator[tuple[RealBookKeeper, Agents, Callable[..., RealPulsar]]]:
+    """A real cluster of the Pulsar release's BookKeeper line (three DbLedgerStorage bookies, each with its agent),
+    and what starts a broker on it (with the broker's settings over the harness's)."""
+    version, bk_version = request.param
+    cluster = RealBookKeeper(Release.of(bk_version), zk_server.hosts, f"/real{next(_roots)}/ledgers", tmp_path / "bk")
+    agents = Agents(cluster, tmp_path)
+    brokers: list[RealPulsar] = []
+
+    def broker(**settings: Any) -> RealPulsar:
+        brokers.append(RealPulsar(Release.of(version, project="pulsar"), cluster, **settings))
+        return brokers[-1]
+
+    try:
+        for _ in range(3):
+            agents.serve(cluster.add_bookie())
+        yield cluster, agents, broker
+    finally:
+        for b in brokers:
+            b.close()
+        agents.close()
         cluster.close()
 
 

@@ -208,7 +208,8 @@ def test_messages_gone_behind_deduplication_and_a_repeat_it_should_have_dropped_
                                             "highest_before": 29}]
     stats = report.stats
     assert stats["pulsar_topics_validated"] == 2 and stats["pulsar_ledgers_validated"] == 6
-    assert stats["pulsar_messages_validated"] == 20 + 10 + 10 + 6 + 1 + 3 + 5 + 3 + 2 + 2  # all but the marker
+    # all but the marker, the chunked message once
+    assert stats["pulsar_messages_validated"] == 20 + 10 + 10 + 6 + 1 + 3 + 5 + 3 + 1 + 2
     assert stats["pulsar_topics_without_dedup_snapshot"] == 1
     assert stats["pulsar_validation_stopped"] == 0
     assert stats["pulsar_dedup_snapshots_judged"] == 1 and stats["pulsar_dedup_snapshots_waiting"] == 0
@@ -320,6 +321,23 @@ def test_a_live_brokers_dedup_snapshot_is_read_from_its_cursors_own_ledger(
     assert set(found) == {("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22), ("PULSAR_REPEAT_UNDER_DEDUP", 22)}
     assert found[("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22)].details["dedup_snapshot"] == "22:9"
     assert report.stats["pulsar_topics_without_dedup_snapshot"] == 1  # PLAIN only
+
+
+def test_a_ledger_closed_empty_is_read_whole(topics_cluster: tuple[ScanSettings, ClusterWriter, list[BookieAgent]]
+                                             ) -> None:
+    """A broker that rolls over and is unloaded before writing again closes the new ledger empty (as a real one does):
+    it holds nothing to read, and the validation goes through it to the snapshot's horizon."""
+    settings, w, _ = topics_cluster
+    close_the_head(w)
+    empty = dataclasses.replace(ledger(25, BOOKIES, last=-1), custom_metadata=encode.ledger_keys("topic", DEDUP))
+    w.client.set(ledger_path(w.layout, w.root, 25), encode_ledger_metadata(empty, 3))
+    w.write_managed_ledger(managed_ledger_of(DEDUP), encode.managed_ledger(
+        [LedgerInfo(21, 22, 100), LedgerInfo(22, 16, 100), LedgerInfo(23, 1, 100), LedgerInfo(24, 3, 100),
+         LedgerInfo(25)]))  # unloaded: the record lists it as the broker left it, without its entries
+    report = ScrutinyRun(settings, LocalEngine()).execute()
+    assert report.stats["pulsar_validation_stopped"] == 0 and report.stats["pulsar_ledgers_validated"] == 7
+    assert report.stats["pulsar_dedup_snapshots_judged"] == 1
+    assert ("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", 22) in {(str(v.category), v.ledger_id) for v in report.violations}
 
 
 def test_a_lost_ledger_is_reported_and_the_validation_starts_again_after_it(
