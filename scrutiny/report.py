@@ -36,13 +36,14 @@ PULSAR_STATS = ("pulsar_topics", "pulsar_schemas", "pulsar_candidates", "pulsar_
 # Deep runs that hold Pulsar's record add these: topics and ledgers validated in order, topics whose
 # validation stopped at a ledger not read whole (or not scrubbed in this run), restarts after a ledger the
 # record lists and BookKeeper lost, topics whose deduplication snapshot is not in its cursor's record,
-# deduplication snapshots judged and waiting for their horizon; and, never findings, what the producers did
-# legitimately in the ledgers this run validated.
+# deduplication snapshots judged and waiting for their horizon, entries validated as lost (no copy anywhere);
+# and, never findings, what the producers did legitimately in the ledgers this run validated.
 MESSAGES_STATS = ("pulsar_topics_validated", "pulsar_ledgers_validated", "pulsar_validation_stopped",
                   "pulsar_restarts_after_a_lost_ledger",
                   "pulsar_topics_without_dedup_snapshot", "pulsar_dedup_snapshots_judged",
                   "pulsar_dedup_snapshots_waiting", "pulsar_messages_validated", "pulsar_sequence_gaps",
-                  "pulsar_producer_restarts", "pulsar_repeats", "pulsar_markers", "pulsar_entries_not_messages")
+                  "pulsar_producer_restarts", "pulsar_repeats", "pulsar_markers", "pulsar_entries_not_messages",
+                  "pulsar_entries_lost")
 MARKS_STATS = ("underreplicated_marks", "marks_gone_before_reporting")  # the periodic age check of the marks
 
 

@@ -56,7 +56,8 @@ class ProducerRun:
 
 @dataclass(frozen=True)
 class LedgerSequences:
-    """What one ledger's messages say, per producer; `complete` when every entry had a verified copy."""
+    """What one ledger's messages say, per producer; `complete` when every entry had a verified copy, or those
+    without are known `lost` (no copy on any bookie of its write set, every one of them having answered)."""
 
     ledger_id: int
     topic: str
@@ -65,14 +66,17 @@ class LedgerSequences:
     producers: Mapping[str, ProducerRun] = field(default_factory=dict)
     markers: int = 0
     not_messages: int = 0
+    lost: int = 0
 
     @staticmethod
-    def of(ledger_id: int, topic: str, last_entry_id: int, deep: Mapping[str, DeepAnswer]) -> LedgerSequences:
-        """From every copy's envelopes, each entry taken once (verified copies carry the same payload)."""
+    def of(ledger_id: int, topic: str, last_entry_id: int, deep: Mapping[str, DeepAnswer],
+           rest_lost: bool = False) -> LedgerSequences:
+        """From every copy's envelopes, each entry taken once (verified copies carry the same payload);
+        `rest_lost`: the entries without a verified copy are lost."""
         envs = [a.envelopes for _, a in sorted(deep.items()) if a.envelopes is not None and a.envelopes.entry_ids.size]
         ids, producer, first, last, messages, stamps, names = _union(envs)
         entries = last_entry_id + 1
-        complete = ids.size == entries and (entries == 0 or int(ids[-1]) == last_entry_id)
+        complete = rest_lost or (ids.size == entries and (entries == 0 or int(ids[-1]) == last_entry_id))
         runs: dict[str, ProducerRun] = {}
         markers = not_messages = 0
         for i in range(ids.size):
@@ -83,7 +87,8 @@ class LedgerSequences:
                 continue
             name = names[int(producer[i])]
             runs[name] = _step(runs.get(name), int(ids[i]), int(first[i]), int(last[i]), int(messages[i]), s)
-        return LedgerSequences(ledger_id, topic, entries, complete, runs, markers, not_messages)
+        return LedgerSequences(ledger_id, topic, entries, complete, runs, markers, not_messages,
+                               entries - int(ids.size) if rest_lost else 0)
 
 
 def _union(envs: Sequence[LedgerEnvelopes]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
@@ -272,7 +277,7 @@ def validate(checkpoint: MessageCheckpoint, order: Sequence[int], read: Mapping[
 def _fold(led: LedgerSequences, state: dict[str, ProducerState], stats: Counter[str],
           dedup: DedupSnapshot | None) -> list[Violation]:
     stats.update(messages_validated=sum(r.messages for r in led.producers.values()), markers=led.markers,
-                 entries_not_messages=led.not_messages)
+                 entries_not_messages=led.not_messages, entries_lost=led.lost)
     repeats: list[dict[str, object]] = []
     for name, run in sorted(led.producers.items()):
         before = state.get(name)

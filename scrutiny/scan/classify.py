@@ -173,8 +173,13 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
             else:
                 not_due += 1
         owner = owner_from_custom_metadata(md.custom_metadata)
-        if owner is not None and owner.kind == "topic" and (read := scrubbed(md, deep_answers)):
-            messages.append(LedgerSequences.of(md.ledger_id, owner.name, md.last_entry_id, read))
+        if deep is not None and owner is not None and owner.kind == "topic":
+            # entries on no bookie of their write set, every bookie having answered, are lost: the rest is
+            # validated, so that deduplication's snapshot can say whose acknowledged messages they were
+            lost = (settled and cov.violation is not None and cov.violation.category is Category.NO_REPLICA_OF_AN_ENTRY
+                    and not (cov.unavailable or cov.invalid or cov.limbo))
+            if (read := scrubbed(md, deep_answers)) or lost:
+                messages.append(LedgerSequences.of(md.ledger_id, owner.name, md.last_entry_id, read, lost))
         if found:
             violations += [dataclasses.replace(v, owner=owner) for v in found] if owner else found
         if ctx.blast_radius and mode is Pass.FIRST:  # once per ledger: the re-check's pass looks again

@@ -197,3 +197,18 @@ def test_a_snapshot_whose_horizon_is_not_the_topics_is_dropped() -> None:
     stale = MessageCheckpoint(Position(2, 0), waiting=DedupSnapshot(Position(2, 0), {"p": 9}, horizon=3))
     v = validate(stale, [7, 8], {7: ledger(7, plain("p", [1]))}, None)
     assert v.violations == () and v.checkpoint.waiting is None
+
+
+def test_entries_lost_on_every_copy_are_validated_as_lost_so_the_snapshot_names_whose_they_were() -> None:
+    """A topic's last ledger lost on every bookie (each having answered): not a ledger to wait for, a loss. What is
+    left of it is validated, and deduplication's snapshot says whose acknowledged messages are gone."""
+    dedup = DedupSnapshot(Position(2, 4), {"p": 15}, horizon=2)
+    one = ledger(1, plain("p", range(1, 11)))
+    gone = LedgerSequences.of(2, TOPIC, 4, {}, rest_lost=True)
+    assert gone.complete and gone.lost == 5
+    v = validate(MessageCheckpoint(), [1, 2], {1: one, 2: gone}, dedup)
+    assert v.stopped_at is None and v.checkpoint.stats["entries_lost"] == 5
+    assert [x.details["producers"] for x in v.violations] == [
+        [{"producer": "p", "persisted": 15, "highest_stored": 10, "last_seen": "1:9"}]]
+    assert validate(MessageCheckpoint(), [1, 2], {1: one, 2: LedgerSequences.of(2, TOPIC, 4, {})},
+                    dedup).stopped_at == 2  # not known lost: it waits
