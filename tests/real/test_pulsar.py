@@ -204,3 +204,46 @@ def test_topics_of_every_form_are_clean_and_every_message_is_counted(
     assert stats["pulsar_messages_validated"] == sum(produced.messages.values()), produced.messages
     assert stats["pulsar_dedup_snapshots_judged"] == len(codec_topics) + 2  # and chunked's, churn's
     assert stats["pulsar_dedup_snapshots_waiting"] == 0
+
+
+def test_a_snapshot_written_when_an_idle_producer_is_forgotten_is_judged_at_its_horizon(pulsar_on: PulsarOn) -> None:
+    """#56 item 5, settled on the broker: forgetting an idle producer, deduplication writes the current ids at the
+    old mark-delete, so the stored snapshot holds ids persisted in a later ledger. Judged at the end of its
+    position's ledger it would say they are gone; judged at its horizon, nothing is."""
+    cluster, _, start = pulsar_on
+    broker = start(brokerDeduplicationProducerInactivityTimeoutMinutes=1,  # forgotten after 1 min, checked every 20 s
+                   brokerDeduplicationSnapshotIntervalSeconds=0)  # no timer snapshot: every 5 entries, and the purge
+    topic = f"persistent://{broker.namespace('dedup', deduplication=True)}/purged"
+    client = broker.client()
+    produced = Produced()
+    idle = client.create_producer(topic, producer_name="idle")
+    produced.send(idle, topic, range(1, 4))
+    idle.close()  # inactive from now on
+    steady = client.create_producer(topic, producer_name="steady")  # connected throughout
+    produced.send(steady, topic, range(1, 10))  # entries 3-11: ledgers of 5, 5 and 2 entries
+    ledgers = [li["ledgerId"] for li in broker.stats_internal(topic)["ledgers"]]
+    assert len(ledgers) == 3
+    before = broker.stats_internal(topic)["cursors"]["pulsar.dedup"]
+    assert before["markDeletePosition"] == f"{ledgers[1]}:4" and before["properties"] == {"idle": 3, "steady": 7}
+
+    def purged() -> dict[str, Any] | None:
+        cursor: dict[str, Any] = broker.stats_internal(topic)["cursors"]["pulsar.dedup"]
+        return cursor if "idle" not in cursor["properties"] else None
+
+    deadline = time.monotonic() + 150
+    while (after := purged()) is None:
+        assert time.monotonic() < deadline, "the broker did not forget the idle producer"
+        time.sleep(2)
+    # the old position, and steady's 8 and 9, persisted in the third ledger
+    assert after["markDeletePosition"] == f"{ledgers[1]}:4" and after["properties"] == {"steady": 9}
+
+    live = scan(cluster, deep=True)
+    assert [str(v.category) for v in live.violations] == []
+    assert live.stats["pulsar_dedup_snapshots_waiting"] == 1 and live.stats["pulsar_dedup_snapshots_judged"] == 0
+    steady.close()
+    client.close()
+    broker.unload(topic)
+    done = scan(cluster, deep=True)
+    assert {str(v.category) for v in done.violations} <= {"TOPIC_HEAD_LEDGER_CLOSED"}
+    assert done.stats["pulsar_dedup_snapshots_judged"] == 1
+    assert done.stats["pulsar_messages_validated"] == sum(produced.messages.values())
