@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pulsar
+from pulsar.schema import Record, String
 
 from scrutiny.testing.localzk import free_port
 from scrutiny.testing.realbookkeeper import Process, RealBookKeeper, RealBookKeeperError, Release, write_conf
@@ -27,6 +28,23 @@ JVM_FLAGS = ("--add-opens", "java.base/sun.net=ALL-UNNAMED",
              "--add-opens", "java.management/sun.management=ALL-UNNAMED",
              "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED")
 CLUSTER = "scrutiny"
+STARTUP_SECONDS = 120.0
+# Pulsar's codecs, by the names of the broker's settings, as the client names them
+CODECS = {"NONE": pulsar.CompressionType.NONE, "LZ4": pulsar.CompressionType.LZ4,
+          "ZLIB": pulsar.CompressionType.ZLib, "ZSTD": pulsar.CompressionType.ZSTD,
+          "SNAPPY": pulsar.CompressionType.SNAPPY}
+
+
+class Order(Record):
+    """The tests' message with a schema (JSON): its topic gets a schema ledger."""
+
+    item = String()
+
+
+def records_in(codec: str) -> dict[str, object]:
+    """The broker's settings for writing every managed-ledger and cursor record compressed with `codec`."""
+    return {"managedLedgerInfoCompressionType": codec, "managedLedgerInfoCompressionThresholdInBytes": 0,
+            "managedCursorInfoCompressionType": codec, "managedCursorInfoCompressionThresholdInBytes": 0}
 
 
 class RealPulsar:
@@ -76,14 +94,14 @@ class RealPulsar:
     def running(self) -> bool:
         return self.process is not None and self.process.running
 
-    def start(self, timeout: float = 120.0, **settings: object) -> RealPulsar:
-        """Started with `settings` over the broker's, and serving (its admin API answers, and it owns its bundles)."""
+    def start(self, **settings: object) -> RealPulsar:
+        """Started with `settings` over the broker's, and serving (its health check answers) within two minutes."""
         self.settings.update(settings)
         write_conf(self.conf, self.settings)
         log = self.workdir / "broker.log"
         self.process = Process(self._java("org.apache.pulsar.PulsarBrokerStarter", "-c", str(self.conf), log=log,
                                           heap="384m"), log)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + STARTUP_SECONDS
         while True:
             try:
                 if self.admin("GET", "/admin/v2/brokers/health") == "ok":

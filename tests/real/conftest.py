@@ -56,9 +56,11 @@ def bookkeeper(release: Release, zk_server: LocalZooKeeper, tmp_path: Path) -> I
         cluster.close()
 
 
+PulsarOn = tuple[RealBookKeeper, "Agents", Callable[..., RealPulsar]]
+
+
 @pytest.fixture(params=pulsar_versions(), ids=lambda v: f"pulsar{v[0]}")
-def pulsar_on(request: pytest.FixtureRequest, zk_server: LocalZooKeeper, tmp_path: Path
-              ) -> Iterator[tuple[RealBookKeeper, Agents, Callable[..., RealPulsar]]]:
+def pulsar_on(request: pytest.FixtureRequest, zk_server: LocalZooKeeper, tmp_path: Path) -> Iterator[PulsarOn]:
     """A real cluster of the Pulsar release's BookKeeper line (three DbLedgerStorage bookies, each with its agent),
     and what starts a broker on it (with the broker's settings over the harness's)."""
     version, bk_version = request.param

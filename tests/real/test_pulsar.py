@@ -14,7 +14,7 @@ from typing import Any
 
 import pulsar
 import pytest
-from pulsar.schema import JsonSchema, Record, String
+from pulsar.schema import JsonSchema
 
 from scrutiny.pulsar.owners import Owner, owner_from_custom_metadata
 from scrutiny.pulsar.records import COMPACTED_LEDGER_PROPERTY, COMPACTION_CURSOR, Position
@@ -24,24 +24,10 @@ from scrutiny.scan.messages import dedup_snapshot
 from scrutiny.store import MetadataStore
 from scrutiny.testing import store_at
 from scrutiny.testing.realbookkeeper import RealBookKeeper
-from scrutiny.testing.realpulsar import RealPulsar, topic_ledgers
-from tests.real.conftest import Agents, scan, scan_settings
+from scrutiny.testing.realpulsar import CODECS, Order, RealPulsar, records_in, topic_ledgers
+from tests.real.conftest import PulsarOn, scan, scan_settings
 
-CODECS = {"NONE": pulsar.CompressionType.NONE, "LZ4": pulsar.CompressionType.LZ4,
-          "ZLIB": pulsar.CompressionType.ZLib, "ZSTD": pulsar.CompressionType.ZSTD,
-          "SNAPPY": pulsar.CompressionType.SNAPPY}
-KINDS = {"topic": "topic", "cursor": "cursor", "compacted": "compacted-topic", "schema": "schema"}
-PulsarOn = tuple[RealBookKeeper, Agents, Callable[..., RealPulsar]]
-
-
-def records_in(codec: str) -> dict[str, object]:
-    """The broker's settings for writing every managed-ledger and cursor record compressed with `codec`."""
-    return {"managedLedgerInfoCompressionType": codec, "managedLedgerInfoCompressionThresholdInBytes": 0,
-            "managedCursorInfoCompressionType": codec, "managedCursorInfoCompressionThresholdInBytes": 0}
-
-
-class Order(Record):
-    item = String()
+KINDS = {"topic": "topic", "cursor": "cursor", "compacted": "compacted-topic", "schema": "schema"}  # stats-internal's
 
 
 @dataclasses.dataclass

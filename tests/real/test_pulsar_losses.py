@@ -13,21 +13,15 @@ import pulsar
 import pytest
 from kazoo.client import KazooClient
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl
-from pulsar.schema import JsonSchema, Record, String
+from pulsar.schema import JsonSchema
 
 from scrutiny.metadata import Layout, ledger_path
 from scrutiny.pulsar.owners import owner_from_custom_metadata
 from scrutiny.pulsar.snapshot import PulsarRecord
 from scrutiny.testing import store_at
 from scrutiny.testing.realbookkeeper import RealBookKeeper, RealBookKeeperError
-from scrutiny.testing.realpulsar import RealPulsar
-from tests.real.conftest import Agents, scan
-
-PulsarOn = tuple[RealBookKeeper, Agents, Callable[..., RealPulsar]]
-
-
-class Order(Record):
-    item = String()
+from scrutiny.testing.realpulsar import Order, RealPulsar
+from tests.real.conftest import PulsarOn, scan
 
 
 def refuse(zk: KazooClient, path: str, **refused: bool) -> None:
