@@ -50,7 +50,7 @@ def records_in(codec: str) -> dict[str, object]:
 class RealPulsar:
     """One broker of cluster `scrutiny` on `bookkeeper`'s bookies: ledgers of a few entries, rolled over at once,
     kept (infinite retention), deduplication off unless a namespace turns it on, a deduplication snapshot every few
-    entries; `settings` over those."""
+    entries, cursors' positions persisted as they move; `settings` over those."""
 
     def __init__(self, release: Release, bookkeeper: RealBookKeeper, **settings: object) -> None:
         self.release, self.bookkeeper = release, bookkeeper
@@ -70,7 +70,10 @@ class RealPulsar:
             "defaultRetentionSizeInMB": -1, "brokerDeduplicationEntriesInterval": 5,
             "brokerDeleteInactiveTopicsEnabled": "false", "functionsWorkerEnabled": "false",
             "webSocketServiceEnabled": "false", "systemTopicEnabled": "false", "topicLevelPoliciesEnabled": "false",
-            "brokerShutdownTimeoutMs": 5000, "allowAutoTopicCreationType": "non-partitioned", **settings}
+            "brokerShutdownTimeoutMs": 5000, "allowAutoTopicCreationType": "non-partitioned",
+            # every cursor's position persisted at once (by default at most once a second, the rest flushed within
+            # managedLedgerCursorPositionFlushSeconds, 60): a compaction's ledger named durably when it is done
+            "managedLedgerDefaultMarkDeleteRateLimit": 0, **settings}
         self.conf = self.workdir / "broker.conf"
         self.process: Process | None = None
         self._setup()

@@ -154,6 +154,7 @@ def test_topics_of_every_form_are_clean_and_every_message_is_counted(
     while broker.admin("GET", f"/admin/v2/persistent/{plain}/prices/compaction")["status"] != "SUCCESS":
         assert time.monotonic() < deadline, "compaction did not finish"
         time.sleep(0.5)
+    time.sleep(2)  # the bookies' write caches flushed (flushInterval 1 s): the agents read what is on disk
     partitions = [f"{parted}-partition-{i}" for i in range(2)]
     topics = [*codec_topics, chunked, typed, compacted, *partitions]
     churned = f"persistent://{dedup}/churn"
