@@ -23,6 +23,10 @@ class StoreError(ScrutinyError):
     grpc_code = grpc.StatusCode.UNAVAILABLE
 
 
+class Fenced(StoreError):
+    """A write a leader made conditional on still being the leader, refused: its election node is gone."""
+
+
 class DataError(ScrutinyError):
     grpc_code = grpc.StatusCode.INTERNAL
 

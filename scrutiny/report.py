@@ -87,9 +87,7 @@ class Report:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Report:
-        violations = Findings(Violation(Category(v["category"]), int(v["ledger_id"]), tuple(v.get("bookies", ())),
-                                v.get("details", {}), owner=Owner.from_json(v.get("owner", {})))
-                             for v in doc.get("violations", []))
+        violations = Findings(Violation.from_json(v) for v in doc.get("violations", []))
         return cls(doc["run_id"], doc["started_at"], doc["finished_at"], bool(doc["complete"]),
                    dict(doc.get("ledgers", {})), violations, list(doc.get("errors", [])), dict(doc.get("stats", {})),
                    doc.get("blast_radius"), RepairContext.from_json(doc.get("repair", {})))

@@ -22,13 +22,13 @@ from prometheus_client import CollectorRegistry
 
 from scrutiny.auditor.collector import AuditorCollector
 from scrutiny.auditor.continuous import Continuous
-from scrutiny.auditor.currentstate import FOLLOW_UP, CurrentState
+from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.auditor.deeprecord import deep_pass
+from scrutiny.auditor.handoffleader import AuditorLeader
 from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.auditor.leadership import Leadership, PeriodicRuns
 from scrutiny.auditor.publishing import Leading, Publisher
 from scrutiny.auditor.runkinds import (
-    CHECKED_BY_RUNS,
     DEEP,
     RESCAN,
     UNDERREPLICATION,
@@ -129,12 +129,7 @@ class Auditor:
         self.trigger = RunTrigger(self)  # whether a run asked for starts
         self.cluster = ClusterView(self.connected_store, lambda: self.config.scan)  # what the console asks live
         # its safety net: a full run (unless one is queued or running)
-        self.handoff = Handoff(lambda: (self.config.scan, self.config.auditor),
-                               lambda: (c.violation for c in self.current.findings()), self.connected_store,
-                               lambda: self.leadership is not None and self.leading.is_set(), lambda: self.address,
-                               lambda ids, found: self.current.looked_again(
-                                   ids, found, int(time.time() * 1000), "repair follow-up",
-                                   (*CHECKED_BY_RUNS, *FOLLOW_UP)), self.stopping)
+        self.handoff = Handoff(AuditorLeader(self))
         self.continuous = (Continuous(self.config.scan, self.config.auditor, self.current, self.trigger.full_run_asked)
                            if settings.continuous else None)
 

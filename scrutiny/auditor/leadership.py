@@ -16,7 +16,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from scrutiny import retry
 from scrutiny.errors import StoreError
 from scrutiny.records import LeaderRecord
-from scrutiny.store import Election, MetadataStore
+from scrutiny.store import Election, Fence, MetadataStore
 from scrutiny.times import iso_seconds
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,11 @@ class Leadership:
                 self.store.close()
             except Exception as exc:
                 log.debug("closing the metadata store: %s", exc)
+
+    def fence(self) -> Fence | None:
+        """While leading: its own election node, which a deposed leader's writes are conditional on."""
+        election = self._election
+        return election.fence() if election is not None and self.leading.is_set() else None
 
     def connected_store(self) -> MetadataStore:
         if self.store is None:

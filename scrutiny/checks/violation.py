@@ -31,6 +31,12 @@ class Violation:
         return {"category": str(self.category), "ledger_id": self.ledger_id, "bookies": list(self.bookies),
                 "details": dict(self.details), "owner": (self.owner or UNKNOWN).to_json()}
 
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Violation:
+        """As `to_json` wrote it (an unknown category or a missing field raises ValueError or KeyError)."""
+        return cls(Category(doc["category"]), int(doc["ledger_id"]), tuple(doc.get("bookies", ())),
+                   doc.get("details", {}), owner=Owner.from_json(doc.get("owner", {})))
+
 
 def id_ranges(ids: np.ndarray, limit: int = MAX_DETAIL_RANGES) -> list[list[int]]:
     """Sorted unique ids as [first, last] runs (at most `limit`)."""

@@ -26,6 +26,8 @@ WOULD_MARK = "would mark (dry run)"
 ALREADY_MARKED = "already marked"
 CHANGED = "not marked: the ledger changed or was marked meanwhile"
 NOT_CONFIRMED = "not marked: a look again did not find it"
+NOT_AGAIN = "not marked: a worker unmarked it without repair before (at this metadata version)"
+FENCED = "not marked: this process leads no more (its election node is gone)"
 OVER_LIMIT = "not marked yet: over the limit"
 # ... and of a mark it wrote, followed to its end (`followup`)
 REPAIRED = "repaired: the copies are back where the metadata says"

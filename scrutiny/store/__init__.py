@@ -83,6 +83,15 @@ class Registrations:
         return bookie_id in self.writable or bookie_id in self.readonly
 
 
+class Fence(NamedTuple):
+    """The leader's own election node as it won: a write conditional on it is refused once the leader's session is
+    gone, whatever the deposed process still believes (ZooKeeper: the node at `version`; etcd: the key at its
+    create revision `version`)."""
+
+    key: str
+    version: int
+
+
 class Election(Protocol):
     def run(self, lead: Callable[[], None]) -> None:
         """Block until elected, call `lead`, give up leadership when it returns."""
@@ -91,6 +100,9 @@ class Election(Protocol):
 
     def contenders(self) -> list[str]:
         """The identifiers of every contender, the leader first."""
+
+    def fence(self) -> Fence | None:
+        """While leading: this contender's own election node."""
 
 
 class Registration(Protocol):
@@ -166,11 +178,13 @@ class MetadataStore(ABC):
     def replication_disabled(self) -> bool: ...
 
     @abstractmethod
-    def mark_underreplicated(self, mark: UnderreplicationMark, metadata_version: int) -> bool:
+    def mark_underreplicated(self, mark: UnderreplicationMark, metadata_version: int, fence: Fence | None = None
+                             ) -> bool:
         """Mark a ledger under-replicated as BookKeeper's Auditor does (`marks.ur_mark_path`, its text payload),
-        in one transaction with two conditions: no mark there yet, and the ledger's metadata still at
-        `metadata_version` (not deleted, no ensemble change, not re-closed since it was judged). True if
-        written; False if either condition failed."""
+        in one transaction with its conditions: no mark there yet, the ledger's metadata still at
+        `metadata_version` (not deleted, no ensemble change, not re-closed since it was judged), and the
+        leader's `fence` still standing. True if written; False if the ledger changed or was marked; `Fenced`
+        if the fence fell (this process leads no more)."""
 
     @abstractmethod
     def lost_bookie_recovery_delay(self) -> int | None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from scrutiny.errors import StoreError
+from scrutiny.errors import Fenced, StoreError
 from scrutiny.metadata import (
     SHORT_PATH_LIMIT,
     BookieRegistration,
@@ -52,6 +52,7 @@ from scrutiny.pulsar.records import managed_ledger_of, schema_id_of, topic_of_pa
 from scrutiny.pulsar.snapshot import StoredRecords
 from scrutiny.store import (
     Election,
+    Fence,
     LedgerRange,
     LedgerRead,
     MetadataStore,
@@ -263,11 +264,16 @@ class EtcdStore(MetadataStore):
     def replication_disabled(self) -> bool:
         return self._get(f"{self.root}/underreplication/disable") is not None
 
-    def mark_underreplicated(self, mark: UnderreplicationMark, metadata_version: int) -> bool:
+    def mark_underreplicated(self, mark: UnderreplicationMark, metadata_version: int, fence: Fence | None = None
+                             ) -> bool:
         # no parent keys: Pulsar's etcd store lists children by prefix; its version counts from 1 (Stat's 0)
-        return self.kv.create_if_unchanged(ur_mark_path(self.root, mark.ledger_id).encode(), encode_ur_mark(mark),
+        done = self.kv.create_if_unchanged(ur_mark_path(self.root, mark.ledger_id).encode(), encode_ur_mark(mark),
                                            ledger_path(Layout.HIERARCHICAL, self.root, mark.ledger_id).encode(),
-                                           metadata_version + 1)
+                                           metadata_version + 1,
+                                           (fence.key.encode(), fence.version) if fence is not None else None)
+        if done is None and fence is not None:
+            raise Fenced(f"ledger {mark.ledger_id} not marked: {fence.key} is gone (this process leads no more)")
+        return bool(done)
 
     def lost_bookie_recovery_delay(self) -> int | None:
         return parse_recovery_delay(self._get(f"{self.root}/underreplication/lostBookieRecoveryDelay"))
@@ -418,6 +424,7 @@ class EtcdElection:
     def __init__(self, store: EtcdStore, name: str, identifier: str) -> None:
         self.store, self.prefix, self.identifier = store, f"{name}/".encode(), identifier
         self._cancelled = threading.Event()
+        self._won: Fence | None = None  # the key it leads with, at its create revision
 
     def _contenders(self) -> list[tuple[int, bytes, bytes]]:
         return sorted((kv.create_revision, kv.key, kv.value) for kv in self.store.kv.scan_prefix(self.prefix))
@@ -438,12 +445,19 @@ class EtcdElection:
                     self.store.kv.create(key, self.identifier.encode(), lease=lease)
                     contenders = self._contenders()
                 if contenders and contenders[0][1] == key:
-                    lead()
+                    self._won = Fence(key.decode(), contenders[0][0])
+                    try:
+                        lead()
+                    finally:
+                        self._won = None
                     return
                 self._cancelled.wait(self.POLL)  # a poll is one read: no write while waiting
         finally:
             if key:
                 self.store.kv.delete(key)
+
+    def fence(self) -> Fence | None:
+        return self._won
 
     def cancel(self) -> None:
         self._cancelled.set()

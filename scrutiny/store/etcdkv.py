@@ -243,14 +243,28 @@ class EtcdKV:
             pb.RequestOp(request_put=pb.PutRequest(key=k, value=v, lease=lease)) for k, v in items])
         return self.call(f"a transaction of {len(items)} writes", lambda s: s.kv.Txn, req).succeeded
 
-    def create_if_unchanged(self, key: bytes, value: bytes, other: bytes, version: int) -> bool:
-        """Put `key` only if absent and `other` is at `version` (etcd's per-key count of writes; 0: absent)."""
-        req = pb.TxnRequest(compare=[pb.Compare(result=pb.Compare.EQUAL, target=pb.Compare.CREATE, key=key,
-                                                create_revision=0),
-                                     pb.Compare(result=pb.Compare.EQUAL, target=pb.Compare.VERSION, key=other,
-                                                version=version)],
-                            success=[pb.RequestOp(request_put=pb.PutRequest(key=key, value=value))])
-        return self.call(f"a conditional write of {key!r}", lambda s: s.kv.Txn, req).succeeded
+    def create_if_unchanged(self, key: bytes, value: bytes, other: bytes, version: int,
+                            created: tuple[bytes, int] | None = None) -> bool | None:
+        """Put `key` only if absent, `other` at `version` (etcd's per-key count of writes; 0: absent) and, when
+        given, `created`'s key still the one created at that revision: True if put; False if `key` or `other`
+        failed; None if `created` did (read back in the same transaction)."""
+        compare = [pb.Compare(result=pb.Compare.EQUAL, target=pb.Compare.CREATE, key=key, create_revision=0),
+                   pb.Compare(result=pb.Compare.EQUAL, target=pb.Compare.VERSION, key=other, version=version)]
+        failure = []
+        if created is not None:
+            compare.append(pb.Compare(result=pb.Compare.EQUAL, target=pb.Compare.CREATE, key=created[0],
+                                      create_revision=created[1]))
+            failure = [pb.RequestOp(request_range=pb.RangeRequest(key=created[0], keys_only=True))]
+        req = pb.TxnRequest(compare=compare, success=[pb.RequestOp(request_put=pb.PutRequest(key=key, value=value))],
+                            failure=failure)
+        got = self.call(f"a conditional write of {key!r}", lambda s: s.kv.Txn, req)
+        if got.succeeded:
+            return True
+        if created is not None:
+            held = got.responses[0].response_range.kvs
+            if not held or held[0].create_revision != created[1]:
+                return None
+        return False
 
     def delete(self, key: bytes, end: bytes = b"") -> int:
         got = self.call(f"a delete of {key!r}", lambda s: s.kv.DeleteRange,

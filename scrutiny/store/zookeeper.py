@@ -13,14 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
+    BadVersionError,
     KazooException,
     NodeExistsError,
+    NoNodeError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import (
     GetData,
 )
 
+from scrutiny.errors import Fenced
 from scrutiny.metadata import (
     BookieRegistration,
     Layout,
@@ -47,6 +50,7 @@ from scrutiny.pulsar.records import managed_ledger_of, schema_id_of, topic_of_pa
 from scrutiny.pulsar.snapshot import StoredRecords
 from scrutiny.store import (
     Election,
+    Fence,
     LedgerRange,
     LedgerRead,
     MetadataStore,
@@ -63,6 +67,8 @@ from scrutiny.store.zkwatch import TreeWatch
 from scrutiny.tls import read_credentials
 
 if TYPE_CHECKING:
+    from kazoo.recipe.election import Election as KazooElection
+
     from scrutiny.config import ClusterSettings
 
 log = logging.getLogger(__name__)
@@ -240,15 +246,21 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
     def replication_disabled(self) -> bool:
         return self.exists(f"{self.root}/underreplication/disable")
 
-    def mark_underreplicated(self, mark: UnderreplicationMark, metadata_version: int) -> bool:
+    def mark_underreplicated(self, mark: UnderreplicationMark, metadata_version: int, fence: Fence | None = None
+                             ) -> bool:
         if metadata_version < 0:  # unknown: ZooKeeper's check would take any version
             return False
         path = ur_mark_path(self.root, mark.ledger_id)
         self.client.ensure_path(path.rsplit("/", 1)[0])  # as the Auditor leaves them: empty, persistent
         tx = self.client.transaction()
+        if fence is not None:
+            tx.check(fence.key, fence.version)
         tx.check(ledger_path(self.layout, self.root, mark.ledger_id), metadata_version)
         tx.create(path, encode_ur_mark(mark))
-        return not any(isinstance(r, Exception) for r in tx.commit())
+        results = tx.commit()
+        if fence is not None and isinstance(results[0], (NoNodeError, BadVersionError)):
+            raise Fenced(f"ledger {mark.ledger_id} not marked: {fence.key} is gone (this process leads no more)")
+        return not any(isinstance(r, Exception) for r in results)
 
     def lost_bookie_recovery_delay(self) -> int | None:
         got = self.get(f"{self.root}/underreplication/lostBookieRecoveryDelay")
@@ -348,8 +360,7 @@ class ZooKeeperStore(ZooKeeperRequests, MetadataStore):
     # -- the auditor ------------------------------------------------------------------------------
 
     def election(self, identifier: str, name: str = "") -> Election:
-        election: Election = self.client.Election(name or f"{self._auditor_path}/election", identifier)
-        return election
+        return ZooKeeperElection(self.client.Election(name or f"{self._auditor_path}/election", identifier))
 
     def auditor_record(self, name: str) -> bytes | None:
         got = self.get(f"{self._auditor_path}/{name}")
@@ -438,3 +449,23 @@ class _EphemeralNode:
                 self.client.delete(self.path)
         except Exception as exc:
             log.warning("could not remove %s: %s", self.path, exc)
+
+
+class ZooKeeperElection:
+    """kazoo's election recipe (a lock's sequential ephemeral nodes), and the leader's own node as its fence."""
+
+    def __init__(self, election: KazooElection) -> None:
+        self._election = election
+
+    def run(self, lead: Callable[[], None]) -> None:
+        self._election.run(lead)
+
+    def cancel(self) -> None:
+        self._election.cancel()
+
+    def contenders(self) -> list[str]:
+        return [str(c) for c in self._election.contenders()]
+
+    def fence(self) -> Fence | None:
+        lock = self._election.lock
+        return Fence(f"{lock.path}/{lock.node}", 0) if lock.is_acquired and lock.node else None  # never rewritten

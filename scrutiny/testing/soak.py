@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,12 @@ from kazoo.client import KazooClient
 from scrutiny.auditor.continuous import LOOKED_AT, TOPICS_LOOKED_AT, Continuous
 from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.categories import Category
+from scrutiny.checks import Violation
 from scrutiny.config import AuditorSettings, ScanSettings
 from scrutiny.repair.handoff import Handoff
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import Engine, LocalEngine
-from scrutiny.store import open_store
+from scrutiny.store import Fence, MetadataStore, open_store
 from scrutiny.testing.churn import LOST_BOOKIE_GRACE, MOMENTS, ORPHAN_GRACE, AimedEngine, ChurnCluster, aimed_sleep
 from scrutiny.testing.pulsarchurn import PulsarChurn
 
@@ -111,8 +113,8 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
     journal_dir = tempfile.mkdtemp(prefix="scrutiny-soak-")
     armed = AuditorSettings(reports_dir=journal_dir, repair="mark", repair_marks_per_run=100,
                             repair_marks_per_minute=10_000)
-    handoff = Handoff(lambda: (settings, armed),
-                      lambda: (c.violation for c in state.findings()), lambda: watched, lambda: True, lambda: "soak")
+    leader = SoakLeader(settings, armed, state, watched)
+    handoff = Handoff(leader)
 
     def hand_off() -> None:
         while not stop.wait(0.3):
@@ -174,11 +176,53 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
         result.continuous_stats = dict(watcher.stats)
     finally:
         stop.set()
+        leader.stopping.set()
         watcher.stop()
         shutil.rmtree(journal_dir, ignore_errors=True)
         watched.close()
         cluster.close()
     return result
+
+
+class SoakLeader:
+    """The soak's hand-off leads as the auditor's does: elected on the store it watches (so its marks are fenced),
+    judging the findings of continuous scrutiny beside the runs."""
+
+    def __init__(self, settings: ScanSettings, armed: AuditorSettings, state: CurrentState,
+                 store: MetadataStore) -> None:
+        self._settings, self._state, self._store = (settings, armed), state, store
+        self.stopping = threading.Event()
+        self._leading = threading.Event()
+        self._election = store.election("soak")
+        threading.Thread(target=self._election.run, args=(self._lead,), name="soak-election", daemon=True).start()
+        if not self._leading.wait(30):
+            raise RuntimeError("the soak's hand-off was not elected within 30 s")
+
+    def _lead(self) -> None:
+        self._leading.set()
+        self.stopping.wait()
+        self._leading.clear()
+
+    def settings(self) -> tuple[ScanSettings, AuditorSettings]:
+        return self._settings
+
+    def findings(self) -> Iterable[Violation]:
+        return (c.violation for c in self._state.findings())
+
+    def store(self) -> MetadataStore:
+        return self._store
+
+    def leading(self) -> bool:
+        return self._leading.is_set()
+
+    def fence(self) -> Fence | None:
+        return self._election.fence()
+
+    def name(self) -> str:
+        return "soak"
+
+    def looked_again(self, ledger_ids: list[int], found: list[Violation]) -> None:
+        return None  # continuous scrutiny and the runs keep the state
 
 
 def _keys(state: CurrentState) -> set[tuple[str, int]]:

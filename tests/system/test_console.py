@@ -87,10 +87,22 @@ class Console:
                  and self.auditor.last["rescan"].report is not None, 60)
 
 
-def start_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, tmp_path: Path,
-                  ledgers: list[LedgerMetadata], registered: tuple[str, ...], agents_for: tuple[str, ...],
-                  slow: tuple[str, ...] = (), scan_extra: dict[str, Any] | None = None,
-                  auditor_extra: dict[str, Any] | None = None, https: bool = False) -> Console:
+@dataclass
+class Bookies:
+    """A cluster's metadata (`writer`) and its bookies' agents over holdings the test changes."""
+
+    writer: ClusterWriter
+    uri: str
+    holdings: dict[str, MutableHoldings]
+    agents: dict[str, BookieAgent]
+
+    def stop(self) -> None:
+        for agent in self.agents.values():
+            agent.stop(grace=0)
+
+
+def start_bookies(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, ledgers: list[LedgerMetadata],
+                  registered: tuple[str, ...], agents_for: tuple[str, ...], slow: tuple[str, ...] = ()) -> Bookies:
     root = f"{zk_namespace}/ledgers"
     uri = f"zk+hierarchical://{zk_server.hosts}{root}"
     w = ClusterWriter(zk_client, root)
@@ -110,9 +122,17 @@ def start_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespac
     for b in registered:
         w.register_bookie(BookieRegistration(b, False))
     w.write_racks({B1: "/r1", B2: "/r1", B3: "/r2", B4: "/r2", B5: "/r3"}, parse_metadata_service_uri(uri).racks_path)
+    return Bookies(w, uri, holdings, agents)
+
+
+def start_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, tmp_path: Path,
+                  ledgers: list[LedgerMetadata], registered: tuple[str, ...], agents_for: tuple[str, ...],
+                  slow: tuple[str, ...] = (), scan_extra: dict[str, Any] | None = None,
+                  auditor_extra: dict[str, Any] | None = None, https: bool = False) -> Console:
+    bookies = start_bookies(zk_server, zk_client, zk_namespace, ledgers, registered, agents_for, slow)
     token = tmp_path / "token"
     token.write_text(TOKEN)
-    scan = ScanSettings(**{"metadata_service_uri": uri, "engine": "local", "placement_policy": "none",
+    scan = ScanSettings(**{"metadata_service_uri": bookies.uri, "engine": "local", "placement_policy": "none",
                            "recheck_delay": 0.3, "write_cache_grace_seconds": 0.3, "orphan_check": False,
                            "bookie_deadline_seconds": 1.0, **(scan_extra or {})})
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), token_file=str(token),
@@ -121,7 +141,8 @@ def start_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespac
     a = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), engine=LocalEngine()).start()
     wait_for(lambda: "full" in a.last and a.last["full"].report is not None, 60)
     port = a.http.port
-    return Console(w, holdings, agents, a, f"{'https' if https else 'http'}://127.0.0.1:{port}")
+    return Console(bookies.writer, bookies.holdings, bookies.agents, a,
+                   f"{'https' if https else 'http'}://127.0.0.1:{port}")
 
 
 @pytest.fixture
