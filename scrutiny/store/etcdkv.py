@@ -271,6 +271,14 @@ class EtcdKV:
                         pb.DeleteRangeRequest(key=key, range_end=end))
         return got.deleted
 
+    def at_version(self, key: bytes, version: int, value: bytes | None) -> bool:
+        """Put `value` (None: delete the key) only if `key` is at `version` (etcd's count of writes)."""
+        op = (pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=key)) if value is None
+              else pb.RequestOp(request_put=pb.PutRequest(key=key, value=value)))
+        req = pb.TxnRequest(compare=[pb.Compare(result=pb.Compare.EQUAL, target=pb.Compare.VERSION, key=key,
+                                                version=version)], success=[op])
+        return self.call(f"a conditional write of {key!r}", lambda s: s.kv.Txn, req).succeeded
+
     # -- leases --------------------------------------------------------------------------------
 
     def grant(self, ttl: int) -> int:

@@ -14,8 +14,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from scrutiny.store.etcdkv import MAX_TXN_OPS, EtcdKV, Session
 from scrutiny.testing import processes
@@ -118,11 +119,20 @@ class EtcdTree:
     def exists(self, path: str) -> bool:
         return self.kv.get(path.encode()) is not None
 
-    def get(self, path: str) -> tuple[bytes, None]:
+    def get(self, path: str) -> tuple[bytes, ZnodeStat]:
+        """The value, and kazoo's stat's version (etcd counts a key's writes from 1, ZooKeeper from 0)."""
         got = self.kv.get(path.encode())
         if got is None:
             raise NoNodeError(path)
-        return got.value, None
+        return got.value, ZnodeStat(got.version - 1)
+
+    def get_children(self, path: str) -> list[str]:
+        """The names one level below `path` (etcd has no parents: every key below it counts)."""
+        prefix = path.rstrip("/").encode() + b"/"
+        names = {kv.key[len(prefix):].split(b"/", 1)[0].decode() for kv in self.kv.scan_prefix(prefix, keys_only=True)}
+        if not names and not self.exists(path):
+            raise NoNodeError(path)
+        return sorted(names)
 
     def create(self, path: str, value: bytes = b"", makepath: bool = False, ephemeral: bool = False) -> str:
         if not self.kv.create(path.encode(), value, lease=self.session.lease if ephemeral else 0):
@@ -132,11 +142,17 @@ class EtcdTree:
     def ensure_path(self, path: str) -> None:
         self.kv.create(path.encode(), b"")  # the key alone: etcd has no parents to make
 
-    def set(self, path: str, value: bytes) -> None:
-        self.kv.put(path.encode(), value)
+    def set(self, path: str, value: bytes, version: int = -1) -> None:
+        if version < 0:
+            self.kv.put(path.encode(), value)
+        elif not self.kv.at_version(path.encode(), version + 1, value):
+            raise BadVersionError(path)
 
-    def delete(self, path: str) -> None:
-        if not self.kv.delete(path.encode()):
+    def delete(self, path: str, version: int = -1) -> None:
+        if version >= 0:
+            if not self.kv.at_version(path.encode(), version + 1, None):
+                raise BadVersionError(path) if self.exists(path) else NoNodeError(path)
+        elif not self.kv.delete(path.encode()):
             raise NoNodeError(path)
 
     def transaction(self) -> _Transaction:
@@ -146,6 +162,13 @@ class EtcdTree:
         if self._session is not None:
             self._session.close()
         self.kv.close()
+
+
+class ZnodeStat(NamedTuple):
+    """What the tests' writers read of kazoo's stat (etcd keeps no creation time)."""
+
+    version: int
+    ctime: int = -1
 
 
 class _Transaction:

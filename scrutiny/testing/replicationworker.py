@@ -33,6 +33,7 @@ from scrutiny.metadata import (
     ledger_path,
 )
 from scrutiny.testing.holdings import MutableHoldings
+from scrutiny.testing.localetcd import EtcdTree
 
 REPLICATED, NOTHING_BAD, GONE, KEPT = "replicated", "unmarked: its checker found nothing", "ledger gone", "kept"
 
@@ -45,8 +46,10 @@ def fragment_share(md: LedgerMetadata, fragment: tuple[Segment, int, int], booki
 
 
 class ReplicationWorker:
-    def __init__(self, client: KazooClient, root: str, holdings: Mapping[str, MutableHoldings], percentage: int = 0,
-                 layout: Layout = Layout.HIERARCHICAL, seed: int = 1) -> None:
+    """On ZooKeeper (a KazooClient), or on Pulsar's metadata store on etcd (the tests' EtcdTree)."""
+
+    def __init__(self, client: KazooClient | EtcdTree, root: str, holdings: Mapping[str, MutableHoldings],
+                 percentage: int = 0, layout: Layout = Layout.HIERARCHICAL, seed: int = 1) -> None:
         self.client, self.root, self.holdings, self.percentage = client, root, holdings, percentage
         self.layout = layout
         self.random = random.Random(seed)

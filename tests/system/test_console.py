@@ -25,7 +25,7 @@ from kazoo.client import KazooClient
 from scrutiny.agent import BookieAgent
 from scrutiny.auditor import Auditor
 from scrutiny.checks.sequences import MessageCheckpoint, ProducerState
-from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
+from scrutiny.config import AuditorSettings, ClusterSettings, MetricsSettings, ScanSettings
 from scrutiny.metadata import (
     BookieRegistration,
     LedgerMetadata,
@@ -38,6 +38,7 @@ from scrutiny.pulsar import encode
 from scrutiny.pulsar.records import LedgerInfo, Position
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.scan.messages import checkpoint_record
+from scrutiny.store import MetadataStore, open_store
 from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.holdings import MutableHoldings, share
@@ -65,6 +66,7 @@ class Console:
     agents: dict[str, BookieAgent]
     auditor: Auditor
     base: str
+    bookies: Bookies | None = None
 
     def get(self, path: str, html: bool = False) -> tuple[int, Any]:
         req = urllib.request.Request(f"{self.base}{path}", headers={"Accept": "text/html"} if html else {})
@@ -77,8 +79,11 @@ class Console:
 
     def stop(self) -> None:
         self.auditor.stop()
-        for agent in self.agents.values():
-            agent.stop(grace=0)
+        if self.bookies is not None:
+            self.bookies.stop()
+        else:
+            for agent in self.agents.values():
+                agent.stop(grace=0)
 
     def full_run(self) -> None:
         before = self.auditor.last.get("rescan")
@@ -95,17 +100,20 @@ class Bookies:
     uri: str
     holdings: dict[str, MutableHoldings]
     agents: dict[str, BookieAgent]
+    registry: MetadataStore  # where the agents registered
+    own_registry: bool = False
 
     def stop(self) -> None:
         for agent in self.agents.values():
             agent.stop(grace=0)
+        if self.own_registry:
+            self.registry.close()
 
 
-def start_bookies(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, ledgers: list[LedgerMetadata],
-                  registered: tuple[str, ...], agents_for: tuple[str, ...], slow: tuple[str, ...] = ()) -> Bookies:
-    root = f"{zk_namespace}/ledgers"
-    uri = f"zk+hierarchical://{zk_server.hosts}{root}"
-    w = ClusterWriter(zk_client, root)
+def start_bookies(client: Any, root: str, uri: str, ledgers: list[LedgerMetadata], registered: tuple[str, ...],
+                  agents_for: tuple[str, ...], slow: tuple[str, ...] = ()) -> Bookies:
+    """On ZooKeeper (`client` a KazooClient) or on etcd (the tests' EtcdTree)."""
+    w = ClusterWriter(client, root)
     w.init_cluster()
     w.write_ledgers(ledgers)
     holdings = {b: MutableHoldings() for b in agents_for}
@@ -113,7 +121,8 @@ def start_bookies(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespac
         if m.state is LedgerState.CLOSED:
             for b in m.bookies & set(agents_for):
                 holdings[b].put(m.ledger_id, share(m, b))
-    registry = store_on(zk_client, uri)
+    own = not isinstance(client, KazooClient)
+    registry = open_store(ClusterSettings(metadata_service_uri=uri, etcd_lease_ttl=5)) if own else store_on(client, uri)
     agents = {}
     for b in agents_for:
         source: Any = SlowSource(holdings[b], 3.0) if b in slow else holdings[b]  # type: ignore[arg-type]
@@ -122,14 +131,22 @@ def start_bookies(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespac
     for b in registered:
         w.register_bookie(BookieRegistration(b, False))
     w.write_racks({B1: "/r1", B2: "/r1", B3: "/r2", B4: "/r2", B5: "/r3"}, parse_metadata_service_uri(uri).racks_path)
-    return Bookies(w, uri, holdings, agents)
+    return Bookies(w, uri, holdings, agents, registry, own)
 
 
 def start_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, tmp_path: Path,
                   ledgers: list[LedgerMetadata], registered: tuple[str, ...], agents_for: tuple[str, ...],
                   slow: tuple[str, ...] = (), scan_extra: dict[str, Any] | None = None,
                   auditor_extra: dict[str, Any] | None = None, https: bool = False) -> Console:
-    bookies = start_bookies(zk_server, zk_client, zk_namespace, ledgers, registered, agents_for, slow)
+    root = f"{zk_namespace}/ledgers"
+    bookies = start_bookies(zk_client, root, f"zk+hierarchical://{zk_server.hosts}{root}", ledgers, registered,
+                            agents_for, slow)
+    return audited(bookies, tmp_path, scan_extra, auditor_extra, https)
+
+
+def audited(bookies: Bookies, tmp_path: Path, scan_extra: dict[str, Any] | None = None,
+            auditor_extra: dict[str, Any] | None = None, https: bool = False) -> Console:
+    """The cluster, and an auditor over it serving the console (its first full run done)."""
     token = tmp_path / "token"
     token.write_text(TOKEN)
     scan = ScanSettings(**{"metadata_service_uri": bookies.uri, "engine": "local", "placement_policy": "none",
@@ -142,7 +159,7 @@ def start_cluster(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespac
     wait_for(lambda: "full" in a.last and a.last["full"].report is not None, 60)
     port = a.http.port
     return Console(bookies.writer, bookies.holdings, bookies.agents, a,
-                   f"{'https' if https else 'http'}://127.0.0.1:{port}")
+                   f"{'https' if https else 'http'}://127.0.0.1:{port}", bookies)
 
 
 @pytest.fixture

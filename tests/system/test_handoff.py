@@ -18,18 +18,21 @@ import numpy as np
 import pytest
 from kazoo.client import KazooClient
 
+from scrutiny.config import ClusterSettings
 from scrutiny.metadata import UnderreplicationMark
 from scrutiny.repair.handoff import JOURNAL_FILE
 from scrutiny.repair.kept import HANDOFF_RECORD
 from scrutiny.repair.plan import ALREADY_MARKED, MARKED, NOT_AGAIN, REPAIRED, UNREPAIRED
+from scrutiny.store import MetadataStore, open_store
 from scrutiny.testing import store_at
 from scrutiny.testing.holdings import MutableHoldings, share
 from scrutiny.testing.localzk import LocalZooKeeper, free_port
 from scrutiny.testing.processes import reap
 from scrutiny.testing.replicationworker import NOTHING_BAD, REPLICATED, ReplicationWorker
 from scrutiny.v1 import auditor_pb2, auditor_pb2_grpc
+from tests.conftest import place_on
 from tests.support.helpers import auditor_process, wait_for
-from tests.system.test_console import B1, B2, B3, B4, Console, md, start_bookies, start_cluster
+from tests.system.test_console import B1, B2, B3, B4, Console, audited, md, start_bookies
 
 pytestmark = pytest.mark.slow
 
@@ -44,23 +47,36 @@ def losses(holdings: dict[str, MutableHoldings]) -> None:
     holdings[B3].drop(5)
 
 
+def opened(c: Console) -> MetadataStore:
+    """A store on the console's cluster, ZooKeeper or etcd, as scrutiny opens it."""
+    return open_store(ClusterSettings(metadata_service_uri=c.auditor.config.scan.metadata_service_uri,
+                                      etcd_lease_ttl=5))
+
+
 def handoffs(c: Console) -> list[dict[str, object]]:
     status, doc = c.get("/api/v1/handoffs")
     assert status == 200
     return doc["handoffs"]  # type: ignore[no-any-return]
 
 
+@pytest.fixture(params=["zk", "etcd"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """The whole hand-off on ZooKeeper, and on Pulsar's metadata store on etcd."""
+    return str(request.param)
+
+
 @pytest.fixture
-def started(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, tmp_path: Path,
-            request: pytest.FixtureRequest) -> Iterator[Console]:
+def started(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Console]:
     auditor = {"repair_interval_seconds": 0.3, **request.param}
     scan = {"auditor_ledger_verification_percentage": auditor.pop("percentage", 0)}
-    c = start_cluster(zk_server, zk_client, zk_namespace, tmp_path, [md(lid) for lid in range(1, 7)],
-                      (B1, B2, B3, B4), (B1, B2, B3, B4), scan_extra=scan, auditor_extra=auditor)
-    try:
-        yield c
-    finally:
-        c.stop()
+    with place_on(request, store_kind) as place:
+        bookies = start_bookies(place.client, place.root, place.uri, [md(lid) for lid in range(1, 7)],
+                                (B1, B2, B3, B4), (B1, B2, B3, B4))
+        c = audited(bookies, tmp_path, scan_extra=scan, auditor_extra=auditor)
+        try:
+            yield c
+        finally:
+            c.stop()
 
 
 @pytest.mark.parametrize("started", [{"repair": "dry-run"}], indirect=True)
@@ -73,13 +89,13 @@ def test_a_dry_run_lists_what_it_would_mark_and_marks_nothing(started: Console) 
     listed = handoffs(c)
     assert sorted((h["ledger_id"], h["outcome"], h["replicas"]) for h in listed) == [
         (3, "would mark (dry run)", [B2]), (5, "would mark (dry run)", [B3])]
-    with store_at(c.auditor.config.scan.metadata_service_uri) as store:
+    with opened(c) as store:
         assert store.marked([3, 4, 5]) == set()
 
 
 @pytest.mark.parametrize("started", [{"repair": "mark", "repair_marks_per_minute": 1}], indirect=True)
 def test_marks_as_the_auditor_would_within_its_limit_never_while_replication_is_disabled(
-        started: Console, zk_client: KazooClient) -> None:
+        started: Console) -> None:
     c = started
     c.writer.set_replication_disabled(True)
     losses(c.holdings)
@@ -87,7 +103,7 @@ def test_marks_as_the_auditor_would_within_its_limit_never_while_replication_is_
     assert {f.violation.ledger_id for f in c.auditor.current.findings()} == {3, 4, 5}
     time.sleep(1.5)  # several hand-offs while re-replication is disabled
     assert handoffs(c) == []
-    with store_at(c.auditor.config.scan.metadata_service_uri) as store:
+    with opened(c) as store:
         assert store.marked([3, 4, 5]) == set()
         c.writer.set_replication_disabled(False)
         wait_for(lambda: store.marked([3, 4, 5]) == {3}, 30)
@@ -105,22 +121,21 @@ def test_marks_as_the_auditor_would_within_its_limit_never_while_replication_is_
     # BookKeeper's own Auditor marks ledger 5: followed to its end as well; a worker repairs both
     c.writer.mark_underreplicated(UnderreplicationMark(5, (B3,), int(time.time() * 1000)))
     wait_for(lambda: any(h["ledger_id"] == 5 and h["outcome"] == ALREADY_MARKED for h in handoffs(c)), 30)
-    worker = ReplicationWorker(zk_client, c.writer.root, c.holdings, percentage=0)
+    worker = ReplicationWorker(c.writer.client, c.writer.root, c.holdings, percentage=0)
     assert sorted(worker.run_once()) == [(3, REPLICATED), (5, REPLICATED)]
     wait_for(lambda: {h["ledger_id"] for h in handoffs(c) if h["outcome"] == REPAIRED} == {3, 5}, 30)
 
 
 @pytest.mark.parametrize("started", [{"repair": "mark", "percentage": 100}], indirect=True)
-def test_each_mark_is_followed_to_its_end_repaired_or_unmarked_without_repair(started: Console,
-                                                                              zk_client: KazooClient) -> None:
+def test_each_mark_is_followed_to_its_end_repaired_or_unmarked_without_repair(started: Console) -> None:
     """scrutiny judges as if the cluster's checker read every entry (percentage 100) and marks both losses; the
     cluster's worker runs at 0, BookKeeper's default: it repairs the share whose first entry is gone, and unmarks
     the mid-share loss without repair: a finding, with its cause and its command, and never marked again."""
     c = started
-    worker = ReplicationWorker(zk_client, c.writer.root, c.holdings, percentage=0)
+    worker = ReplicationWorker(c.writer.client, c.writer.root, c.holdings, percentage=0)
     losses(c.holdings)
     c.full_run()
-    with store_at(c.auditor.config.scan.metadata_service_uri) as store:
+    with opened(c) as store:
         wait_for(lambda: store.marked([3, 4, 5]) == {3, 4, 5}, 30)
         assert sorted(worker.run_once()) == [(3, REPLICATED), (4, NOTHING_BAD), (5, REPLICATED)]
         wait_for(lambda: {h["outcome"] for h in handoffs(c) if h["ledger_id"] == 4} >= {UNREPAIRED}, 30)
@@ -185,8 +200,9 @@ def test_what_the_leader_follows_survives_a_failover_and_a_given_up_ledger_is_ne
     """The leader marks three ledgers and is killed before any is unmarked. The next leader follows them from
     the leaders' record: two repaired, one unmarked by the worker without repair (UNMARKED_WITHOUT_REPAIR).
     Killed in turn, the leader after it never marks that ledger again, and says why."""
-    bookies = start_bookies(zk_server, zk_client, zk_namespace, [md(lid) for lid in range(1, 7)],
-                            (B1, B2, B3, B4), (B1, B2, B3, B4))
+    root = f"{zk_namespace}/ledgers"
+    bookies = start_bookies(zk_client, root, f"zk+hierarchical://{zk_server.hosts}{root}",
+                            [md(lid) for lid in range(1, 7)], (B1, B2, B3, B4), (B1, B2, B3, B4))
     procs: list[subprocess.Popen[str]] = []
     try:
         (cfg_a, a, _), (cfg_b, b, http_b), (cfg_c, c, http_c) = (
