@@ -11,9 +11,12 @@ for marks every second, as BookKeeper's is woken by a watch.
 For `auditorLedgerVerificationPercentage` 0 and 100 in turn (the auditor told the same, a new auditor each),
 `--per-class` losses of each class, each on its own ledger, one every 0.5 s: a bookie's whole share of a
 ledger gone (its checker reads the share's ends: repairable at both), one entry in the middle of a share gone
-(repairable at 100 only; at 0 scrutiny names `recover` instead, and marks nothing). For each: the time from
-the loss to its finding (`detected_at`), to its mark (the journal), to the copies back (the journal's
-`repaired`), or to the finding whose remedy names the command (what autorecovery cannot repair): p50, p99, max.
+(repairable at 100 only; at 0 scrutiny names `recover` instead, and marks nothing); then a bookie lost for good
+(its agent gone, its registration gone: `LOST_BOOKIE_RECOVERY_NOT_STARTED` once `lost_bookie_grace_period`,
+10 s here, has passed), one of its own for each percentage, holding a copy of `--per-class` ledgers. For each:
+the time from the loss to its finding (`detected_at`), to its mark (the journal), to the copies back (the
+journal's `repaired`), or to the finding whose remedy names the command (what autorecovery cannot repair):
+p50, p99, max.
 
     python -m bench.repair [--ledgers 1000000 --per-class 20]
 """
@@ -40,16 +43,25 @@ from scrutiny.testing.replicationworker import ReplicationWorker
 from scrutiny.times import ms_of
 
 BOOKIES = [f"127.0.5.{n}:3181" for n in range(1, 11)]
-WHOLE, MIDDLE = "a bookie's whole share gone", "one entry gone mid-share"
+LOST = {0: "127.0.5.11:3181", 100: "127.0.5.12:3181"}  # a bookie to lose for good, per percentage
+WHOLE, MIDDLE, BOOKIE = "a bookie's whole share gone", "one entry gone mid-share", "a bookie lost for good"
+LOST_BOOKIE_GRACE = 10  # seconds: lost_bookie_grace_period (lostBookieRecoveryDelay is 0)
 
 
 class Cluster(BenchCluster):
-    def __init__(self, ledgers: int, seed: int) -> None:
+    def __init__(self, ledgers: int, seed: int, per_class: int) -> None:
         super().__init__(heap="4g" if ledgers > 300_000 else "1g")
         self.rng = random.Random(seed)
         self.writer.init_cluster()
-        self.holdings = {b: MutableHoldings() for b in BOOKIES}
+        self.holdings = {b: MutableHoldings() for b in [*BOOKIES, *LOST.values()]}
         self.ledgers = {lid: md(lid, tuple(self.rng.sample(BOOKIES, 3))) for lid in range(ledgers)}
+        # each bookie to lose holds a copy of `per_class` ledgers (one of their three bookies)
+        self.on_lost: dict[str, list[int]] = {}
+        for i, b in enumerate(LOST.values()):
+            ids = list(range(i * per_class, (i + 1) * per_class))
+            for lid in ids:
+                self.ledgers[lid] = md(lid, (*self.ledgers[lid].segments[0].ensemble[:2], b))
+            self.on_lost[b] = ids
         t0 = time.monotonic()
         self.writer.write_ledgers(self.ledgers.values(), batch=1000, in_flight=8)
         for m in self.ledgers.values():
@@ -57,8 +69,17 @@ class Cluster(BenchCluster):
                 self.holdings[b].put(m.ledger_id, share(m, b))
         self.built_s = time.monotonic() - t0
         self.serve(self.holdings)
-        self.untouched = list(self.ledgers)
+        reserved = {lid for ids in self.on_lost.values() for lid in ids}
+        self.untouched = [lid for lid in self.ledgers if lid not in reserved]
         self.rng.shuffle(self.untouched)
+
+    def lose_bookie(self, bookie: str) -> list[int]:
+        """The bookie gone for good (its disk with it): its agent stopped, its registration removed; the ledgers
+        it held."""
+        self.agents.pop(bookie).stop(grace=0)
+        self.writer.unregister_bookie(bookie)
+        del self.holdings[bookie]
+        return self.on_lost[bookie]
 
     def lose(self, kind: str) -> int:
         lid = self.untouched.pop()
@@ -80,7 +101,8 @@ def measure(cluster: Cluster, percentage: int, per_class: int, workdir: Path,
             earlier: set[str]) -> list[dict[str, Any]]:
     """`earlier`: the full runs of the auditors before (this one inherits their summaries): its own is waited for,
     and added."""
-    auditor = AuditorProcess(cluster, True, workdir, scan={"auditor_ledger_verification_percentage": percentage},
+    auditor = AuditorProcess(cluster, True, workdir, scan={"auditor_ledger_verification_percentage": percentage,
+                                                           "lost_bookie_grace_period": LOST_BOOKIE_GRACE},
                              auditor={"repair": "mark"})
     stop = threading.Event()
     worker = threading.Thread(target=worker_loop, args=(ReplicationWorker(cluster.client, cluster.root,
@@ -95,6 +117,8 @@ def measure(cluster: Cluster, percentage: int, per_class: int, workdir: Path,
             for kind in (WHOLE, MIDDLE):
                 lost[cluster.lose(kind)] = (kind, int(time.time() * 1000))
                 time.sleep(0.5)
+        gone_at = int(time.time() * 1000)
+        lost.update({lid: (BOOKIE, gone_at) for lid in cluster.lose_bookie(LOST[percentage])})
         found: dict[int, int] = {}
         named: dict[int, int] = {}  # found with a remedy that says autorecovery will not, and the command
 
@@ -122,7 +146,7 @@ def measure(cluster: Cluster, percentage: int, per_class: int, workdir: Path,
             worker.join()
         auditor.close()
     rows = []
-    for kind in (WHOLE, MIDDLE):
+    for kind in (WHOLE, MIDDLE, BOOKIE):
         mine = {lid: at for lid, (k, at) in lost.items() if k == kind}
 
         def after(when: dict[int, int], ids: dict[int, int] = mine) -> list[float]:
@@ -140,7 +164,7 @@ def measure(cluster: Cluster, percentage: int, per_class: int, workdir: Path,
 
 def run(ledgers: int, per_class: int) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
-        cluster = Cluster(ledgers, seed=7)
+        cluster = Cluster(ledgers, seed=7, per_class=per_class)
         say(f"the cluster: {len(cluster.ledgers):,} ledgers in {cluster.built_s:.0f} s")
         try:
             earlier: set[str] = set()

@@ -5,8 +5,9 @@ scrutiny's hand-off runs end to end.
 For each mark: the lock (`underreplication/locks/urL%010d`, ephemeral; a locked ledger is another worker's);
 the checker on each bookie's share of each fragment, reading only the share's first and last entry at
 `auditorLedgerVerificationPercentage` 0, a random sample besides at n%, every entry at 100, and no digest; each
-bad share copied whole to a bookie outside the fragment's ensemble (from the copies the others hold: an entry
-with none fails the copy, the mark stays), the ensemble changed in the metadata at its version; the checker again,
+bad share copied whole to a writable bookie (registered under `available`, not read-only, as the placement
+policy knows them) outside the fragment's ensemble (from the copies the others hold: an entry with none fails
+the copy, the mark stays), the ensemble changed in the metadata at its version; the checker again,
 and the mark removed when it finds nothing (`markLedgerReplicated`), also when the ledger is gone.
 """
 
@@ -141,7 +142,8 @@ class ReplicationWorker:
         index = max(i for i, s in enumerate(md.segments) if s.first_entry_id == fragment[0].first_entry_id)
         seg = md.segments[index]
         fragment = (seg, *fragment[1:])
-        target = next((b for b in sorted(self.holdings) if b not in seg.ensemble), None)
+        writable = set(self._children(f"{self.root}/available")) - {"readonly"}
+        target = next((b for b in sorted(self.holdings) if b in writable and b not in seg.ensemble), None)
         if target is None:
             return None
         entries = fragment_share(md, fragment, bookie)
