@@ -43,7 +43,9 @@ from scrutiny.testing.replicationworker import ReplicationWorker
 from scrutiny.times import ms_of
 
 BOOKIES = [f"127.0.5.{n}:3181" for n in range(1, 11)]
-LOST = {0: "127.0.5.11:3181", 100: "127.0.5.12:3181"}  # a bookie to lose for good, per percentage
+# a bookie to lose for good, per percentage; named to sort after the others, so that the worker (which copies a
+# share to the first writable bookie outside the ensemble) never repairs a loss onto a bookie about to be lost
+LOST = {0: "127.0.6.1:3181", 100: "127.0.6.2:3181"}
 WHOLE, MIDDLE, BOOKIE = "a bookie's whole share gone", "one entry gone mid-share", "a bookie lost for good"
 LOST_BOOKIE_GRACE = 10  # seconds: lost_bookie_grace_period (lostBookieRecoveryDelay is 0)
 
