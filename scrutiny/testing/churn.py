@@ -1,6 +1,7 @@
 """A cluster that churns as a BookKeeper cluster does, only ever legally: ledgers created, closed, deleted
 (and later collected), re-replicated, recovered with residue past the close; agents and bookies restarted,
-sessions renewed; its runs' sleeps aimed at their re-check and re-read moments."""
+sessions renewed; its runs' sleeps aimed at their re-check and re-read moments. Losses a replication worker
+repairs may be injected among its operations (`lose_share`, `repair`), and the churn races them."""
 
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ from typing import Any
 import numpy as np
 
 from scrutiny.agent import BookieAgent
-from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
+from scrutiny.metadata import (
+    BookieRegistration,
+    LedgerMetadata,
+    LedgerState,
+    Segment,
+    UnderreplicationMark,
+    decode_ledger_metadata,
+    ledger_path,
+)
 from scrutiny.scan.context import Pass, RunContext
 from scrutiny.scan.engines import Engine, Progress
 from scrutiny.scan.result import RangeResult
@@ -26,6 +35,7 @@ from scrutiny.store import LedgerRange
 from scrutiny.testing import store_for
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.holdings import MutableHoldings, share
+from scrutiny.testing.replicationworker import REPLICATED, ReplicationWorker
 
 log = logging.getLogger(__name__)
 RESTART_SPACING = 12.0
@@ -45,6 +55,22 @@ RENEWAL_HELD_MOST = LOST_BOOKIE_GRACE / 2  # a renewal held over a run's first p
 
 
 @dataclass
+class Loss:
+    """A bookie's whole share of a closed ledger gone during the churn: autorecovery's to repair."""
+
+    bookie: str
+    at_ms: int
+    version: int  # the ledger's metadata version while the loss stands (whatever ends it changes or deletes it)
+    ended_ms: int | None = None
+    how: str = ""  # what ended it: "deleted" or "rereplicated" by the churn, "repaired" by a worker on a mark
+    deleted: bool = False  # the ledger deleted since (also after the loss ended)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
 class ChurnCluster:
     client: Any  # the cluster's writer: a KazooClient, or an EtcdTree
     root: str
@@ -59,6 +85,7 @@ class ChurnCluster:
     next_id: int = 1
     frozen: set[int] = field(default_factory=set)  # ledgers the churn leaves alone (the fault's)
     pulsar: Any = None  # a PulsarChurn: Pulsar's topics on the cluster, their operations among the churn's
+    losses: dict[int, Loss] = field(default_factory=dict)  # by ledger: one loss per ledger at most
 
     def __post_init__(self) -> None:
         self.writer = ClusterWriter(self.client, self.root)
@@ -185,6 +212,9 @@ class ChurnCluster:
             if md is None:
                 return
             del self.closed[md.ledger_id]
+            self._end_loss(md.ledger_id, "deleted")
+            if md.ledger_id in self.losses:
+                self.losses[md.ledger_id].deleted = True
             self.writer.delete_ledger(md.ledger_id)
         self.later(self.recheck_delay * self.rng.uniform(0.1, 3.0), lambda: self._collect(md.ledger_id, md.bookies))
         self.ops["delete"] += 1
@@ -197,16 +227,59 @@ class ChurnCluster:
             if md is None:
                 return
             ens = md.segments[0].ensemble
-            source = self.rng.choice(ens)
+            # a worker's checker finds the share a loss took bad: that is the one it copies
+            loss = self._standing(md.ledger_id)
+            source = loss.bookie if loss is not None else self.rng.choice(ens)
             target = self.rng.choice([b for b in self.bookies if b not in ens])
             self.writer.mark_underreplicated(UnderreplicationMark(md.ledger_id, (source,), int(time.time() * 1000)))
             self.holdings[target].put(md.ledger_id, share(md, source))
             moved = dataclasses.replace(md, segments=(Segment(0, tuple(target if b == source else b for b in ens)),))
             self.writer.update_ledger(moved)
             self.closed[md.ledger_id] = moved
+            self._end_loss(md.ledger_id, "rereplicated")
             self.writer.unmark_underreplicated(md.ledger_id)
         self.later(self.recheck_delay * self.rng.uniform(0.1, 3.0), lambda: self._collect(md.ledger_id, {source}))
         self.ops["rereplicate"] += 1
+
+    def lose_share(self) -> int | None:
+        """A bookie's whole share of one closed ledger gone, nobody told (once per ledger); the churn goes on
+        with the ledger as with any other."""
+        with self.lock:
+            ids = [lid for lid in self.closed if lid not in self.frozen and lid not in self.losses]
+            if not ids:
+                return None
+            md = self.closed[self.rng.choice(ids)]
+            bookie = self.rng.choice(md.segments[0].ensemble)
+            self.holdings[bookie].drop(md.ledger_id)
+            self.losses[md.ledger_id] = Loss(bookie, _now_ms(), self._version(md.ledger_id))
+        self.ops["lose_share"] += 1
+        return md.ledger_id
+
+    def repair(self, worker: ReplicationWorker) -> None:
+        """A replication worker's turn on the marks (as BookKeeper's, racing the churn); the ensembles it
+        changed, the churn goes on from."""
+        with self.lock:
+            for lid, outcome in worker.run_once():
+                if outcome == REPLICATED and lid in self.closed:
+                    data, stat = self.client.get(ledger_path(self.writer.layout, self.root, lid))
+                    self.closed[lid] = decode_ledger_metadata(lid, data, stat.ctime, stat.version)
+                    self._end_loss(lid, "repaired")
+
+    def standing_losses(self) -> dict[int, Loss]:
+        with self.lock:
+            return {lid: loss for lid, loss in self.losses.items() if loss.ended_ms is None}
+
+    def _standing(self, ledger_id: int) -> Loss | None:
+        loss = self.losses.get(ledger_id)
+        return loss if loss is not None and loss.ended_ms is None else None
+
+    def _end_loss(self, ledger_id: int, how: str) -> None:
+        loss = self._standing(ledger_id)
+        if loss is not None:
+            loss.ended_ms, loss.how = _now_ms(), how
+
+    def _version(self, ledger_id: int) -> int:
+        return int(self.client.get(ledger_path(self.writer.layout, self.root, ledger_id))[1].version)
 
     def _collect(self, ledger_id: int, bookies: set[str] | frozenset[str]) -> None:
         """The bookies' garbage collector: a copy goes unless the ledger (still) names the bookie."""

@@ -1,7 +1,9 @@
 """The churn soak: back-to-back runs on both engines, and continuous scrutiny beside them, while the cluster
-does only legal BookKeeper operations aimed at the re-check and re-read moments; then faults injected.
-Nothing may be reported before the faults; every fault must be found. `python -m scrutiny.testing.soak`
-runs it for as long as asked (make soak)."""
+does only legal BookKeeper operations aimed at the re-check and re-read moments, and loses a bookie's share
+of a ledger now and then, which the hand-off to autorecovery (armed) marks and a replication worker repairs,
+racing the churn; then faults injected. Nothing but those losses may be reported before the faults, the
+hand-off may mark nothing else, and every fault must be found. `python -m scrutiny.testing.soak` runs it for
+as long as asked (make soak)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ from scrutiny.scan.engines import Engine, LocalEngine
 from scrutiny.store import Fence, MetadataStore, open_store
 from scrutiny.testing.churn import LOST_BOOKIE_GRACE, MOMENTS, ORPHAN_GRACE, AimedEngine, ChurnCluster, aimed_sleep
 from scrutiny.testing.pulsarchurn import PulsarChurn
+from scrutiny.testing.racedlosses import held_for_a_loss, judge, of_a_loss
+from scrutiny.testing.replicationworker import ReplicationWorker
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +62,11 @@ class SoakResult:
     continuous_found: bool = False
     continuous_missed: int = 0
     continuous_stats: dict[str, int] = field(default_factory=dict)
-    # the hand-off to autorecovery, armed (`repair: mark`) on continuous mode's state during the churn: what it
-    # did (legal churn must never be marked)
-    handoffs_during_churn: list[dict[str, Any]] = field(default_factory=list)
+    # the hand-off to autorecovery, armed (`repair: mark`) on continuous mode's state during the churn, with a
+    # replication worker: what it did wrong against the losses the churn raced (`racedlosses.judge`), and how
+    # they ended
+    handoff_wrong: list[str] = field(default_factory=list)
+    handoff: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ops_per_minute(self) -> float:
@@ -75,14 +81,15 @@ class SoakResult:
                 "continuous_false_alarms": len(self.continuous_false_alarms),
                 "continuous_expected": self.continuous_expected, "continuous_found": self.continuous_found,
                 "continuous_missed": self.continuous_missed, "continuous_stats": self.continuous_stats,
-                "handoffs_during_churn": len(self.handoffs_during_churn)}
+                "handoff_wrong": self.handoff_wrong[:20], "handoff": self.handoff}
 
 
 def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, Engine], seed: int = 1,
-         recheck_delay: float = 0.5, bookies: int = 6, pulsar: bool = True) -> SoakResult:
+         recheck_delay: float = 0.5, bookies: int = 6, pulsar: bool = True, losses_every: float = 2.0) -> SoakResult:
     """Back-to-back scans on each engine in turn while the cluster churns (with Pulsar's topics on it, their
-    own operations among the churn's); then the injected faults. `client` writes the cluster (a KazooClient, or
-    an EtcdTree for Pulsar's layout on etcd) that `uri` names."""
+    own operations among the churn's) and loses a share every `losses_every` seconds (0: none); then the
+    injected faults. `client` writes the cluster (a KazooClient, or an EtcdTree for Pulsar's layout on etcd)
+    that `uri` names."""
     cluster = ChurnCluster(client, root, uri, [f"127.0.4.{n}:3181" for n in range(1, bookies + 1)], recheck_delay,
                            random.Random(seed))
     if pulsar:
@@ -96,12 +103,16 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
     result = SoakResult()
     for _ in range(40):
         cluster.create()
-    stop = threading.Event()
+    stop, handing_stop = threading.Event(), threading.Event()
 
     def churn() -> None:
+        next_loss = time.monotonic() + losses_every
         while not stop.wait(0.02):
             try:
                 cluster.step()
+                if losses_every and time.monotonic() >= next_loss:
+                    next_loss += losses_every
+                    cluster.lose_share()
             except Exception:  # the soak's own churn must not die silently
                 log.exception("churn step failed")
 
@@ -117,13 +128,24 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
     handoff = Handoff(leader)
 
     def hand_off() -> None:
-        while not stop.wait(0.3):
+        while not handing_stop.wait(0.3):
             handoff.tick()
 
-    handing = threading.Thread(target=hand_off, name="handoff", daemon=True)
+    worker = ReplicationWorker(client, root, cluster.holdings, percentage=0)
+
+    def repair() -> None:  # BookKeeper's worker, woken by the marks' watch: here every second
+        while not handing_stop.wait(1.0):
+            try:
+                cluster.repair(worker)
+            except Exception:
+                log.exception("the replication worker's turn failed")
+
+    handing = [threading.Thread(target=hand_off, name="handoff", daemon=True),
+               threading.Thread(target=repair, name="replication-worker", daemon=True)]
     t0 = time.monotonic()
     churner.start()
-    handing.start()
+    for t in handing:
+        t.start()
     try:
         names = list(engines)
         renewal_due = cluster.renewal_wanted = True  # the first run starts during a renewal
@@ -133,6 +155,7 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
                 # agent answers), until its first pass is over; when every bookie was restarted just now, the
                 # next run's start tries again, as it does until a run has seen one
                 renewal_due = cluster.restart(session_only=True, held=True) is None
+            started_ms = int(time.time() * 1000)
             report = ScrutinyRun(settings, AimedEngine(engines[name], cluster), sleep=aimed_sleep(cluster),
                                  record_sightings=True).execute()
             result.runs += 1
@@ -141,17 +164,27 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
             result.moments.update({k: v for k, v in report.stats.items() if k in MOMENTS})
             cluster.renewal_wanted = not result.moments["lost_bookies"]
             renewal_due = renewal_due or cluster.renewal_wanted
-            result.false_alarms += [{"run": report.run_id, "engine": name, **v.to_json()} for v in report.violations]
-            result.continuous_false_alarms += [c.to_json() for c in state.findings()]
+            result.false_alarms += [{"run": report.run_id, "engine": name, **v.to_json()} for v in report.violations
+                                    if not of_a_loss(v, cluster.losses, started_ms)]
+            result.continuous_false_alarms += _unexplained(state, cluster)
             state.full_run(report.violations, int(time.time() * 1000), int(time.time() * 1000))
         stop.set()
         churner.join()
-        handing.join()
-        result.handoffs_during_churn = [h.to_json() for h in handoff.handed()]
         result.seconds = time.monotonic() - t0
         result.operations = Counter(cluster.ops)
+        if losses_every:
+            cluster.lose_share()  # one the churn cannot end: the hand-off and the worker alone
+        # the losses still standing: marked and repaired now that the churn is over
+        deadline = time.monotonic() + 60
+        while cluster.standing_losses() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)  # the follow-up of the last repairs
+        handing_stop.set()
+        for t in handing:
+            t.join()
+        result.handoff_wrong, result.handoff = judge(handoff.handed(), cluster.losses)
         time.sleep(recheck_delay * 4)  # every pending garbage collection and restart is done
-        result.continuous_false_alarms += [c.to_json() for c in state.findings()]
+        result.continuous_false_alarms += _unexplained(state, cluster)
         faults = cluster.inject_faults()
         result.faults = sorted(f"{c} {lid}" for c, lid in faults)
         # What continuous mode sees by itself: a copy gone (the agent's feed); with the store's watch also a
@@ -176,6 +209,7 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
         result.continuous_stats = dict(watcher.stats)
     finally:
         stop.set()
+        handing_stop.set()
         leader.stopping.set()
         watcher.stop()
         shutil.rmtree(journal_dir, ignore_errors=True)
@@ -225,6 +259,12 @@ class SoakLeader:
         return None  # continuous scrutiny and the runs keep the state
 
 
+def _unexplained(state: CurrentState, cluster: ChurnCluster) -> list[dict[str, Any]]:
+    """Continuous scrutiny's findings that no raced loss explains: false alarms."""
+    now_ms = int(time.time() * 1000)
+    return [c.to_json() for c in state.findings() if not held_for_a_loss(c, cluster.losses, now_ms)]
+
+
 def _keys(state: CurrentState) -> set[tuple[str, int]]:
     return {(str(c.violation.category), c.violation.ledger_id) for c in state.findings()}
 
@@ -243,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the metadata store: ZooKeeper, or Pulsar's metadata store on etcd")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("scrutiny.findings").setLevel(logging.ERROR)  # every finding is in the figures below
     engines: dict[str, Engine] = {}
     for name in args.engines.split(","):
         engines[name] = LocalEngine() if name == "local" else SparkEngine("local[2]")
@@ -269,8 +310,10 @@ def main(argv: list[str] | None = None) -> int:
         print("FALSE ALARM", json.dumps(alarm))
     if args.output:
         Path(args.output).write_text(figures)
+    for wrong in result.handoff_wrong[:20]:
+        print("HAND-OFF WRONG", wrong)
     return 0 if (not result.false_alarms and result.fault_found and not result.fault_report_extra
-                 and not result.handoffs_during_churn) else 1
+                 and not result.handoff_wrong) else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,76 @@
+"""The hand-off judged against the losses the churn raced (`ChurnCluster.lose_share`): every mark written is for
+an injected loss that still stood when it was marked (the mark's metadata version is the one the loss stood at,
+and the store wrote the mark only at that version), no ledger is marked twice, nothing the churn did legally is
+marked, and every loss is either repaired through its mark or ended by the churn before one."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from scrutiny.auditor.currentstate import Current
+from scrutiny.categories import Category
+from scrutiny.checks import Violation
+from scrutiny.repair.plan import DELETED, MARKED, OVERDUE, REPAIRED, UNREPAIRED, Handed
+from scrutiny.testing.churn import Loss
+
+# what a bookie's share gone is reported as, the mark on it included once it outlives the grace period
+LOSS_CATEGORIES = frozenset({Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY, Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY,
+                             Category.UNDERREPLICATED_ELAPSED_GRACE_PERIOD})
+STALE_MS = 10_000  # continuous scrutiny's state may hold a loss this long after it ended (its detection budget)
+
+
+def of_a_loss(v: Violation, losses: Mapping[int, Loss], since_ms: int) -> bool:
+    """A finding of a loss that stood at some time since `since_ms` (a run's start): no false alarm."""
+    loss = losses.get(v.ledger_id)
+    return (loss is not None and v.category in LOSS_CATEGORIES
+            and (loss.ended_ms is None or loss.ended_ms >= since_ms))
+
+
+def held_for_a_loss(c: Current, losses: Mapping[int, Loss], now_ms: int) -> bool:
+    """Continuous scrutiny's finding, seen at `now_ms`, of a loss that stood when it was detected, and stands
+    still or ended within STALE_MS."""
+    loss = losses.get(c.violation.ledger_id)
+    return (loss is not None and c.violation.category in LOSS_CATEGORIES and c.detected_ms >= loss.at_ms
+            and (loss.ended_ms is None or now_ms - loss.ended_ms <= STALE_MS))
+
+
+def judge(journal: Iterable[Handed], losses: Mapping[int, Loss]) -> tuple[list[str], dict[str, Any]]:
+    """What the hand-off did wrong, one line each; and its figures."""
+    wrong: list[str] = []
+    handed = sorted(journal, key=lambda h: h.at_ms)
+    marks = [h for h in handed if h.outcome == MARKED]
+    times = Counter(h.candidate.ledger_id for h in marks)
+    wrong += [f"ledger {lid} marked {n} times" for lid, n in sorted(times.items()) if n > 1]
+    for h in marks:
+        lid, version = h.candidate.ledger_id, h.candidate.metadata_version
+        loss = losses.get(lid)
+        if loss is None:
+            wrong.append(f"ledger {lid} marked, which only the churn's legal operations touched")
+        elif h.at_ms < loss.at_ms:
+            wrong.append(f"ledger {lid} marked before its loss")
+        elif version != loss.version:
+            wrong.append(f"ledger {lid} marked at metadata version {version}; its loss stood at {loss.version} only")
+    ended = {h.candidate.ledger_id: h.outcome for h in handed if h.outcome in (REPAIRED, DELETED, UNREPAIRED, OVERDUE)}
+    figures: Counter[str] = Counter(injected=len(losses))
+    for lid, loss in sorted(losses.items()):
+        if lid in times:
+            figures["marked"] += 1
+            outcome = ended.get(lid)
+            # the follow-up looks after the worker: a ledger repaired and then deleted is seen deleted
+            if outcome == REPAIRED or (outcome == DELETED and loss.deleted):
+                figures["repaired" if outcome == REPAIRED else "deleted_while_marked"] += 1
+            else:
+                wrong.append(f"ledger {lid} marked for its loss on {loss.bookie}, and the hand-off's follow-up "
+                             f"concluded {outcome or 'nothing'} (the loss: {loss.how or 'standing'})")
+        elif loss.how in ("deleted", "rereplicated"):
+            figures[f"{loss.how}_by_the_churn_before_a_mark"] += 1
+        else:
+            wrong.append(f"ledger {lid}: its loss on {loss.bookie} was never marked, and is "
+                         f"{loss.how or 'standing'}")
+    repairs = sorted(h.seconds for h in handed if h.outcome == REPAIRED and h.seconds is not None)
+    out: dict[str, Any] = dict(figures)
+    if repairs:
+        out["mark_to_repaired_p50_s"], out["mark_to_repaired_max_s"] = repairs[len(repairs) // 2], repairs[-1]
+    return wrong, out
