@@ -174,11 +174,11 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
         result.operations = Counter(cluster.ops)
         if losses_every:
             cluster.lose_share()  # one the churn cannot end: the hand-off and the worker alone
-        # the losses still standing: marked and repaired now that the churn is over
-        deadline = time.monotonic() + 60
-        while cluster.standing_losses() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(1.0)  # the follow-up of the last repairs
+            # the losses still standing: marked and repaired now that the churn is over
+            deadline = time.monotonic() + 60
+            while cluster.standing_losses() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(1.0)  # the follow-up of the last repairs
         handing_stop.set()
         for t in handing:
             t.join()
