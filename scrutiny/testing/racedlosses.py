@@ -36,6 +36,16 @@ def held_for_a_loss(c: Current, losses: Mapping[int, Loss], now_ms: int) -> bool
             and (loss.ended_ms is None or now_ms - loss.ended_ms <= STALE_MS))
 
 
+FOLLOW_UP_ENDS = (REPAIRED, DELETED, UNREPAIRED, OVERDUE)
+
+
+def concluded(journal: Iterable[Handed]) -> bool:
+    """Every mark in the journal followed to an end (the follow-up's look after the worker's turn)."""
+    handed = list(journal)
+    ended = {h.candidate.ledger_id for h in handed if h.outcome in FOLLOW_UP_ENDS}
+    return all(h.candidate.ledger_id in ended for h in handed if h.outcome == MARKED)
+
+
 def judge(journal: Iterable[Handed], losses: Mapping[int, Loss]) -> tuple[list[str], dict[str, Any]]:
     """What the hand-off did wrong, one line each; and its figures."""
     wrong: list[str] = []
@@ -52,7 +62,7 @@ def judge(journal: Iterable[Handed], losses: Mapping[int, Loss]) -> tuple[list[s
             wrong.append(f"ledger {lid} marked before its loss")
         elif version != loss.version:
             wrong.append(f"ledger {lid} marked at metadata version {version}; its loss stood at {loss.version} only")
-    ended = {h.candidate.ledger_id: h.outcome for h in handed if h.outcome in (REPAIRED, DELETED, UNREPAIRED, OVERDUE)}
+    ended = {h.candidate.ledger_id: h.outcome for h in handed if h.outcome in FOLLOW_UP_ENDS}
     figures: Counter[str] = Counter(injected=len(losses))
     for lid, loss in sorted(losses.items()):
         if lid in times:

@@ -31,12 +31,13 @@ from scrutiny.categories import Category
 from scrutiny.checks import Violation
 from scrutiny.config import AuditorSettings, ScanSettings
 from scrutiny.repair.handoff import Handoff
+from scrutiny.repair.plan import Handed
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import Engine, LocalEngine
 from scrutiny.store import Fence, MetadataStore, open_store
 from scrutiny.testing.churn import LOST_BOOKIE_GRACE, MOMENTS, ORPHAN_GRACE, AimedEngine, ChurnCluster, aimed_sleep
 from scrutiny.testing.pulsarchurn import PulsarChurn
-from scrutiny.testing.racedlosses import held_for_a_loss, judge, of_a_loss
+from scrutiny.testing.racedlosses import concluded, held_for_a_loss, judge, of_a_loss
 from scrutiny.testing.replicationworker import ReplicationWorker
 
 log = logging.getLogger(__name__)
@@ -127,9 +128,14 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
     leader = SoakLeader(settings, armed, state, watched)
     handoff = Handoff(leader)
 
+    journal: list[Handed] = []  # all of it: the hand-off's own keeps the newest JOURNAL_KEPT
+
     def hand_off() -> None:
         while not handing_stop.wait(0.3):
-            handoff.tick()
+            try:
+                journal.extend(handoff.run())
+            except Exception as exc:  # as `Handoff.tick`: the next hand-off tries again
+                log.warning("hand-off failed (%s)", exc)
 
     worker = ReplicationWorker(client, root, cluster.holdings, percentage=0)
 
@@ -174,15 +180,15 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
         result.operations = Counter(cluster.ops)
         if losses_every:
             cluster.lose_share()  # one the churn cannot end: the hand-off and the worker alone
-            # the losses still standing: marked and repaired now that the churn is over
+            # the losses still standing marked and repaired now that the churn is over, each mark followed to its end
             deadline = time.monotonic() + 60
-            while cluster.standing_losses() and time.monotonic() < deadline:
+            while ((cluster.standing_losses() or not concluded(journal))
+                   and time.monotonic() < deadline):
                 time.sleep(0.2)
-            time.sleep(1.0)  # the follow-up of the last repairs
         handing_stop.set()
         for t in handing:
             t.join()
-        result.handoff_wrong, result.handoff = judge(handoff.handed(), cluster.losses)
+        result.handoff_wrong, result.handoff = judge(journal, cluster.losses)
         time.sleep(recheck_delay * 4)  # every pending garbage collection and restart is done
         result.continuous_false_alarms += _unexplained(state, cluster)
         faults = cluster.inject_faults()

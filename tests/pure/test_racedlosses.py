@@ -6,7 +6,7 @@ from __future__ import annotations
 from scrutiny.categories import Category
 from scrutiny.repair.plan import DELETED, MARKED, REPAIRED, UNREPAIRED, Candidate, Handed
 from scrutiny.testing.churn import Loss
-from scrutiny.testing.racedlosses import judge
+from scrutiny.testing.racedlosses import concluded, judge
 
 B = "127.0.4.1:3181"
 
@@ -55,3 +55,9 @@ def test_what_the_hand_off_can_do_wrong_is_named() -> None:
         "repair (the loss: repaired)",
         "ledger 5: its loss on 127.0.4.1:3181 was never marked, and is standing",
     ]
+
+
+def test_concluded_once_every_mark_is_followed_to_an_end() -> None:
+    assert concluded([handed(1, MARKED, 2000), handed(1, REPAIRED, 3000), handed(2, MARKED, 2000),
+                      handed(2, DELETED, 2500)])
+    assert not concluded([handed(1, MARKED, 2000), handed(1, REPAIRED, 3000), handed(2, MARKED, 2000)])
