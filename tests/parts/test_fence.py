@@ -42,6 +42,7 @@ def leading(store: MetadataStore, name: str) -> Iterator[tuple[Election, threadi
     finally:
         done.set()
         election.cancel()
+        thread.join(30)  # it lets go on a live session, as `Leadership.stop` waits for it before closing the store
 
 
 def lose_session(store: MetadataStore, place: Place) -> None:
