@@ -66,6 +66,14 @@ class Loss:
     deleted: bool = False  # the ledger deleted since (also after the loss ended)
 
 
+@dataclass
+class Outage:
+    """An agent stopped by the churn (wall ms), and back (None while it is down)."""
+
+    down_ms: int
+    back_ms: int | None = None
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -86,6 +94,9 @@ class ChurnCluster:
     frozen: set[int] = field(default_factory=set)  # ledgers the churn leaves alone (the fault's)
     pulsar: Any = None  # a PulsarChurn: Pulsar's topics on the cluster, their operations among the churn's
     losses: dict[int, Loss] = field(default_factory=dict)  # by ledger: one loss per ledger at most
+    # each agent's outages: meant shorter than the re-check delay, a loaded machine can stretch one past it, and
+    # then its silence at both looks is true
+    outages: dict[str, list[Outage]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.writer = ClusterWriter(self.client, self.root)
@@ -140,6 +151,7 @@ class ChurnCluster:
             self._restarted[bookie] = now
             if not session_only:
                 self.agents.pop(bookie).stop(grace=0)
+                self.outages.setdefault(bookie, []).append(Outage(_now_ms()))
             if whole_bookie or session_only:
                 self.writer.unregister_bookie(bookie)
         self.ops["session_expiry" if session_only else "restart_bookie" if whole_bookie else "restart_agent"] += 1
@@ -152,12 +164,20 @@ class ChurnCluster:
                     self.writer.register_bookie(BookieRegistration(bookie, False))
                 if not session_only:
                     self._start_agent(bookie)
+                    self.outages[bookie][-1].back_ms = _now_ms()
 
         if session_only:
             with self.lock:
                 self._renewals[bookie] = back
         self.later(down, back)
         return bookie
+
+    def down_longer_than(self, bookie: str, seconds: float, since_ms: int) -> bool:
+        """Whether `bookie`'s agent was down for `seconds` or more at a time, since `since_ms`."""
+        now = _now_ms()
+        with self.lock:
+            return any((o.back_ms or now) >= since_ms and (o.back_ms or now) - o.down_ms >= seconds * 1000
+                       for o in self.outages.get(bookie, []))
 
     def end_renewals(self) -> None:
         """The sessions being renewed are renewed now, their bookies registered again."""

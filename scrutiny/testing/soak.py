@@ -51,6 +51,7 @@ class SoakResult:
     operations: Counter = field(default_factory=lambda: Counter())
     false_alarms: list[dict[str, Any]] = field(default_factory=list)
     incomplete_runs: int = 0
+    outages_past_the_recheck: int = 0  # BOOKIE_UNAVAILABLE true because a restart outlasted the re-check delay
     moments: Counter = field(default_factory=lambda: Counter())  # how often the churn hit each guarded moment
     faults: list[str] = field(default_factory=list)
     fault_found: bool = False
@@ -77,6 +78,7 @@ class SoakResult:
         return {"runs": self.runs, "runs_by_engine": dict(self.runs_by_engine), "seconds": round(self.seconds, 1),
                 "operations": dict(self.operations), "operations_per_minute": round(self.ops_per_minute),
                 "false_alarms": len(self.false_alarms), "incomplete_runs": self.incomplete_runs,
+                "outages_past_the_recheck": self.outages_past_the_recheck,
                 "moments": dict(self.moments), "faults": self.faults,
                 "fault_found": self.fault_found, "fault_report_extra": self.fault_report_extra,
                 "continuous_false_alarms": len(self.continuous_false_alarms),
@@ -170,9 +172,12 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
             result.moments.update({k: v for k, v in report.stats.items() if k in MOMENTS})
             cluster.renewal_wanted = not result.moments["lost_bookies"]
             renewal_due = renewal_due or cluster.renewal_wanted
-            result.false_alarms += [{"run": report.run_id, "engine": name, **v.to_json()} for v in report.violations
-                                    if not of_a_loss(v, cluster.losses, started_ms)]
-            result.continuous_false_alarms += _unexplained(state, cluster)
+            for v in report.violations:
+                if _outlasted_the_recheck(v, cluster, started_ms, recheck_delay):
+                    result.outages_past_the_recheck += 1
+                elif not of_a_loss(v, cluster.losses, started_ms):
+                    result.false_alarms.append({"run": report.run_id, "engine": name, **v.to_json()})
+            result.continuous_false_alarms += _unexplained(state, cluster, recheck_delay)
             state.full_run(report.violations, int(time.time() * 1000), int(time.time() * 1000))
         stop.set()
         churner.join()
@@ -190,7 +195,7 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
             t.join()
         result.handoff_wrong, result.handoff = judge(journal, cluster.losses)
         time.sleep(recheck_delay * 4)  # every pending garbage collection and restart is done
-        result.continuous_false_alarms += _unexplained(state, cluster)
+        result.continuous_false_alarms += _unexplained(state, cluster, recheck_delay)
         faults = cluster.inject_faults()
         result.faults = sorted(f"{c} {lid}" for c, lid in faults)
         # What continuous mode sees by itself: a copy gone (the agent's feed); with the store's watch also a
@@ -265,10 +270,19 @@ class SoakLeader:
         return None  # continuous scrutiny and the runs keep the state
 
 
-def _unexplained(state: CurrentState, cluster: ChurnCluster) -> list[dict[str, Any]]:
-    """Continuous scrutiny's findings that no raced loss explains: false alarms."""
+def _outlasted_the_recheck(v: Violation, cluster: ChurnCluster, since_ms: int, recheck_delay: float) -> bool:
+    """A bookie silent at both looks whose agent the churn's restart kept down longer than the re-check delay (a
+    loaded machine): a true finding, not a false alarm."""
+    return v.category is Category.BOOKIE_UNAVAILABLE and all(
+        cluster.down_longer_than(b, recheck_delay, since_ms) for b in v.bookies)
+
+
+def _unexplained(state: CurrentState, cluster: ChurnCluster, recheck_delay: float) -> list[dict[str, Any]]:
+    """Continuous scrutiny's findings (and the last run's, which the soak gives it) that neither a raced loss nor
+    a restart that outlasted the re-check (within the minute before the finding) explains: false alarms."""
     now_ms = int(time.time() * 1000)
-    return [c.to_json() for c in state.findings() if not held_for_a_loss(c, cluster.losses, now_ms)]
+    return [c.to_json() for c in state.findings() if not held_for_a_loss(c, cluster.losses, now_ms)
+            and not _outlasted_the_recheck(c.violation, cluster, c.detected_ms - 60_000, recheck_delay)]
 
 
 def _keys(state: CurrentState) -> set[tuple[str, int]]:
