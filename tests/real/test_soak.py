@@ -4,6 +4,7 @@ cluster doing what clusters do: no scan reports anything, and none fails to comp
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -41,14 +42,17 @@ def test_scans_racing_a_real_clusters_churn_report_nothing(bookkeeper: RealBookK
     scanner.start()
     done: dict[str, int] = {"created": 0, "deleted": 0, "restarted": 0}
     live: list[int] = []
+    events: list[str] = []  # what the cluster did when (the failure's message: a finding's context)
     try:
         end = time.monotonic() + SECONDS
         while time.monotonic() < end:
             roll = rng.random()
             if roll < 0.08:  # a rolling restart: one bookie at a time, its write cache flushed at the stop
                 b = rng.choice(bookies)
+                t0 = time.time()
                 b.stop()
                 b.start()
+                events.append(f"{t0:.1f}-{time.time():.1f} {b.bookie_id} restarted")
                 done["restarted"] += 1
             elif roll < 0.35 and len(live) > 3:
                 client.delete(live.pop(rng.randrange(len(live))))
@@ -57,6 +61,7 @@ def test_scans_racing_a_real_clusters_churn_report_nothing(bookkeeper: RealBookK
                 e, wq, aq = rng.choice(SHAPES)
                 live.append(client.create(e, wq, aq, rng.choice(["CRC32C", "CRC32"]), entries=rng.randint(1, 60),
                                           size=rng.choice([100, 1000]))[0])
+                events.append(f"{time.time():.1f} ledger {live[-1]} E{e} WQ{wq} AQ{aq}")
                 done["created"] += 1
     finally:
         stop.set()
@@ -64,5 +69,5 @@ def test_scans_racing_a_real_clusters_churn_report_nothing(bookkeeper: RealBookK
     assert done["created"] > 20 and done["deleted"] > 5 and done["restarted"] >= 2, done
     assert len(reports) >= 3, len(reports)
     assert all(r.complete for r in reports), [r.errors[:2] for r in reports if not r.complete]
-    reported = [(str(v.category), v.ledger_id, v.details) for r in reports for v in r.violations]
-    assert reported == [], reported[:5]
+    reported = [{"run_started": r.started_at, **v.to_json()} for r in reports for v in r.violations]
+    assert reported == [], json.dumps({"reported": reported[:3], "of": len(reported), "events": events}, indent=1)
