@@ -242,6 +242,9 @@ class Handoff:
             if written:
                 self.followed[now.ledger_id] = Followed(now, mark.ctime or 0)
                 self.given_up.pop(now.ledger_id, None)  # of another metadata version
+                # kept at once: a leader that dies before the hand-off ends leaves no mark unfollowed (a new
+                # leader's runs drop a marked ledger's finding: it would not adopt the mark)
+                self._save()
         return out
 
     def _follow(self) -> list[Handed]:
