@@ -214,8 +214,9 @@ def test_what_the_leader_follows_survives_a_failover_and_a_given_up_ledger_is_ne
         losses(bookies.holdings)
         _full_run(a)
         with store_at(bookies.uri) as store:
-            wait_for(lambda: store.marked([3, 4, 5]) == {3, 4, 5}, 30)
-            assert set(HANDOFF_RECORD.read(store).followed) == {3, 4, 5}
+            # the record is written as each mark is
+            wait_for(lambda: store.marked([3, 4, 5]) == {3, 4, 5}
+                     and set(HANDOFF_RECORD.read(store).followed) == {3, 4, 5}, 30)
         reap(procs[0])  # killed between the marks and their end
         wait_for(lambda: _role(b) == auditor_pb2.LEADER, 30)
         worker = ReplicationWorker(zk_client, bookies.writer.root, bookies.holdings, percentage=0)
@@ -229,8 +230,7 @@ def test_what_the_leader_follows_survives_a_failover_and_a_given_up_ledger_is_ne
                  lambda: str(_journal(tmp_path, "b")))
         assert ("UNMARKED_WITHOUT_REPAIR", 4) in _current(http_b)
         with store_at(bookies.uri) as store:
-            kept = HANDOFF_RECORD.read(store)
-            assert kept.followed == {} and set(kept.given_up) == {4}
+            wait_for(lambda: (kept := HANDOFF_RECORD.read(store)).followed == {} and set(kept.given_up) == {4}, 30)
 
         reap(procs[1])
         procs.append(auditor_process(cfg_c, tmp_path / "c.log"))
