@@ -12,7 +12,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,8 +150,9 @@ class ChurnCluster:
             self._down_until = now + down + 0.05
             self._restarted[bookie] = now
             if not session_only:
-                self.agents.pop(bookie).stop(grace=0)
+                # from the moment its stop begins (it deregisters as it stops: a loaded machine takes a while)
                 self.outages.setdefault(bookie, []).append(Outage(_now_ms()))
+                self.agents.pop(bookie).stop(grace=0)
             if whole_bookie or session_only:
                 self.writer.unregister_bookie(bookie)
         self.ops["session_expiry" if session_only else "restart_bookie" if whole_bookie else "restart_agent"] += 1
@@ -171,6 +172,11 @@ class ChurnCluster:
                 self._renewals[bookie] = back
         self.later(down, back)
         return bookie
+
+    def outages_of(self, bookies: Iterable[str]) -> dict[str, list[tuple[int, int | None]]]:
+        """Each bookie's agent outages (down, back: wall ms), for a false alarm's context."""
+        with self.lock:
+            return {b: [(o.down_ms, o.back_ms) for o in self.outages.get(b, [])] for b in bookies}
 
     def down_longer_than(self, bookie: str, seconds: float, since_ms: int) -> bool:
         """Whether `bookie`'s agent was down for `seconds` or more at a time, since `since_ms`."""

@@ -176,7 +176,8 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
                 if _outlasted_the_recheck(v, cluster, started_ms, recheck_delay):
                     result.outages_past_the_recheck += 1
                 elif not of_a_loss(v, cluster.losses, started_ms):
-                    result.false_alarms.append({"run": report.run_id, "engine": name, **v.to_json()})
+                    result.false_alarms.append({"run": report.run_id, "engine": name, "run_started_ms": started_ms,
+                                                **v.to_json(), "outages": cluster.outages_of(v.bookies)})
             result.continuous_false_alarms += _unexplained(state, cluster, recheck_delay)
             state.full_run(report.violations, int(time.time() * 1000), int(time.time() * 1000))
         stop.set()
