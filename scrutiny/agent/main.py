@@ -7,6 +7,7 @@ import argparse
 
 from scrutiny.agent.server import BookieAgent
 from scrutiny.config import AgentSettings, MetricsSettings, ScanSettings, build, read_config_file
+from scrutiny.daemon import Signals
 from scrutiny.entrysources import BookieBridgeSource, DbLedgerStorageSource, EntrySource, SyntheticStore
 from scrutiny.errors import ConfigError
 from scrutiny.metadata import parse_host_port
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         source = SyntheticStore(s.synthetic_file)
     creds = server_credentials(s.tls_cert, s.tls_key, s.tls_client_ca)
+    signals = Signals()  # before it starts: a stop asked once it says it listens is a clean stop
     agent = BookieAgent(source, bind=s.bind, workers=s.workers, credentials=creds,
                         deep_bytes_per_second=s.deep_bytes_per_second, entries_per_second=s.entries_per_second,
                         unary_catch_up_seconds=s.unary_catch_up_seconds,
@@ -81,4 +83,5 @@ def run(args: argparse.Namespace) -> int:
         agent.register(store, s.bookie_id, address)
 
     print(f"bookie agent for {s.bookie_id} listening on port {agent.port} ({s.source})", flush=True)
-    return agent.serve_until_signalled(s.stop_grace_seconds, after=store.close if store is not None else None)
+    return agent.serve_until_signalled(s.stop_grace_seconds, after=store.close if store is not None else None,
+                                       signals=signals)

@@ -121,12 +121,14 @@ class BookieAgent:
         self._stopped.set()
         return drained
 
-    def serve_until_signalled(self, grace: float, after: Callable[[], None] | None = None) -> int:
+    def serve_until_signalled(self, grace: float, after: Callable[[], None] | None = None,
+                              signals: Signals | None = None) -> int:
         """The agent process's life: serve until SIGTERM or SIGINT, then stop within `grace` (and, past
         it, whatever holds the stop up: a store that does not answer the deregistration, a call deep in
         the source, a few seconds more at most); a second signal ends the process at once. `after`
-        runs once the agent has stopped. The exit status."""
-        serve(Signals())
+        runs once the agent has stopped. `signals`: handlers installed before the agent said it listens (else
+        here). The exit status."""
+        serve(signals or Signals())
         watchdog = threading.Timer(grace + GIVE_UP_AFTER_GRACE, _exit_now, (1, f"the agent did not stop within "
                                                                           f"{grace + GIVE_UP_AFTER_GRACE:.0f} s"))
         watchdog.daemon = True

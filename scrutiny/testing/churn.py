@@ -35,6 +35,7 @@ from scrutiny.store import LedgerRange
 from scrutiny.testing import store_for
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.holdings import MutableHoldings, share
+from scrutiny.testing.racedlosses import Loss, Losses
 from scrutiny.testing.replicationworker import REPLICATED, ReplicationWorker
 
 log = logging.getLogger(__name__)
@@ -52,18 +53,6 @@ MOMENTS = ("lost_bookies", "potentially_faulty", "rechecked_again", "reanalyzed_
 ORPHAN_GRACE = 5  # seconds: longer than the churn's garbage collection takes (at most 3 re-check delays)
 LOST_BOOKIE_GRACE = 2  # seconds: longer than a restart or a session renewal keeps a bookie unregistered
 RENEWAL_HELD_MOST = LOST_BOOKIE_GRACE / 2  # a renewal held over a run's first pass ends by then at the latest
-
-
-@dataclass
-class Loss:
-    """A bookie's whole share of a closed ledger gone during the churn: autorecovery's to repair."""
-
-    bookie: str
-    at_ms: int
-    version: int  # the ledger's metadata version while the loss stands (whatever ends it changes or deletes it)
-    ended_ms: int | None = None
-    how: str = ""  # what ended it: "deleted" or "rereplicated" by the churn, "repaired" by a worker on a mark
-    deleted: bool = False  # the ledger deleted since (also after the loss ended)
 
 
 @dataclass
@@ -93,7 +82,7 @@ class ChurnCluster:
     next_id: int = 1
     frozen: set[int] = field(default_factory=set)  # ledgers the churn leaves alone (the fault's)
     pulsar: Any = None  # a PulsarChurn: Pulsar's topics on the cluster, their operations among the churn's
-    losses: dict[int, Loss] = field(default_factory=dict)  # by ledger: one loss per ledger at most
+    losses: Losses = field(default_factory=Losses)
     # each agent's outages: meant shorter than the re-check delay, a loaded machine can stretch one past it, and
     # then its silence at both looks is true
     outages: dict[str, list[Outage]] = field(default_factory=dict)
@@ -238,9 +227,7 @@ class ChurnCluster:
             if md is None:
                 return
             del self.closed[md.ledger_id]
-            self._end_loss(md.ledger_id, "deleted")
-            if md.ledger_id in self.losses:
-                self.losses[md.ledger_id].deleted = True
+            self.losses.end(md.ledger_id, "deleted")
             self.writer.delete_ledger(md.ledger_id)
         self.later(self.recheck_delay * self.rng.uniform(0.1, 3.0), lambda: self._collect(md.ledger_id, md.bookies))
         self.ops["delete"] += 1
@@ -254,7 +241,7 @@ class ChurnCluster:
                 return
             ens = md.segments[0].ensemble
             # a worker's checker finds the share a loss took bad: that is the one it copies
-            loss = self._standing(md.ledger_id)
+            loss = self.losses.standing(md.ledger_id)
             source = loss.bookie if loss is not None else self.rng.choice(ens)
             target = self.rng.choice([b for b in self.bookies if b not in ens])
             self.writer.mark_underreplicated(UnderreplicationMark(md.ledger_id, (source,), int(time.time() * 1000)))
@@ -262,7 +249,7 @@ class ChurnCluster:
             moved = dataclasses.replace(md, segments=(Segment(0, tuple(target if b == source else b for b in ens)),))
             self.writer.update_ledger(moved)
             self.closed[md.ledger_id] = moved
-            self._end_loss(md.ledger_id, "rereplicated")
+            self.losses.end(md.ledger_id, "rereplicated")
             self.writer.unmark_underreplicated(md.ledger_id)
         self.later(self.recheck_delay * self.rng.uniform(0.1, 3.0), lambda: self._collect(md.ledger_id, {source}))
         self.ops["rereplicate"] += 1
@@ -289,20 +276,11 @@ class ChurnCluster:
                 if outcome == REPLICATED and lid in self.closed:
                     data, stat = self.client.get(ledger_path(self.writer.layout, self.root, lid))
                     self.closed[lid] = decode_ledger_metadata(lid, data, stat.ctime, stat.version)
-                    self._end_loss(lid, "repaired")
+                    self.losses.end(lid, "repaired")
 
     def standing_losses(self) -> dict[int, Loss]:
         with self.lock:
-            return {lid: loss for lid, loss in self.losses.items() if loss.ended_ms is None}
-
-    def _standing(self, ledger_id: int) -> Loss | None:
-        loss = self.losses.get(ledger_id)
-        return loss if loss is not None and loss.ended_ms is None else None
-
-    def _end_loss(self, ledger_id: int, how: str) -> None:
-        loss = self._standing(ledger_id)
-        if loss is not None:
-            loss.ended_ms, loss.how = _now_ms(), how
+            return self.losses.still_standing()
 
     def _version(self, ledger_id: int) -> int:
         return int(self.client.get(ledger_path(self.writer.layout, self.root, ledger_id))[1].version)

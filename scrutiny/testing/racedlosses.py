@@ -1,19 +1,51 @@
-"""The hand-off judged against the losses the churn raced (`ChurnCluster.lose_share`): every mark written is for
-an injected loss that still stood when it was marked (the mark's metadata version is the one the loss stood at,
-and the store wrote the mark only at that version), no ledger is marked twice, nothing the churn did legally is
+"""The losses the churn races (`ChurnCluster.lose_share`), and the hand-off judged against them: every mark written
+is for an injected loss that still stood when it was marked (the mark's metadata version is the one the loss stood
+at, and the store wrote the mark only at that version), no ledger is marked twice, nothing the churn did legally is
 marked, and every loss is either repaired through its mark or ended by the churn before one."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from scrutiny.auditor.currentstate import Current
 from scrutiny.categories import Category
 from scrutiny.checks import Violation
 from scrutiny.repair.plan import DELETED, MARKED, OVERDUE, REPAIRED, UNREPAIRED, Handed
-from scrutiny.testing.churn import Loss
+
+
+@dataclass
+class Loss:
+    """A bookie's whole share of a closed ledger gone during the churn: autorecovery's to repair."""
+
+    bookie: str
+    at_ms: int
+    version: int  # the ledger's metadata version while the loss stands (whatever ends it changes or deletes it)
+    ended_ms: int | None = None
+    how: str = ""  # what ended it: "deleted" or "rereplicated" by the churn, "repaired" by a worker on a mark
+    deleted: bool = False  # the ledger deleted since (also after the loss ended)
+
+
+class Losses(dict[int, Loss]):
+    """By ledger, one loss per ledger at most (the churn's lock guards it)."""
+
+    def standing(self, ledger_id: int) -> Loss | None:
+        loss = self.get(ledger_id)
+        return loss if loss is not None and loss.ended_ms is None else None
+
+    def still_standing(self) -> dict[int, Loss]:
+        return {lid: loss for lid, loss in self.items() if loss.ended_ms is None}
+
+    def end(self, ledger_id: int, how: str) -> None:
+        loss = self.standing(ledger_id)
+        if loss is not None:
+            loss.ended_ms, loss.how = int(time.time() * 1000), how
+        if how == "deleted" and ledger_id in self:
+            self[ledger_id].deleted = True
+
 
 # what a bookie's share gone is reported as, the mark on it included once it outlives the grace period
 LOSS_CATEGORIES = frozenset({Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY, Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY,

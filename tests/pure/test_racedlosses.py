@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from scrutiny.categories import Category
 from scrutiny.repair.plan import DELETED, MARKED, REPAIRED, UNREPAIRED, Candidate, Handed
-from scrutiny.testing.churn import Loss
-from scrutiny.testing.racedlosses import concluded, judge
+from scrutiny.testing.racedlosses import Loss, Losses, concluded, judge
 
 B = "127.0.4.1:3181"
 
@@ -61,3 +60,12 @@ def test_concluded_once_every_mark_is_followed_to_an_end() -> None:
     assert concluded([handed(1, MARKED, 2000), handed(1, REPAIRED, 3000), handed(2, MARKED, 2000),
                       handed(2, DELETED, 2500)])
     assert not concluded([handed(1, MARKED, 2000), handed(1, REPAIRED, 3000), handed(2, MARKED, 2000)])
+
+
+def test_a_loss_ends_once_and_a_deletion_is_kept_after_it_ended() -> None:
+    losses = Losses({1: Loss(B, 1000, 4), 2: Loss(B, 1000, 4)})
+    losses.end(1, "repaired")
+    losses.end(1, "deleted")
+    assert losses[1].how == "repaired" and losses[1].deleted
+    assert losses.standing(1) is None and losses.standing(2) is losses[2]
+    assert list(losses.still_standing()) == [2]
