@@ -222,7 +222,7 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
     finally:
         stop.set()
         handing_stop.set()
-        leader.stopping.set()
+        leader.close()
         watcher.stop()
         shutil.rmtree(journal_dir, ignore_errors=True)
         watched.close()
@@ -240,9 +240,17 @@ class SoakLeader:
         self.stopping = threading.Event()
         self._leading = threading.Event()
         self._election = store.election("soak")
-        threading.Thread(target=self._election.run, args=(self._lead,), name="soak-election", daemon=True).start()
+        self._thread = threading.Thread(target=self._election.run, args=(self._lead,), name="soak-election",
+                                        daemon=True)
+        self._thread.start()
         if not self._leading.wait(30):
             raise RuntimeError("the soak's hand-off was not elected within 30 s")
+
+    def close(self) -> None:
+        """Depose, then let go (on a live session: before the store it watches is closed)."""
+        self.stopping.set()
+        self._election.cancel()
+        self._thread.join(30)
 
     def _lead(self) -> None:
         self._leading.set()
