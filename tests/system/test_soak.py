@@ -31,7 +31,8 @@ def test_churn_soak_reports_nothing_then_finds_the_fault(zk_server: LocalZooKeep
                                                          zk_namespace: str, spark_engine: object) -> None:
     result = soak(zk_client, f"{zk_namespace}/ledgers", f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers",
                   seconds=30,
-                  engines={"local": LocalEngine(), "spark": spark_engine}, seed=12)  # type: ignore[dict-item]
+                  engines={"local": LocalEngine(), "spark": spark_engine}, seed=12,  # type: ignore[dict-item]
+                  min_runs=4)
     summary = result.summary()
     assert result.false_alarms == [], json.dumps(result.false_alarms[:5], indent=1)
     # the hand-off, armed, raced by the churn: every mark for a loss still standing, once; each repaired
@@ -60,7 +61,8 @@ def test_churn_soak_on_etcd(etcd_server: LocalEtcd, etcd_tree: EtcdTree, spark_e
     """The same soak, shorter, on Pulsar's metadata store on etcd: no modification times there, and
     ranges read at one revision while the churn writes."""
     result = soak(etcd_tree, "/ledgers", etcd_server.uri, seconds=15,
-                  engines={"local": LocalEngine(), "spark": spark_engine}, seed=13)  # type: ignore[dict-item]
+                  engines={"local": LocalEngine(), "spark": spark_engine}, seed=13,  # type: ignore[dict-item]
+                  min_runs=2)
     summary = result.summary()
     assert result.false_alarms == [], json.dumps(result.false_alarms[:5], indent=1)
     # the hand-off, armed, raced by the churn: every mark for a loss still standing, once; each repaired
