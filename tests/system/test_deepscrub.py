@@ -363,8 +363,10 @@ def test_the_auditors_deep_job_resumes_its_pass_after_a_leader_change(
     second = Auditor(settings, auditor_settings, engine=LocalEngine()).start()
     try:
         wait_for(lambda: second.leading.is_set())  # the deep cadence is kept: the next run is an hour away
+        # the first leader's last deep run, as a summary: read from the leaders' record once it leads
+        wait_for(lambda: second.last_report(DEEP) is not None)
         assert DEEP not in second.last
-        inherited = second.last_report(DEEP)  # the first leader's last deep run, as a summary
+        inherited = second.last_report(DEEP)
         assert inherited is not None and inherited["summary_only"] and inherited["run_id"] == runs[1].run_id
         runs.append(_deep_ticket(second))  # as if the hour had passed: the pass resumes at slice 2
     finally:
