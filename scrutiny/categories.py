@@ -68,6 +68,7 @@ class Fact(enum.StrEnum):
     MARK = "mark"  # the under-replication mark itself, with the same ctime
     RACKS = "racks"  # the racks of the ledger's bookies
     REGISTRATIONS = "registrations"  # a blamed bookie still registered; one whose copies count as gone still not
+    AGENTS = "agents"  # a silent bookie's agent registered where it was asked, or nowhere (not come back elsewhere)
     ABSENT = "absent"  # the ledger still absent from the metadata, still held by the bookie, absent since long enough
     # the topic's record (managed ledger, cursors, schema) read again, then BookKeeper's metadata of the
     # ledgers it names: a ledger is created before a record names it and deleted after it is dropped from it
@@ -277,7 +278,7 @@ REGISTRY: dict[Category, CategorySpec] = {s.category: s for s in (
     CategorySpec(Category.UNDERREPLICATED_ELAPSED_GRACE_PERIOD, Phase.MARKS, Severity.ERROR, frozenset({Fact.MARK}),
                  "marked under-replicated for longer than the grace period", _age,
                  "NUM_UNDERREPLICATED_LEDGERS_ELAPSED_RECOVERY_GRACE_PERIOD", 2),
-    CategorySpec(Category.BOOKIE_UNAVAILABLE, Phase.LEDGERS, Severity.ERROR, _ANSWERED,
+    CategorySpec(Category.BOOKIE_UNAVAILABLE, Phase.LEDGERS, Severity.ERROR, _ANSWERED | {Fact.AGENTS},
                  "a registered bookie of the ledger's ensembles still did not answer after the delayed re-check",
                  _reasons, rank=4),
     CategorySpec(Category.INVALID_METADATA, Phase.LEDGERS, Severity.ERROR, _ANALYSED,

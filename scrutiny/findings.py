@@ -150,6 +150,19 @@ class Findings:
         return {b for (b,) in self._query(f"SELECT DISTINCT j.value FROM finding, json_each(finding.{column}) j "
                                           f"{where}", [str(c) for c in categories or ()])}
 
+    def agents_asked(self) -> set[tuple[str, str | None]]:
+        """(bookie, the address its agent was asked at: None for its default port) of the BOOKIE_UNAVAILABLE
+        findings."""
+        return {(b, a) for b, a in self._query(
+            "SELECT DISTINCT j.key, j.value FROM finding, json_each(finding.details, '$.agents') j "
+            "WHERE category = ?", [str(Category.BOOKIE_UNAVAILABLE)])}
+
+    def asked_at(self, bookie: str, address: str | None) -> list[int]:
+        """The ledgers of the BOOKIE_UNAVAILABLE findings whose bookie's agent was asked at `address`."""
+        return [lid for (lid,) in self._query(
+            "SELECT ledger_id FROM finding, json_each(finding.details, '$.agents') j "
+            "WHERE category = ? AND j.key = ? AND j.value IS ?", [str(Category.BOOKIE_UNAVAILABLE), bookie, address])]
+
     def topics(self, categories: Collection[Category]) -> set[str]:
         return {n for (n,) in self._query("SELECT DISTINCT owner_name FROM finding WHERE owner_kind = 'topic' "
                                           f"AND category IN {_in(categories)}", [str(c) for c in categories])}

@@ -17,7 +17,8 @@ from scrutiny.pulsar.owners import Owner
 # The stats every report of its kind has, 0 when nothing happened: a script reads them without KeyError.
 RUN_STATS = ("underreplicated_marks", "first_pass_ms", "recheck_ms", "verify_ms", "potentially_faulty",
              "rechecked_again", "left_unsettled_after_rechecks", "reanalyzed_after_metadata_change",
-             "reanalyzed_after_rack_change", "relooked_after_registration_change", "dropped_marked_during_run",
+             "reanalyzed_after_rack_change", "relooked_after_registration_change", "relooked_after_agent_moved",
+             "dropped_marked_during_run",
              "marks_gone_before_reporting", "dropped_offloaded", "ledgers_with_limbo_copies",
              "ledgers_with_residue_past_the_close", "bookie_calls_failed", "lost_bookies",
              "lost_bookie_ledgers_not_yet_due")

@@ -269,8 +269,11 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
     if cov.unavailable:
         reasons = {b: per[b].reason for b in cov.unavailable if b in per}
         silence = {b: "slow" if b in per and per[b].slow else "down" for b in sorted(cov.unavailable)}
+        # where each was asked: its agent's registered address (null: none registered, its default port)
+        explicit, registered = ctx.settings.bookie_endpoints, ctx.agent_addresses
+        agents = {b: explicit.get(b) or registered.get(b) for b in sorted(cov.unavailable)}
         violations.append(Violation(Category.BOOKIE_UNAVAILABLE, md.ledger_id, tuple(sorted(cov.unavailable)),
-                                    {"reasons": reasons, "silence": silence}, md.znode_version))
+                                    {"reasons": reasons, "silence": silence, "agents": agents}, md.znode_version))
     if cov.violation is not None:
         lost = sorted(ctx.lost_bookies & md.bookies)
         details = {**cov.violation.details, "lost_bookies": lost} if lost else cov.violation.details

@@ -340,8 +340,8 @@ class ScrutinyRun:
             if reanalyse:
                 pending.stats["reanalyzed_after_metadata_change"] += len(reanalyse)
             reanalyse |= self._racks_changed(pending)
-            relook = {lid: bookies for lid, bookies in registrations_changed(pending).items()
-                      if lid not in reanalyse}
+            changed = registrations_changed(pending, self.settings.bookie_endpoints)
+            relook = {lid: bookies for lid, bookies in changed.items() if lid not in reanalyse}
             if not reanalyse and not relook:
                 return
             log.info("run %s: facts of %d findings changed during the run; looking again", self.run_id,
@@ -419,19 +419,23 @@ def attach_owners(pending: PendingRun, settings: ScanSettings) -> None:
         findings.set_owners({lid: named.get(lid, UNKNOWN) for lid, _, _ in chunk})
 
 
-def registrations_changed(pending: PendingRun) -> dict[int, tuple[str, ...]]:
+def registrations_changed(pending: PendingRun, explicit: Mapping[str, str]) -> dict[int, tuple[str, ...]]:
     """Ledgers whose finding blames a bookie no longer registered, or counts as gone the copies of
-    one registered again: they need another look."""
+    one registered again: they need another look. So does a silence at an address the bookie's agent has
+    left (it came back elsewhere while the look asked the old one); the bookie is newly silent there."""
     findings = pending.findings
     blamed = findings.named(categories={Category.BOOKIE_UNAVAILABLE})
     gone = findings.named(lost=True)
     if not blamed and not gone:
         return {}
-    registered = ClusterFacts.read(pending.store).registered
-    out = findings.naming(blamed - registered, categories={Category.BOOKIE_UNAVAILABLE})
-    out |= findings.naming(gone & registered, lost=True)
+    facts = ClusterFacts.read(pending.store)
+    out = findings.naming(blamed - facts.registered, categories={Category.BOOKIE_UNAVAILABLE})
+    out |= findings.naming(gone & facts.registered, lost=True)
     pending.stats["relooked_after_registration_change"] += len(out)
-    return out
+    moved = {lid: () for b, asked in findings.agents_asked() if b not in explicit
+             and facts.agent_addresses.get(b, asked) != asked for lid in findings.asked_at(b, asked) if lid not in out}
+    pending.stats["relooked_after_agent_moved"] += len(moved)
+    return out | moved
 
 
 def lost_bookies(store: MetadataStore, facts: ClusterFacts, settings: ScanSettings) -> LostBookies:

@@ -189,6 +189,31 @@ def test_a_blamed_bookie_that_left_before_reporting_is_looked_at_again(cluster: 
     assert {v.category for v in report.violations} == {"BOOKIE_UNAVAILABLE"}
 
 
+def test_a_silence_at_an_address_the_agent_has_left_is_looked_at_again_where_it_listens(cluster: Cluster) -> None:
+    a = BOOKIES[0]
+    old = cluster.agents[a].port
+    cluster.stop_agent(a)
+    # its process killed: the registration outlives it a while, so both looks ask the address it had
+    stale = cluster.store.register_agent(a, f"127.0.0.1:{old}")
+
+    def back_elsewhere() -> None:  # it came back on another port during the delayed look (a loaded machine)
+        stale.close()
+        cluster.start_agent(a)
+
+    report = ScrutinyRun(cluster.settings(), OnPass(Pass.FINAL, back_elsewhere)).execute()
+    assert found(report) == set() and report.complete
+    assert report.stats["relooked_after_agent_moved"] > 0
+    # silent where it is still registered: reported, with where it was asked
+    port = cluster.agents[a].port
+    cluster.stop_agent(a)
+    stale = cluster.store.register_agent(a, f"127.0.0.1:{port}")
+    report = ScrutinyRun(cluster.settings(), LocalEngine()).execute()
+    assert {v.category for v in report.violations} == {"BOOKIE_UNAVAILABLE"}
+    assert {v.details["agents"][a] for v in report.violations} == {f"127.0.0.1:{port}"}
+    assert report.stats["relooked_after_agent_moved"] == 0
+    stale.close()
+
+
 # -- racks ------------------------------------------------------------------------------------------
 
 def test_a_rack_map_fixed_during_the_run_is_no_placement_finding(cluster: Cluster) -> None:
