@@ -15,7 +15,12 @@ from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing.realbookkeeper import RealBookKeeper
 from tests.real.conftest import Agents, scan_settings
 
-SECONDS = 60.0
+SECONDS = 60.0  # at least, and until it has made AT_LEAST of each (a loaded machine makes fewer a second)
+AT_LEAST = {"created": 21, "deleted": 6, "restarted": 2}
+# A copy's lag after the close: the write cache's flush (1 s here), and with AQ < WQ the last copy, which the close
+# does not wait for. On a loaded machine (CI runs this beside the soaks and the image's build) it passed 3 s: a WQ3
+# AQ2 ledger lacked its third copy at two runs 3 s or more after its close, and held it at the runs after.
+GRACE = 10.0
 SHAPES = [(3, 3, 2), (3, 2, 2), (4, 2, 2), (2, 2, 2)]
 
 
@@ -36,7 +41,7 @@ def test_scans_racing_a_real_clusters_churn_report_nothing(bookkeeper: RealBookK
 
     def scans() -> None:
         while not stop.is_set():
-            reports.append(ScrutinyRun(scan_settings(c), LocalEngine()).execute())
+            reports.append(ScrutinyRun(scan_settings(c, write_cache_grace_seconds=GRACE), LocalEngine()).execute())
 
     scanner = threading.Thread(target=scans, name="scans")
     scanner.start()
@@ -45,7 +50,7 @@ def test_scans_racing_a_real_clusters_churn_report_nothing(bookkeeper: RealBookK
     events: list[str] = []  # what the cluster did when (the failure's message: a finding's context)
     try:
         end = time.monotonic() + SECONDS
-        while time.monotonic() < end:
+        while time.monotonic() < end or any(done[k] < n for k, n in AT_LEAST.items()):
             roll = rng.random()
             if roll < 0.08:  # a rolling restart: one bookie at a time, its write cache flushed at the stop
                 b = rng.choice(bookies)
@@ -66,8 +71,10 @@ def test_scans_racing_a_real_clusters_churn_report_nothing(bookkeeper: RealBookK
     finally:
         stop.set()
         scanner.join(300)
-    assert done["created"] > 20 and done["deleted"] > 5 and done["restarted"] >= 2, done
     assert len(reports) >= 3, len(reports)
     assert all(r.complete for r in reports), [r.errors[:2] for r in reports if not r.complete]
     reported = [{"run_started": r.started_at, **v.to_json()} for r in reports for v in r.violations]
-    assert reported == [], json.dumps({"reported": reported[:3], "of": len(reported), "events": events}, indent=1)
+    named = {f"ledger {v['ledger_id']} " for v in reported} | {f"{b} " for v in reported for b in v["bookies"]}
+    context = [e for e in events if any(n in e for n in named)]  # first: CI keeps a failure's last lines only
+    assert reported == [], json.dumps({"reported": reported[:3], "of": len(reported), "events": events,
+                                       "the findings' ledgers and bookies": context}, indent=1)
