@@ -62,6 +62,8 @@ class SoakResult:
     continuous_false_alarms: list[dict[str, Any]] = field(default_factory=list)
     continuous_expected: list[str] = field(default_factory=list)
     continuous_found: bool = False
+    continuous_unseen: list[str] = field(default_factory=list)  # ... not found within the deadline
+    continuous_extra: list[str] = field(default_factory=list)  # ... found beside the faults
     continuous_missed: int = 0
     continuous_stats: dict[str, int] = field(default_factory=dict)
     # the hand-off to autorecovery, armed (`repair: mark`) on continuous mode's state during the churn, with a
@@ -83,6 +85,7 @@ class SoakResult:
                 "fault_found": self.fault_found, "fault_report_extra": self.fault_report_extra,
                 "continuous_false_alarms": len(self.continuous_false_alarms),
                 "continuous_expected": self.continuous_expected, "continuous_found": self.continuous_found,
+                "continuous_unseen": self.continuous_unseen, "continuous_extra": self.continuous_extra,
                 "continuous_missed": self.continuous_missed, "continuous_stats": self.continuous_stats,
                 "handoff_wrong": self.handoff_wrong[:20], "handoff": self.handoff}
 
@@ -212,7 +215,10 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not seen <= _keys(state):
             time.sleep(0.2)
-        result.continuous_found = seen <= _keys(state) and not (_keys(state) - faults)
+        keys = _keys(state)
+        result.continuous_unseen = sorted(f"{c} {lid}" for c, lid in seen - keys)
+        result.continuous_extra = sorted(f"{c} {lid}" for c, lid in keys - faults)
+        result.continuous_found = not result.continuous_unseen and not result.continuous_extra
         ScrutinyRun(settings, engines[names[0]], record_sightings=True).execute()  # the orphan is sighted
         time.sleep(max(ORPHAN_GRACE, LOST_BOOKIE_GRACE))  # ... and the lost bookie
         report = ScrutinyRun(settings, engines[names[0]], record_sightings=True).execute()
