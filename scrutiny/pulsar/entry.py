@@ -80,10 +80,30 @@ def unreadable(detail: str, stamps: int) -> Envelope:
 Framed = tuple[int, bytes, str]
 
 
+_CHECKSUMMED = struct.Struct(">HII")  # the checksum's magic, the checksum, the metadata's size
+
+
 def frame(data: bytes) -> Framed:
     """The framing of one entry's payload (BookKeeper's header and digest removed): the broker's entry metadata
     skipped, Pulsar's checksum verified, the message metadata cut out (not parsed: the agent's CPU is the
-    bookie host's)."""
+    bookie host's). The common entry (a checksum that holds, after the broker's metadata or not) is read in an
+    unpack or two: per entry, this is most of what a deep scrub's Pulsar framing costs the agent
+    (bench/messages)."""
+    at, stamps = 0, _CHECKSUM
+    if len(data) >= 10:
+        magic, stored, size = _CHECKSUMMED.unpack_from(data)
+        if magic == BROKER_ENTRY_MAGIC and stored + 16 <= len(data):
+            at, stamps = 6 + stored, _CHECKSUM | _BROKER_ENTRY
+            magic, stored, size = _CHECKSUMMED.unpack_from(data, at)
+        start = at + 10
+        if magic == CHECKSUM_MAGIC and size <= _MAX_METADATA and start + size <= len(data) \
+                and google_crc32c.value(data[at + 6:]) == stored:
+            return stamps, data[start:start + size], ""
+    return framed(data)
+
+
+def framed(data: bytes) -> Framed:
+    """`frame`, every form read step by step: the reference `frame`'s shortcut must agree with."""
     at = stamps = 0
     checksum_bad = ""
     try:

@@ -6,6 +6,8 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scrutiny.agent.servicer import PulsarFramings
 from scrutiny.bookieclient import envelopes_of
@@ -14,7 +16,7 @@ from scrutiny.checks import DeepAnswer, check_checksums, holds_messages
 from scrutiny.metadata import LedgerMetadata, LedgerState, Segment
 from scrutiny.pulsar import encode
 from scrutiny.pulsar import pulsar_api_pb2 as apipb
-from scrutiny.pulsar.entry import LedgerEnvelopes, Stamp, read_envelope
+from scrutiny.pulsar.entry import LedgerEnvelopes, Stamp, frame, framed, read_envelope
 from scrutiny.v1 import bookie_pb2
 
 TOPIC = "persistent://acme/orders/created"
@@ -59,6 +61,21 @@ def test_the_checksum_covers_the_metadata_and_the_payload_but_not_the_brokers_en
     changed_metadata = bytearray(good)
     changed_metadata[bem_end + 6 + 4 + 2] ^= 1  # inside the producer's name
     assert read_envelope(bytes(changed_metadata)).stamps & Stamp.CHECKSUM_BAD
+
+
+_FORMS = st.fixed_dictionaries({}, optional={
+    "payloads": st.lists(st.binary(max_size=40), min_size=1, max_size=4), "compression": st.sampled_from(["LZ4"]),
+    "broker_entry": st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)), "checksum": st.booleans(),
+    "corrupt": st.booleans(), "chunk": st.sampled_from([(0, 2), (1, 2)])})
+
+
+@settings(max_examples=300, deadline=None)
+@given(_FORMS, st.integers(0, 80), st.binary(max_size=4))
+def test_the_agents_shortcut_frames_every_entry_as_the_step_by_step_reading_does(
+        form: dict[str, object], cut: int, junk: bytes) -> None:
+    whole = encode.message("p-1", 9, **form)  # type: ignore[arg-type]
+    for data in (whole, whole[:cut], junk + whole, whole[:6] + junk + whole[6:]):  # cut short, shifted, bent
+        assert frame(data) == framed(data)
 
 
 @pytest.mark.parametrize(("data", "why"), [
