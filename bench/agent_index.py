@@ -280,8 +280,8 @@ def main() -> None:
     rows = []
     for row in run([int(k) for k in a.keys.split(",")], a.ledgers, a.rounds):
         rows.append(row)
-        print(table(rows), flush=True)
-        print(flush=True)
+        print(table(rows), file=sys.stderr, flush=True)  # as it goes: a size takes minutes
+    print(table(rows))
 
 
 if __name__ == "__main__":
