@@ -103,7 +103,7 @@ def frame(data: bytes) -> Framed:
 
 
 def framed(data: bytes) -> Framed:
-    """`frame`, every form read step by step: the reference `frame`'s shortcut must agree with."""
+    """`frame` read step by step, every form: the reference its shortcut must agree with."""
     at = stamps = 0
     checksum_bad = ""
     try:

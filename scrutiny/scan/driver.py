@@ -432,8 +432,11 @@ def registrations_changed(pending: PendingRun, explicit: Mapping[str, str]) -> d
     out = findings.naming(blamed - facts.registered, categories={Category.BOOKIE_UNAVAILABLE})
     out |= findings.naming(gone & facts.registered, lost=True)
     pending.stats["relooked_after_registration_change"] += len(out)
-    moved = {lid: () for b, asked in findings.agents_asked() if b not in explicit
-             and facts.agent_addresses.get(b, asked) != asked for lid in findings.asked_at(b, asked) if lid not in out}
+    moved: dict[int, tuple[str, ...]] = {}
+    for b, asked in findings.agents_asked():
+        now = facts.agent_addresses.get(b, asked)  # registered nowhere now: down, the silence stands
+        if b not in explicit and now != asked:
+            moved.update((lid, ()) for lid in findings.asked_at(b, asked) if lid not in out)
     pending.stats["relooked_after_agent_moved"] += len(moved)
     return out | moved
 
