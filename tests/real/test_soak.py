@@ -21,8 +21,8 @@ from tests.real.conftest import Agents, scan_settings
 SECONDS = 60.0  # at least, and until it has made AT_LEAST of each (a loaded machine makes fewer a second)
 AT_LEAST = {"created": 21, "deleted": 6, "restarted": 2}
 # A copy's lag after the close: the write cache's flush (1 s here), and with AQ < WQ the last copy, which the close
-# does not wait for. On a loaded machine (CI runs this beside the soaks and the image's build) it passed 3 s: a WQ3
-# AQ2 ledger lacked its third copy at two runs 3 s or more after its close, and held it at the runs after.
+# does not wait for. A loaded machine (CI runs this beside the soaks and the image's build) stretches it: what an
+# operator sets on such hosts.
 GRACE = 10.0
 RACE = 10.0  # how long after a close its last copies may still be on their way, on a loaded machine
 SHAPES = [(3, 3, 2), (3, 2, 2), (4, 2, 2), (2, 2, 2)]
