@@ -6,12 +6,12 @@ baseline).
 The agent's own start counts as a reader that just left (it watches its first 15 minutes, so that a
 leader following it after a restart misses nothing); this bench sets that linger to 0.
 
-The bookie: `--ledgers` ledgers in real RocksDB indexes, changing `--changes-per-second` (half created,
-half deleted by its garbage collector, their locations cleaned up), a checkpoint (flush) every 10 s as
-`flushInterval`. The agent (its source and server as `scrutiny bookie-agent` builds them) runs in its own
-process, started afresh for each window and measured after its first look; a follower is a WatchHoldings
-stream held open by this process. The agent's CPU an hour, the median of `--rounds` windows of `--seconds`
-per mode, the modes in alternation.
+The bookie: `--ledgers` ledgers in real RocksDB indexes, changing `--changes-per-second` (half created, half
+deleted by its garbage collector, their locations cleaned up), a checkpoint every 10 s as `flushInterval` (the
+indexes' writes synced; their memtables stay, as a real bookie's checkpoint leaves them). The agent (its
+source and server as `scrutiny bookie-agent` builds them) runs in its own process, started afresh for each
+window and measured after its first look; a follower is a WatchHoldings stream held open by this process. The
+agent's CPU an hour, the median of `--rounds` windows of `--seconds` per mode, the modes in alternation.
 
     python -m bench.agentwatch [--ledgers 300000 --changes-per-second 1 --seconds 60 --rounds 3]
 """
@@ -60,7 +60,7 @@ class ChangingBookie:
         stopping = threading.Event()
 
         def churn() -> None:
-            t0, flushed, n = time.monotonic(), time.monotonic(), 0
+            t0, checkpointed, n = time.monotonic(), time.monotonic(), 0
             while not stopping.wait(max(0.0, t0 + (n + 1) / per_second - time.monotonic())):
                 n += 1
                 if self.changes % 2:
@@ -71,9 +71,9 @@ class ChangingBookie:
                     self.live.add(self.next_id, range(5))
                     self.next_id += 1
                 self.changes += 1
-                if time.monotonic() - flushed >= CHECKPOINT_SECONDS:
-                    self.live.flush()
-                    flushed = time.monotonic()
+                if time.monotonic() - checkpointed >= CHECKPOINT_SECONDS:
+                    self.live.checkpoint()
+                    checkpointed = time.monotonic()
 
         t = threading.Thread(target=churn, name="bookie-churn", daemon=True)
         t.start()

@@ -29,6 +29,8 @@ class AgentMetrics:
                                ["kind"], registry=self.registry)
         self.watch = Histogram(f"{PREFIX}agent_watch_seconds", "one look at the bookie for changes (catch-up "
                                "included)", registry=self.registry, buckets=(.001, .005, .01, .05, .1, .5, 1, 5))
+        self.index_passes = Counter(f"{PREFIX}agent_index_passes", "every key of the `ledgers` index read to watch "
+                                    "it (its write-ahead log could not tell what changed)", registry=self.registry)
         self.watching = Gauge(f"{PREFIX}agent_watching", "1 while the agent watches its ledgers index for changes "
                               "(a reader follows its feed, or left less than the linger ago)", registry=self.registry)
         self.budget = Gauge(f"{PREFIX}agent_entries_per_second_limit", "the CPU budget: entries listed per second, "

@@ -58,8 +58,10 @@ class Watching:
             return self._look(followed)
 
     def _look(self, followed: bool) -> list[Change]:
+        passes = self.source.index_passes
         with self.metrics.watch.time():
             found, read = self.source.changes(followed)  # the first followed look after a pause takes stock
+        self.metrics.index_passes.inc(self.source.index_passes - passes)
         if followed:
             self._watching = True
             self.metrics.watching.set(1)

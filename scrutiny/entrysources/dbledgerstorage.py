@@ -101,6 +101,10 @@ class DbLedgerStorageSource:
                 self._watch = DbLedgerStorageWatch(self)
             return self._watch.look(ledgers_too)
 
+    @property
+    def index_passes(self) -> int:
+        return self._watch.passes if self._watch is not None else 0
+
     def refresh(self) -> None:
         with self._lock:
             for d in range(len(self.indexes)):

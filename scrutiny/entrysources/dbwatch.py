@@ -14,6 +14,7 @@ from scrutiny import entrylog
 from scrutiny.changefeed import Change, Kind
 from scrutiny.entrysources.layout import LEDGER_KEY, LOCATION, index_entries
 from scrutiny.entrysources.rocksdb import IndexState, SecondaryIndex
+from scrutiny.entrysources.rocksdbwal import WalTail, Write
 
 KEYS_PASS_AT_LEAST_EVERY_SECONDS = 300.0  # a keys-only pass when the index moved, even without a new delete
 KEYS_PASS_CPU_SHARE = 0.01  # whole passes take at most this share of a core: a pass of 0.1 s waits 10 s
@@ -35,12 +36,16 @@ class WatchedBookie(Protocol):
 
 class DbLedgerStorageWatch:
     """What a DbLedgerStorageSource remembers between two looks at its bookie (under the source's lock).
-    Per directory: the cookie, the `ledgers` index's keys as of its last keys-only pass (made when the index
-    moved and a key may have been deleted (no sooner than KEYS_PASS_CPU_SHARE allows: on a bookie whose
-    garbage collector deletes at every look, a pass of its whole index costs what a pass costs, not a pass
-    a look), or at least every KEYS_PASS_AT_LEAST_EVERY_SECONDS while it
-    moves), and every entry log's ledgers map (read once, when the log is finished; the directory listed
-    again only when its modification time moved)."""
+    Per directory: the cookie, the `ledgers` index's keys, and every entry log's ledgers map (read once, when
+    the log is finished; the directory listed again only when its modification time moved).
+
+    The keys are read whole once, then kept up to date from the index's write-ahead log: what the bookie put
+    and deleted since the last look, read from where the last look stopped. When the WAL cannot tell (a WAL
+    file removed before its end was read, after a flush of the index's memtable, which the bookie seldom
+    makes; a WAL this reader cannot read), the keys are read whole again (a keys-only pass) when a key may
+    have been deleted, no sooner than KEYS_PASS_CPU_SHARE allows (on a bookie whose garbage collector
+    deletes at every look, a pass of its whole index costs what a pass costs, not a pass a look), and at
+    least every KEYS_PASS_AT_LEAST_EVERY_SECONDS while the index moves."""
 
     def __init__(self, source: WatchedBookie, clock: Callable[[], float] = time.monotonic) -> None:
         self.source, self.clock = source, clock
@@ -51,9 +56,11 @@ class DbLedgerStorageWatch:
         self.passed: list[float] = []  # when the last keys-only pass was made
         self.pass_cost: list[float] = []  # ... and the CPU seconds it took
         self.held: list[np.ndarray] = []
+        self.wals: list[WalTail] = []  # per directory: the `ledgers` index's WAL, followed from the last pass
         self.listed: list[int] = []  # the `current` directory's mtime when its entry logs were listed
         self.logs: list[dict[int, list[int] | None]] = []
         self.stale = False  # the `ledgers` index went unwatched: taken stock of anew at the next look at it
+        self.passes = 0  # keys-only passes made, stock taking included
         for d, (ledgers, _) in enumerate(source.opened()):
             self.cookies.append(source.cookie(d))
             self.sequences.append(0)
@@ -62,6 +69,7 @@ class DbLedgerStorageWatch:
             self.passed.append(0.0)
             self.pass_cost.append(0.0)
             self.held.append(np.empty(0, np.int64))
+            self.wals.append(WalTail(ledgers.db))
             self._take_stock(d, ledgers)
             self.listed.append(0)
             self.logs.append({})
@@ -78,8 +86,10 @@ class DbLedgerStorageWatch:
         self.sequences[d] = self.states[d].sequence
         self.deleted[d], self.passed[d] = False, self.clock()
         cpu = time.thread_time()
+        self.passes += 1
         self.held[d] = self._keys(ledgers)
         self.pass_cost[d] = time.thread_time() - cpu
+        self.wals[d].follow_from(self.sequences[d])
         return int(self.held[d].size)
 
     def _mtime(self, d: int) -> int:
@@ -167,6 +177,14 @@ class DbLedgerStorageWatch:
         state, last, now, read = ledgers.state(), self.states[d], self.clock(), 0
         sequence = state.sequence
         moved, replaced = sequence != self.sequences[d], sequence < self.sequences[d]
+        wal = self.wals[d]
+        following = wal.next_sequence >= 0
+        writes = None if replaced else wal.read(sequence)
+        if writes is not None:
+            self.states[d], self.sequences[d] = state, sequence
+            return self._apply(d, writes, changes, gone_ledgers)
+        if following and moved:  # the WAL lost: what the writes since the last look were is not known
+            self.deleted[d] = True
         # Every write since the last look is in the memtables the secondary held then when they grew by as many
         # entries as the sequence moved: then the deletes among them are the memtables' new deletes. Else (a
         # flush, perhaps a compaction that dropped a delete, a memtable the secondary let go, a reopen) the
@@ -181,6 +199,7 @@ class DbLedgerStorageWatch:
         if replaced or (moved and affordable and (
                 self.deleted[d] or now - self.passed[d] >= KEYS_PASS_AT_LEAST_EVERY_SECONDS)):
             cpu = time.thread_time()
+            self.passes += 1
             held = self._keys(ledgers)
             self.pass_cost[d], self.deleted[d] = time.thread_time() - cpu, False
             read += held.size
@@ -189,12 +208,31 @@ class DbLedgerStorageWatch:
                                       f"{self.source.ledger_dirs[d]} was emptied or replaced"))
             gone_ledgers.append(np.setdiff1d(self.held[d], held, assume_unique=True))
             self.held[d], self.sequences[d], self.passed[d] = held, sequence, now
+            wal.follow_from(sequence)
         elif moved:  # the ledgers created since (ids only grow); a delete waits for its pass
             newer = self._keys(ledgers, int(self.held[d][-1]) if self.held[d].size else -1)
             read += newer.size
             self.held[d] = np.concatenate((self.held[d], newer))
         self.states[d] = state
         return read
+
+    def _apply(self, d: int, writes: list[Write], changes: list[Change], gone_ledgers: list[np.ndarray]) -> int:
+        """The WAL's puts and deletes of ledgers since the last look, applied to the keys held; writes read."""
+        last: dict[bytes, bool] = {w.key: w.deleted for w in writes if len(w.key) == LEDGER_KEY.size}
+
+        def ids(deleted: bool) -> np.ndarray:
+            keys = b"".join(k for k, gone in last.items() if gone is deleted)
+            return np.unique(np.frombuffer(keys, dtype=">i8").astype(np.int64))
+
+        held = self.held[d]
+        gone = np.intersect1d(held, ids(True), assume_unique=True)
+        if gone.size:
+            gone_ledgers.append(gone)
+            if gone.size == held.size:
+                changes.append(Change(Kind.BOOKIE_RESET, every_ledger=True, detail=f"the ledgers index of "
+                                      f"{self.source.ledger_dirs[d]} was emptied"))
+        self.held[d] = np.union1d(np.setdiff1d(held, gone, assume_unique=True), ids(False))
+        return len(writes)
 
     def _log_gone(self, d: int, log_id: int, mapped: list[int] | None) -> tuple[Change | None, int]:
         """An entry log removed: the ledgers of its map (of every ledger held, for the log being written, which

@@ -82,5 +82,7 @@ class ReadsEntries(Protocol):
 class WatchesChanges(Protocol):
     """What changed in what the bookie holds since the last call (continuous scrutiny)."""
 
+    index_passes: int  # how often every key of the index was read to watch it (its WAL could not tell)
+
     def changes(self, ledgers_too: bool = True) -> tuple[list[Change], int]:
         """The changes, and how many index keys that read (the agent's CPU budget counts them)."""

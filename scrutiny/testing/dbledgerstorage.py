@@ -135,7 +135,14 @@ class LiveBookie:
         for k in keys:
             del self.locations[k]
 
+    def checkpoint(self) -> None:
+        """What a bookie's checkpoint does to its indexes (`LedgerMetadataIndex.flush`, `EntryLocationIndex`'s
+        batch): a synced write; their memtables stay (RocksDB flushes one when it is full, or at a restart)."""
+        self.ledgers.flush_wal(True)
+        self.locations.flush_wal(True)
+
     def flush(self) -> None:
+        """The memtables flushed to SST files (as RocksDB does when one is full, or at a restart)."""
         self.ledgers.flush()
         self.locations.flush()
 

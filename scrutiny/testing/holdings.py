@@ -47,6 +47,8 @@ class MutableHoldings:
             self._ledgers.clear()
             self._wiped = True
 
+    index_passes = 0  # what it holds is known without reading it whole
+
     def changes(self, ledgers_too: bool = True) -> tuple[list[Change], int]:
         """What a DbLedgerStorage agent would see since the last look: the drops (LEDGERS_GONE), a wipe
         (BOOKIE_RESET); nothing without `ledgers_too` (nobody follows: what happened meanwhile is forgotten)."""

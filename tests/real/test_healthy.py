@@ -44,6 +44,13 @@ def logs_of(agents: Agents, bookie: RealBookie, ledger_id: int) -> set[int]:
     return {loc >> 32 for _, _, loc in source.locations_of(ledger_id) or []}  # type: ignore[attr-defined]
 
 
+def watched(agents: Agents, bookie: RealBookie) -> tuple[float, float]:
+    """How many ledgers the bookie's agent saw leave its `ledgers` index, and how often it read every key of it."""
+    registry = agents.agents[bookie.bookie_id].servicer.metrics.registry
+    return (registry.get_sample_value("scrutiny_agent_changes_total", {"kind": "LEDGERS_GONE"}) or 0.0,
+            registry.get_sample_value("scrutiny_agent_index_passes_total") or 0.0)
+
+
 def test_a_healthy_cluster_raises_nothing_while_it_lives(bookkeeper: RealBookKeeper, agents: Agents,
                                                          tmp_path: Path) -> None:
     c = bookkeeper
@@ -99,9 +106,17 @@ def test_a_healthy_cluster_raises_nothing_while_it_lives(bookkeeper: RealBookKee
         kept, deleted = big[0], big[1:]
         time.sleep(2)
         logs_before = {b.bookie_id: logs_of(agents, b, kept) for b in bookies if logs_of(agents, b, kept)}
+        # (the bookies never restarted: their index's write-ahead log never rotated)
+        steady = [b for b in bookies[1:] if b is not victim and held(agents, b) & set(deleted)]
         for lid in deleted:
             client.delete(lid)
         wait_for(lambda: not any(held(agents, b) & set(deleted) for b in bookies), 120)
+        # their agents saw them go in the index's write-ahead log, reading no key again after taking stock (a real
+        # bookie's WAL, as rocksdbjni writes it)
+        assert steady
+        wait_for(lambda: all(watched(agents, b)[0] > 0 for b in steady), 30, lambda: {
+            b.bookie_id: watched(agents, b) for b in steady})
+        assert {b.bookie_id: watched(agents, b)[1] for b in steady} == {b.bookie_id: 1.0 for b in steady}
         # compaction: the entries that stay are copied out of the logs mostly deleted, and those logs removed
         wait_for(lambda: any(logs_of(agents, b, kept) != logs_before[b.bookie_id] for b in bookies
                              if b.bookie_id in logs_before), 120, lambda: f"for compaction; see {c.workdir}")
