@@ -9,20 +9,20 @@ process with BookKeeper's write-cache lag (`write_cache_grace_seconds` 10) and n
 
 Measured, in this order:
 1. without continuous mode (the auditor's off, the DbLedgerStorage agent not watching its bookie): idle
-   for `--idle-seconds`; then `--churn-seconds` at `--churn-rate` changes a second (creates, closes,
-   deletes collected later by the bookies, re-replications that copy first; on every bookie, the
-   DbLedgerStorage one too); then one full run (rescan), its cost;
+   for `--idle-seconds`; then, for each of `--hourly-shares` (1% and 10% of the ledgers an hour), that
+   churn for `--churn-seconds` (creates, closes, deletes collected later by the bookies, re-replications
+   that copy first; on every bookie, the DbLedgerStorage one too); then one full run (rescan), its cost;
 2. with continuous mode on (the default; the agent restarted, watching every 5 s): the election's full
-   run and its cost; idle for `--idle-seconds`; the same churn for `--churn-seconds`;
+   run and its cost; idle for `--idle-seconds`; the same churns for `--churn-seconds` each;
 3. time to detect: `--per-class` losses of each class, each on its own ledger, from the moment of the loss
    to its finding on /api/v1/current and on /metrics (scrutiny_violations): p50, p99, max.
 Costs: ZooKeeper's requests (the server's own count, every session's pings included, the cluster's own
 writes not) and its CPU, the DbLedgerStorage agent's CPU, the synthetic agents' answers, the auditor
-process's CPU. An hour at 1% of the ledgers changing is each window scaled to that rate; what continuous
-mode costs is that hour with it on less the same hour with it off (the cluster's own churn, ZooKeeper's and
-the processes' idle cost are in both), against one full run.
+process's CPU. An hour at a share of the ledgers changing is its churn window per hour (made at that
+rate); what continuous mode costs is that hour with it on less the same hour with it off (the cluster's
+own churn, ZooKeeper's and the processes' idle cost are in both), against one full run.
 
-    python -m bench.continuous [--ledgers 1000000 --per-class 50]
+    python -m bench.continuous [--ledgers 1000000 --per-class 50 --hourly-shares 0.01,0.1]
 """
 
 from __future__ import annotations
@@ -366,8 +366,8 @@ def spent(cluster: Cluster, auditor: AuditorProcess, fn: Callable[[], float]) ->
     return {k: v - c0[k] for k, v in cluster.cost(auditor.ps).items()} | {"seconds": took}
 
 
-def run(ledgers: int, per_class: int, small_ledgers: int, idle_s: float, churn_s: float, churn_rate: float,
-        seed: int = 5) -> dict[str, Any]:
+def run(ledgers: int, per_class: int, small_ledgers: int, idle_s: float, churn_s: float,
+        shares: list[float], seed: int = 5) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         cluster = Cluster(ledgers, per_class, small_ledgers, work, seed)
@@ -379,8 +379,10 @@ def run(ledgers: int, per_class: int, small_ledgers: int, idle_s: float, churn_s
             try:
                 say("an auditor, continuous mode off: idle")
                 out["idle_off"] = window(cluster, off, idle_s)
-                say("... the churn")
-                out["churn_off"] = window(cluster, off, churn_s, cluster.churn_once, churn_rate)
+                for hourly in shares:
+                    say(f"... the churn, {hourly:.0%} of the ledgers an hour")
+                    out[f"churn_off_{hourly}"] = window(cluster, off, churn_s, cluster.churn_once,
+                                                       hourly * ledgers / 3600)
                 say("... its full run")
                 out["full_off"] = spent(cluster, off, lambda: off.full_run("rescan", 3600))
             finally:
@@ -393,8 +395,10 @@ def run(ledgers: int, per_class: int, small_ledgers: int, idle_s: float, churn_s
                 say("... idle")
                 time.sleep(5)
                 out["idle_on"] = window(cluster, on, idle_s)
-                say("... the churn")
-                out["churn_on"] = window(cluster, on, churn_s, cluster.churn_once, churn_rate)
+                for hourly in shares:
+                    say(f"... the churn, {hourly:.0%} of the ledgers an hour")
+                    out[f"churn_on_{hourly}"] = window(cluster, on, churn_s, cluster.churn_once,
+                                                       hourly * ledgers / 3600)
                 time.sleep(15)  # the last changes' looks (write-cache grace, re-check delay)
                 say("... the losses")
                 out["detect"] = detect(cluster, on, per_class)
@@ -480,26 +484,20 @@ def big_reset(cluster: Cluster, auditor: AuditorProcess) -> dict[str, Any]:
             "found": int(last == last), "api p50 s": first, "api max s": last}
 
 
-def cost_rows(out: dict[str, Any], hourly_share: float = 0.01) -> list[dict[str, Any]]:
-    """Per cost: a full run (median of the two); an hour at 1% of the ledgers changing with continuous mode
-    off and on (the idle part as is, the churn window's part scaled to that rate); what continuous mode
-    adds (on less off) against the full run; and the same at ten times the ledgers (a full run and the
-    changes ten times as many, the idle part as is)."""
+def cost_rows(out: dict[str, Any], shares: list[float]) -> list[dict[str, Any]]:
+    """Per cost: a full run (median of the two); idle an hour with continuous mode off and on; and for each
+    share of the ledgers changing an hour, what continuous mode adds to that hour (its churn window with it on
+    less the same with it off, per hour), against the full run."""
     rows = []
     for k in ("zk_requests", "zk_cpu_s", "dbledgerstorage_agent_cpu_s", "synthetic_agent_answers", "auditor_cpu_s"):
         full = statistics.median([out["full_off"][k], out["full_on"][k]])
-        idle, changes = {}, {}
-        for mode in ("off", "on"):
-            churn = out[f"churn_{mode}"]
-            scale = hourly_share * out["ledgers"] / max(1.0, churn["changes"] * 3600 / out["churn_seconds"])
-            idle[mode] = out[f"idle_{mode}"][k]
-            changes[mode] = (churn[k] - idle[mode]) * scale
-        added_idle, added_changes = idle["on"] - idle["off"], changes["on"] - changes["off"]
-        rows.append({"cost": k, "full run": full, "idle/h, off": idle["off"], "idle/h, on": idle["on"],
-                     "hour at 1%/h, off": idle["off"] + changes["off"], "hour at 1%/h, on": idle["on"] + changes["on"],
-                     "continuous mode's hour (on - off)": added_idle + added_changes,
-                     "/ full run": (added_idle + added_changes) / max(full, 1e-9),
-                     "x10 ledgers: / full run": (added_idle + 10 * added_changes) / max(10 * full, 1e-9)})
+        row: dict[str, Any] = {"cost": k, "full run": full, "idle/h, off": out["idle_off"][k],
+                               "idle/h, on": out["idle_on"][k]}
+        for hourly in shares:
+            added = out[f"churn_on_{hourly}"][k] - out[f"churn_off_{hourly}"][k]
+            row[f"{hourly:.0%}/h: continuous mode's hour (on - off)"] = added
+            row[f"{hourly:.0%}/h: / full run"] = added / max(full, 1e-9)
+        rows.append(row)
     return rows
 
 
@@ -509,22 +507,22 @@ def main() -> None:
     p.add_argument("--per-class", type=int, default=50, help="at most 50 (the small bookies)")
     p.add_argument("--small-ledgers", type=int, default=20, help="ledgers on each of the 50 small bookies")
     p.add_argument("--idle-seconds", type=float, default=300)
-    p.add_argument("--churn-seconds", type=float, default=600)
-    p.add_argument("--churn-rate", type=float, default=0.0,
-                   help="changes a second in the churn window (default: 1%% of the ledgers an hour)")
+    p.add_argument("--churn-seconds", type=float, default=300)
+    p.add_argument("--hourly-shares", default="0.01,0.1", help="the churns: shares of the ledgers changed an hour")
     p.add_argument("--output", help="also write the figures as JSON here")
     a = p.parse_args()
-    rate = a.churn_rate or a.ledgers * 0.01 / 3600
-    out = run(a.ledgers, a.per_class, a.small_ledgers, a.idle_seconds, a.churn_seconds, rate)
-    out["churn_seconds"], out["churn_rate"] = a.churn_seconds, rate
+    shares = [float(x) for x in a.hourly_shares.split(",")]
+    out = run(a.ledgers, a.per_class, a.small_ledgers, a.idle_seconds, a.churn_seconds, shares)
+    out["churn_seconds"], out["hourly_shares"] = a.churn_seconds, shares
     if a.output:
         Path(a.output).write_text(json.dumps(out, indent=1, default=str))
     print(f"## time to detect ({out['ledgers']:,} ledgers; the DbLedgerStorage bookie holds "
           f"{out['live_bookie_ledgers']:,})\n")
     print(table(out["detect"]) + "\n")
     print(f"## cost against a full run (full runs: {out['full_off']['seconds']:.0f} s, "
-          f"{out['full_on']['seconds']:.0f} s; churn {rate:.2f} changes/s for {a.churn_seconds:.0f} s)\n")
-    print(table(cost_rows(out)))
+          f"{out['full_on']['seconds']:.0f} s; each churn {a.churn_seconds:.0f} s, at "
+          + ", ".join(f"{out[f'churn_on_{x}']['changes'] / a.churn_seconds:.2f}" for x in shares) + " changes/s)\n")
+    print(table(cost_rows(out, shares)))
     print("\n" + "\n".join(out["missed"]))
 
 

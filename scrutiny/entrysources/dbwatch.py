@@ -21,6 +21,13 @@ KEYS_PASS_CPU_SHARE = 0.01  # whole passes take at most this share of a core: a 
 KEYS_PASS_CHEAP_SECONDS = 0.01  # ... but a pass cheaper than this (an index of a few thousand ledgers) never waits
 
 
+def holds(held: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Which of `ids` the ascending `held` has (a search per id: never a pass over `held`)."""
+    if not held.size:
+        return np.zeros(ids.size, bool)
+    return held[np.minimum(np.searchsorted(held, ids), held.size - 1)] == ids
+
+
 class WatchedBookie(Protocol):
     """What the watch reads of its source, and tells it, under the source's lock."""
 
@@ -154,7 +161,9 @@ class DbLedgerStorageWatch:
         if ledgers_too:
             self.stale = False
         if gone_ledgers:
-            ids = np.setdiff1d(np.concatenate(gone_ledgers), np.concatenate(self.held))  # held in no directory
+            ids = np.unique(np.concatenate(gone_ledgers))
+            for held in self.held:  # held in no directory
+                ids = ids[~holds(held, ids)]
             for suspects in source.suspects:
                 suspects.difference_update(ids.tolist())
             if ids.size:
@@ -217,21 +226,28 @@ class DbLedgerStorageWatch:
         return read
 
     def _apply(self, d: int, writes: list[Write], changes: list[Change], gone_ledgers: list[np.ndarray]) -> int:
-        """The WAL's puts and deletes of ledgers since the last look, applied to the keys held; writes read."""
+        """The WAL's puts and deletes of ledgers since the last look, applied to the keys held (a few keys
+        found in the sorted array, never a pass over it); writes read."""
         last: dict[bytes, bool] = {w.key: w.deleted for w in writes if len(w.key) == LEDGER_KEY.size}
-
-        def ids(deleted: bool) -> np.ndarray:
-            keys = b"".join(k for k, gone in last.items() if gone is deleted)
-            return np.unique(np.frombuffer(keys, dtype=">i8").astype(np.int64))
-
+        if not last:
+            return len(writes)
+        ids = np.frombuffer(b"".join(last), dtype=">i8").astype(np.int64)
+        deleted = np.fromiter(last.values(), dtype=bool, count=len(last))
         held = self.held[d]
-        gone = np.intersect1d(held, ids(True), assume_unique=True)
-        if gone.size:
-            gone_ledgers.append(gone)
-            if gone.size == held.size:
+        at, present = np.searchsorted(held, ids), holds(held, ids)
+        gone = present & deleted
+        if gone.any():
+            gone_ledgers.append(np.sort(ids[gone]))
+            if gone.sum() == held.size:
                 changes.append(Change(Kind.BOOKIE_RESET, every_ledger=True, detail=f"the ledgers index of "
                                       f"{self.source.ledger_dirs[d]} was emptied"))
-        self.held[d] = np.union1d(np.setdiff1d(held, gone, assume_unique=True), ids(False))
+        new = ~present & ~deleted
+        if gone.any():
+            held = np.delete(held, at[gone])
+        if new.any():
+            added = np.unique(ids[new])
+            held = np.insert(held, np.searchsorted(held, added), added)
+        self.held[d] = held
         return len(writes)
 
     def _log_gone(self, d: int, log_id: int, mapped: list[int] | None) -> tuple[Change | None, int]:

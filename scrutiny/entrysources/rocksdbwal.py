@@ -94,9 +94,11 @@ def records(data: bytes, start: int, number: int) -> tuple[list[bytes], int]:
             parts, resume = [], pos
         elif kind == FIRST:
             parts = [body]
-        elif kind == MIDDLE and parts:
+        elif kind in (MIDDLE, LAST) and not parts:
+            pass  # the rest of a record begun before `start` (a read from a block's start): older
+        elif kind == MIDDLE:
             parts.append(body)
-        elif kind == LAST and parts:
+        elif kind == LAST:
             out.append(b"".join([*parts, body]))
             parts, resume = [], pos
         elif kind == SET_COMPRESSION:
@@ -188,6 +190,8 @@ class WalTail:
 
     def _read(self) -> list[Write] | None:
         files = sorted((n, name) for name in os.listdir(self.db) if (n := wal_number(name)) is not None)
+        if self.number < 0 and files:
+            self.number, self.offset = self._start(files)
         writes: list[Write] = []
         for number, name in (f for f in files if f[0] >= self.number):
             start = self.offset if number == self.number else 0
@@ -203,3 +207,18 @@ class WalTail:
                 writes += [w for w in ops if w.sequence >= self.next_sequence]
                 self.next_sequence = max(self.next_sequence, first + count)
         return writes
+
+    def _start(self, files: list[tuple[int, str]]) -> tuple[int, int]:
+        """Where the writes from `next_sequence` on begin: the last block (of the newest file that has one)
+        whose first whole WriteBatch begins at or before it. A block always begins with a record's header, so
+        reading from there misses only the end of a batch begun before, which is older. Found from the end:
+        a look that follows a keys-only pass reads a block or two, not the whole WAL."""
+        for number, name in reversed(files):
+            with open(self.db / name, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                for block in range((size - 1) // BLOCK, -1, -1):
+                    f.seek(block * BLOCK)
+                    found, _ = records(f.read(BLOCK), block * BLOCK, number)
+                    if found and batch(found[0])[0] <= self.next_sequence:
+                        return number, block * BLOCK
+        return files[0][0], 0  # every file begins after it: a gap, unless the oldest begins exactly there

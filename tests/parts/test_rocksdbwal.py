@@ -115,3 +115,20 @@ def test_writes_gone_unread_are_a_gap(tmp_path: Path) -> None:
         assert tail.read(db.latest_sequence_number()) == [Write(4, True, b"j" * 8)]
     finally:
         db.close()
+
+
+def test_following_from_a_sequence_reads_from_the_block_that_holds_it(tmp_path: Path) -> None:
+    """After a keys-only pass at some sequence number, the writes after it, and only those, whatever the block
+    it falls in (found from the WAL's end, a block at a time: a large WAL is not read whole)."""
+    db = Rdict(str(tmp_path / "db"), options=Options(raw_mode=True))
+    try:
+        for i in range(3000):
+            db[i.to_bytes(8, "big")] = b"v" * (40 if i % 100 else 50_000)  # some batches span blocks
+        assert wal_of(tmp_path / "db").stat().st_size > 20 * BLOCK
+        for after in (0, 1, 99, 100, 101, 1500, 2999, 3000):
+            tail = WalTail(tmp_path / "db")
+            tail.follow_from(after)
+            got = tail.read(3000)
+            assert got is not None and [w.sequence for w in got] == list(range(after + 1, 3001)), after
+    finally:
+        db.close()

@@ -97,9 +97,8 @@ def test_continuous_bench_runs() -> None:
     """Two auditor processes, the churn, every loss class (a few of each), a full-share bookie wiped."""
     from bench import continuous
 
-    out = continuous.run(300, 2, 3, idle_s=2, churn_s=3, churn_rate=5)
-    out["churn_seconds"] = 3
+    out = continuous.run(300, 2, 3, idle_s=2, churn_s=3, shares=[60.0])  # 5 changes a second
     assert [(r["injected"], r["found"]) for r in out["detect"]] == [(2, 2)] * 5 + [(1, 1)]
-    rows = continuous.cost_rows(out)
+    rows = continuous.cost_rows(out, [60.0])
     assert rows[0]["cost"] == "zk_requests" and rows[0]["full run"] > 0
     assert out["missed"] == ["scrutiny_continuous_missed_total 0.0"]
