@@ -118,6 +118,16 @@ def place(request: pytest.FixtureRequest) -> Iterator[Place]:
         yield p
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_before_grpc(request: pytest.FixtureRequest) -> None:
+    """A session that will use Spark starts it before its first test. pyspark forks Spark's JVM (a subprocess
+    with a preexec_fn), and a fork while gRPC's threads are busy (an agent, a channel, an etcd lease) can
+    lose the child: CI once saw `JAVA_GATEWAY_EXITED` on the one xdist worker whose first Spark test came
+    after gRPC tests, and every Spark and etcd test of that worker failed with it."""
+    if any("spark_engine" in item.fixturenames for item in request.session.items):
+        request.getfixturevalue("spark_engine")
+
+
 @pytest.fixture(scope="session")
 def spark_engine() -> Iterator[object]:
     """One real SparkSession (local mode) for the whole test session."""
