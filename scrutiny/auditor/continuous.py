@@ -40,7 +40,7 @@ from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.store import MetadataStore, TreeWatchHandle
-from scrutiny.store.facts import AGENTS, REGISTRATIONS, REPLICATION, SIGHTINGS, FactsCache
+from scrutiny.store.facts import AGENTS, REGISTRATIONS, REPLICATION, FactsCache
 from scrutiny.tls import channel_credentials
 from scrutiny.v1 import bookie_pb2
 
@@ -204,7 +204,7 @@ class Continuous:
     def _follow_listed(self) -> None:
         try:
             assert self.facts is not None
-            self.facts.changed(AGENTS, SIGHTINGS)  # read afresh, and kept for the looks until the next listing
+            self.facts.changed(AGENTS)  # read afresh, and kept for the looks until the next listing
             self._resolver.registered.update(self.facts.facts().agent_addresses)
         except Exception as exc:  # the store away for a moment: the next round
             log.info("continuous scrutiny: cannot list the agents now: %s", exc)
@@ -305,8 +305,6 @@ class Continuous:
         """Every ledger of these bookies, in one pass over the metadata."""
         again = self.settings.continuous_batch_seconds
         self._gone.record(self._store)
-        if self.facts is not None:
-            self.facts.changed(SIGHTINGS)
         for bookie, d in list(due.items()):
             wait = self._gone.until_due(bookie, self._ms(), self.facts)
             if wait > 0:  # the cluster's lostBookieRecoveryDelay is longer than the setting: not yet

@@ -235,12 +235,14 @@ class DbLedgerStorageWatch:
         deleted = np.fromiter(last.values(), dtype=bool, count=len(last))
         held = self.held[d]
         at, present = np.searchsorted(held, ids), holds(held, ids)
-        gone, new = present & deleted, ~present & ~deleted
+        gone = present & deleted
         if gone.any():
             gone_ledgers.append(np.sort(ids[gone]))
             if gone.sum() == held.size:
                 changes.append(Change(Kind.BOOKIE_RESET, every_ledger=True, detail=f"the ledgers index of "
                                       f"{self.source.ledger_dirs[d]} was emptied"))
+        new = ~present & ~deleted
+        if gone.any():
             held = np.delete(held, at[gone])
         if new.any():
             added = np.unique(ids[new])
