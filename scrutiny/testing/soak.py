@@ -51,6 +51,7 @@ class SoakResult:
     operations: Counter = field(default_factory=lambda: Counter())
     false_alarms: list[dict[str, Any]] = field(default_factory=list)
     incomplete_runs: int = 0
+    incomplete: list[str] = field(default_factory=list)  # ... and why each was (its first errors)
     outages_past_the_recheck: int = 0  # BOOKIE_UNAVAILABLE true because a restart outlasted the re-check delay
     moments: Counter = field(default_factory=lambda: Counter())  # how often the churn hit each guarded moment
     faults: list[str] = field(default_factory=list)
@@ -80,6 +81,7 @@ class SoakResult:
         return {"runs": self.runs, "runs_by_engine": dict(self.runs_by_engine), "seconds": round(self.seconds, 1),
                 "operations": dict(self.operations), "operations_per_minute": round(self.ops_per_minute),
                 "false_alarms": len(self.false_alarms), "incomplete_runs": self.incomplete_runs,
+                "incomplete": self.incomplete,
                 "outages_past_the_recheck": self.outages_past_the_recheck,
                 "moments": dict(self.moments), "faults": self.faults,
                 "fault_found": self.fault_found, "fault_report_extra": self.fault_report_extra,
@@ -174,6 +176,8 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
             result.runs += 1
             result.runs_by_engine[name] += 1
             result.incomplete_runs += not report.complete
+            if not report.complete:
+                result.incomplete.append(f"run {report.run_id} ({name}): {report.errors[:3]}")
             result.moments.update({k: v for k, v in report.stats.items() if k in MOMENTS})
             cluster.renewal_wanted = not result.moments["lost_bookies"]
             renewal_due = renewal_due or cluster.renewal_wanted
