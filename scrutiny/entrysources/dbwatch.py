@@ -23,9 +23,14 @@ KEYS_PASS_CHEAP_SECONDS = 0.01  # ... but a pass cheaper than this (an index of 
 
 def holds(held: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Which of `ids` the ascending `held` has (a search per id: never a pass over `held`)."""
+    return found_at(held, ids, np.searchsorted(held, ids))
+
+
+def found_at(held: np.ndarray, ids: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """`holds`, given where each id would go in `held` (its searchsorted positions)."""
     if not held.size:
         return np.zeros(ids.size, bool)
-    return held[np.minimum(np.searchsorted(held, ids), held.size - 1)] == ids
+    return held[np.minimum(at, held.size - 1)] == ids
 
 
 class WatchedBookie(Protocol):
@@ -234,15 +239,14 @@ class DbLedgerStorageWatch:
         ids = np.frombuffer(b"".join(last), dtype=">i8").astype(np.int64)
         deleted = np.fromiter(last.values(), dtype=bool, count=len(last))
         held = self.held[d]
-        at, present = np.searchsorted(held, ids), holds(held, ids)
-        gone = present & deleted
+        at = np.searchsorted(held, ids)
+        present = found_at(held, ids, at)
+        gone, new = present & deleted, ~present & ~deleted
         if gone.any():
             gone_ledgers.append(np.sort(ids[gone]))
             if gone.sum() == held.size:
                 changes.append(Change(Kind.BOOKIE_RESET, every_ledger=True, detail=f"the ledgers index of "
                                       f"{self.source.ledger_dirs[d]} was emptied"))
-        new = ~present & ~deleted
-        if gone.any():
             held = np.delete(held, at[gone])
         if new.any():
             added = np.unique(ids[new])

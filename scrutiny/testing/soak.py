@@ -50,8 +50,7 @@ class SoakResult:
     seconds: float = 0.0
     operations: Counter = field(default_factory=lambda: Counter())
     false_alarms: list[dict[str, Any]] = field(default_factory=list)
-    incomplete_runs: int = 0
-    incomplete: list[str] = field(default_factory=list)  # ... and why each was (its first errors)
+    incomplete: list[str] = field(default_factory=list)  # the runs not complete, and why (their first errors)
     outages_past_the_recheck: int = 0  # BOOKIE_UNAVAILABLE true because a restart outlasted the re-check delay
     moments: Counter = field(default_factory=lambda: Counter())  # how often the churn hit each guarded moment
     faults: list[str] = field(default_factory=list)
@@ -72,6 +71,10 @@ class SoakResult:
     # they ended
     handoff_wrong: list[str] = field(default_factory=list)
     handoff: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def incomplete_runs(self) -> int:
+        return len(self.incomplete)
 
     @property
     def ops_per_minute(self) -> float:
@@ -175,7 +178,6 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
                                  record_sightings=True).execute()
             result.runs += 1
             result.runs_by_engine[name] += 1
-            result.incomplete_runs += not report.complete
             if not report.complete:
                 result.incomplete.append(f"run {report.run_id} ({name}): {report.errors[:3]}")
             result.moments.update({k: v for k, v in report.stats.items() if k in MOMENTS})
