@@ -1,5 +1,6 @@
 """The bookie agent against a bookie's real index: CPU per entry listed, against RocksDB's own iteration
-measured in the same run, and against the agent's earlier path.
+measured in the same run, and against the agent's keys-only path (before its answers held each entry's
+location against the entry logs there).
 
 The index is a DbLedgerStorage `locations` RocksDB with BookKeeper's options for it (LZ4, 64 KiB blocks,
 a 10-bit bloom filter, format_version 5, dynamic level sizes; `KeyValueStorageRocksDB`), write buffer and
@@ -10,12 +11,14 @@ with the primary still open while the agents read. Its `ledgers` index lists eve
 
 - **native floor**: `bench/index_floor.c`, built here against Debian's librocksdb (`librocksdb-dev`):
   the same index opened as a secondary with the agent's block cache, each ledger's keys iterated to its
-  upper bound, ids decoded; the CPU of its second pass (warm, as the agent's);
+  upper bound, each entry's id and its location's entry log decoded; the CPU of its second pass (warm, as the
+  agent's);
 - **the agent** (`scrutiny bookie-agent`'s source and server, its own process): every ledger answered
   through the streaming call, 1,000 ledgers a call as a scan asks; its process CPU per entry listed, gRPC
-  and encoding included; and the same for the agent's earlier path (each entry's key and location value
-  read through the iterator, one at a time). The floor and both agents are measured in alternation,
-  --rounds times; each ratio is the median of the rounds' ratios;
+  and encoding included (each entry's key and location read in one pass, the entry logs they name held
+  against those in the directory, listed at each call); and the same for the keys-only path (the entry ids
+  only, every entry listed counted as served, whatever its log: the path before). The floor and both agents
+  are measured in alternation, --rounds times; each ratio is the median of the rounds' ratios;
 - **unary**: the agent's CPU per BP-34 one-ledger call (a ledger it does not hold: the catch-up is the
   cost), catching up at every call (before) and at most every 0.2 s (now);
 - **budget**: the full listing again, three times, with `entries_per_second` set to a third of the agent's
@@ -46,14 +49,16 @@ import psutil
 from bench.common import table
 from scrutiny.agent import BookieAgent
 from scrutiny.bookieclient import BookieClient, EndpointResolver
+from scrutiny.entrylog import log_path
 from scrutiny.entrysources.dbledgerstorage import INDEX_CACHE_BYTES, DbLedgerStorageSource
-from scrutiny.entrysources.layout import LEDGER_KEY, index_entries
+from scrutiny.entrysources.layout import ENTRY_KEY, LEDGER_KEY
 from scrutiny.testing import processes
-from scrutiny.testing.dbledgerstorage import ledger_data
+from scrutiny.testing.dbledgerstorage import ledger_data, log_header
 
 BOOKIE = "127.0.7.1:3181"
 FLOOR_SOURCE = Path(__file__).with_name("index_floor.c")
-LOCATION = struct.pack(">q", (1 << 32) | 1024)
+LOCATION_LOG = 1
+LOCATION = struct.pack(">q", (LOCATION_LOG << 32) | 1024)
 
 
 def bookkeeper_options() -> Any:
@@ -85,6 +90,7 @@ class LiveIndex:
 
         current = ledger_dir / "current"
         current.mkdir(parents=True)
+        log_path(ledger_dir, LOCATION_LOG).write_bytes(log_header())  # the entry log every location points into
         self.ids = 1_000_000 + np.arange(ledgers, dtype=np.int64) * 37
         self.ledgers = Rdict(str(current / "ledgers"), options=bookkeeper_options())
         for lid in self.ids.tolist():
@@ -137,23 +143,18 @@ class Floor:
         return int(listed), float(seconds)
 
 
-class EarlierPath(DbLedgerStorageSource):
-    """The agent's path before keys-only listing: each entry's key and location value read through the
-    iterator, one at a time (kept here as the same run's baseline)."""
+class KeysOnlyPath(DbLedgerStorageSource):
+    """The agent's path before its answers held each entry's location against the entry logs there: keys only,
+    every entry listed counted as served (kept here as the same run's baseline)."""
 
-    def entry_ids(self, ledger_id: int) -> tuple[np.ndarray, bool] | None:
-        found: list[int] = []
-        with self._lock:
-            for ledgers, locations in self.opened():
-                if ledgers.get(LEDGER_KEY.pack(ledger_id)) is None:
-                    continue
-                found += (eid for eid, _ in index_entries(locations, ledger_id))
-        return np.array(found, dtype=np.int64), False
+    def _served(self, d: int, ledger_id: int) -> np.ndarray:
+        keys = self.indexes[d][1].keys_between(ENTRY_KEY.pack(ledger_id, 0), ENTRY_KEY.pack(ledger_id, -(1 << 63)))
+        return np.frombuffer(keys, dtype=">i8")[1::2].astype(np.int64)
 
 
-def serve(ledger_dir: str, scratch: str, earlier: bool, entries_per_second: float, unary_catch_up: float) -> None:
+def serve(ledger_dir: str, scratch: str, keys_only: bool, entries_per_second: float, unary_catch_up: float) -> None:
     """An agent process (the bench's subprocess): prints its port, serves until stdin closes."""
-    source = (EarlierPath if earlier else DbLedgerStorageSource)([ledger_dir], scratch)
+    source = (KeysOnlyPath if keys_only else DbLedgerStorageSource)([ledger_dir], scratch)
     agent = BookieAgent(source, bind="127.0.0.1:0", workers=4, entries_per_second=entries_per_second,
                         unary_catch_up_seconds=unary_catch_up).start()
     print(agent.port, flush=True)
@@ -162,10 +163,10 @@ def serve(ledger_dir: str, scratch: str, earlier: bool, entries_per_second: floa
 
 
 class Agent:
-    def __init__(self, ledger_dir: Path, scratch: Path, earlier: bool = False, entries_per_second: float = 0,
+    def __init__(self, ledger_dir: Path, scratch: Path, keys_only: bool = False, entries_per_second: float = 0,
                  unary_catch_up: float = 0.2) -> None:
         self.proc = processes.spawn(
-            [sys.executable, "-m", "bench.agent_index", "serve", str(ledger_dir), str(scratch), str(int(earlier)),
+            [sys.executable, "-m", "bench.agent_index", "serve", str(ledger_dir), str(scratch), str(int(keys_only)),
              str(entries_per_second), str(unary_catch_up)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         port = int(self.proc.stdout.readline())  # type: ignore[union-attr]
         self.ps = psutil.Process(self.proc.pid)
@@ -219,11 +220,11 @@ def run(sizes: list[int], ledgers: int, rounds: int) -> Iterator[dict[str, Any]]
             try:
                 floor = Floor(root / "bookie", ids, root)
                 agent = Agent(root / "bookie", root / "scratch")
-                earlier = Agent(root / "bookie", root / "scratch-earlier", earlier=True)
+                keys_only = Agent(root / "bookie", root / "scratch-keys-only", keys_only=True)
                 try:
                     agent.listing(ids)  # warm: the block cache, the channel
-                    earlier.listing(ids)
-                    floors, agents, earliers, rates = [], [], [], []
+                    keys_only.listing(ids)
+                    floors, agents, keys_onlys, rates = [], [], [], []
                     for _ in range(rounds):
                         listed, seconds = floor.listing()
                         assert listed == index.keys, (listed, index.keys)  # the memtable's keys are listed too
@@ -231,19 +232,21 @@ def run(sizes: list[int], ledgers: int, rounds: int) -> Iterator[dict[str, Any]]
                         us, rate = per_entry(agent, ids, index.keys)
                         agents.append(us)
                         rates.append(rate)
-                        earliers.append(per_entry(earlier, ids, index.keys)[0])
+                        keys_onlys.append(per_entry(keys_only, ids, index.keys)[0])
                     row["native floor us/entry"] = statistics.median(floors)
                     row["agent us/entry"] = statistics.median(agents)
                     row["agent / floor"] = statistics.median(a / f for a, f in zip(agents, floors, strict=True))
-                    row["earlier path us/entry"] = statistics.median(earliers)
-                    row["earlier path / floor"] = statistics.median(e / f for e, f in zip(earliers, floors,
-                                                                                            strict=True))
+                    row["keys-only path us/entry"] = statistics.median(keys_onlys)
+                    row["keys-only path / floor"] = statistics.median(e / f for e, f in zip(keys_onlys, floors,
+                                                                                              strict=True))
+                    row["agent / keys-only path"] = statistics.median(a / k for a, k in zip(agents, keys_onlys,
+                                                                                              strict=True))
                     row["agent entries/s"] = statistics.median(rates)
                     row["agent RSS MB"] = agent.ps.memory_info().rss / 2**20
                     row["unary CPU us/call"] = agent.unary_cpu(2000) * 1e6
                 finally:
                     agent.close()
-                    earlier.close()
+                    keys_only.close()
                 every = Agent(root / "bookie", root / "scratch-every", unary_catch_up=0)
                 try:
                     row["unary CPU us/call, catch-up every call"] = every.unary_cpu(2000) * 1e6

@@ -1,6 +1,7 @@
 /* The native floor of listing a bookie's entries: RocksDB's own iteration over a DbLedgerStorage
- * `locations` index, keys only, per ledger, through RocksDB's C API (Debian's librocksdb), opened as a
- * secondary of the live bookie the way the agent opens it. Built and run by bench/agent_index.py:
+ * `locations` index, per ledger, each entry's id and the entry log its location names decoded, through
+ * RocksDB's C API (Debian's librocksdb), opened as a secondary of the live bookie the way the agent opens
+ * it. Built and run by bench/agent_index.py:
  *
  *   index_floor <locations dir> <secondary dir> <block cache MiB> <passes> <ledger id>...
  *
@@ -55,9 +56,11 @@ int main(int argc, char **argv) {
             for (rocksdb_iter_seek(it, (const char *)lo, 16); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
                 size_t n;
                 const unsigned char *k = (const unsigned char *)rocksdb_iter_key(it, &n);
-                uint64_t entry = 0;
+                uint64_t entry = 0, location = 0;
                 for (int i = 8; i < 16; i++) entry = entry << 8 | k[i];
-                checksum += (int64_t)entry; /* the id decoded, as a listing must */
+                const unsigned char *v = (const unsigned char *)rocksdb_iter_value(it, &n);
+                for (size_t i = 0; i < n && i < 8; i++) location = location << 8 | v[i];
+                checksum += (int64_t)entry + (int64_t)(location >> 32); /* the id and the log, as a listing must */
                 listed++;
             }
             rocksdb_iter_destroy(it);

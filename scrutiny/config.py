@@ -360,7 +360,8 @@ class AgentSettings:
     bind: str = f"0.0.0.0:{DEFAULT_AGENT_PORT}"
     advertise_address: str = ""  # registered in the metadata store (default: the bind address)
     register: bool = True  # register in the metadata store when metadata_service_uri is set
-    ledger_dirs: tuple[str, ...] = ()  # dbledgerstorage: every ledger (or index) directory
+    ledger_dirs: tuple[str, ...] = ()  # dbledgerstorage: every ledger directory (its entry logs, and its indexes)
+    index_dirs: tuple[str, ...] = ()  # dbledgerstorage: the bookie's indexDirectories, one per ledger directory
     scratch_dir: str = ""  # dbledgerstorage: where the read-only views are made
     bookie_address: str = ""  # bridge: host:port of the stock bookie (v3 protocol)
     synthetic_file: str = ""  # synthetic: this bookie's store file
@@ -385,6 +386,9 @@ class AgentSettings:
         parse_host_port(self.bind, "agent.bind", ConfigError)
         if self.source == "dbledgerstorage" and not self.ledger_dirs:
             raise ConfigError("agent.source dbledgerstorage needs at least one ledger directory (--ledger-dir)")
+        if self.index_dirs and len(self.index_dirs) != len(self.ledger_dirs):
+            raise ConfigError(f"agent.index_dirs: {len(self.index_dirs)} for {len(self.ledger_dirs)} ledger directories "
+                              "(the bookie pairs indexDirectories with ledgerDirectories, one to one, in order)")
         if self.source == "bridge":
             parse_host_port(self.bookie_address, "agent.bookie_address (--bookie-address)", ConfigError)
         if self.source == "synthetic" and not self.synthetic_file:

@@ -23,7 +23,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--advertise-address", help="address registered in the metadata store (default: the bind address)")
     p.add_argument("--source", choices=AgentSettings.SOURCES)
     p.add_argument("--ledger-dir", action="append", default=None, dest="ledger_dirs",
-                   help="dbledgerstorage: a ledger or index directory (repeatable; all are read)")
+                   help="dbledgerstorage: a ledger directory (repeatable; all are read)")
+    p.add_argument("--index-dir", action="append", default=None, dest="index_dirs",
+                   help="dbledgerstorage: the bookie's index directory of each --ledger-dir, in order, when it sets "
+                   "indexDirectories")
     p.add_argument("--scratch-dir", help="dbledgerstorage: where the read-only views are made")
     p.add_argument("--bookie-address", help="bridge: host:port of the stock bookie (v3 protocol)")
     p.add_argument("--synthetic-file", help="synthetic: the store file of this bookie")
@@ -51,7 +54,8 @@ def settings(args: argparse.Namespace) -> tuple[ScanSettings, AgentSettings, Met
     cluster = build(ScanSettings, file_values, {"metadata_service_uri": args.metadata_service_uri,
                                                 "zk_auth_file": args.zk_auth_file}, where=where)
     flags = {k: getattr(args, k, None) for k in AgentSettings.__dataclass_fields__}
-    flags["ledger_dirs"] = tuple(args.ledger_dirs) if args.ledger_dirs else None
+    for dirs in ("ledger_dirs", "index_dirs"):
+        flags[dirs] = tuple(getattr(args, dirs)) if getattr(args, dirs) else None
     metrics = build(MetricsSettings, file_values, {"listen": args.metrics_listen}, where=where, section="metrics")
     return cluster, build(AgentSettings, file_values, flags, where=where, section="agent").validate(), \
         metrics.validate()
@@ -61,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     cluster, s, metrics = settings(args)
     source: EntrySource
     if s.source == "dbledgerstorage":
-        source = DbLedgerStorageSource(s.ledger_dirs, s.scratch_dir or None, s.index_cache_bytes)
+        source = DbLedgerStorageSource(s.ledger_dirs, s.scratch_dir or None, s.index_cache_bytes, s.index_dirs)
     elif s.source == "bridge":
         host, port = parse_host_port(s.bookie_address, "--bookie-address", ConfigError)
         source = BookieBridgeSource(host, port)

@@ -3,8 +3,8 @@ feed's streams.
 
 The agent looks at its bookie's `ledgers` index from its start and while a reader follows its feed, and
 WATCH_LINGER_SECONDS after the last one left: a leader's hand-over (a new election, an auditor restarted)
-resumes the feed without a gap. Once nobody has followed for that long, only what the answers need is
-watched (entry logs gone: #4607), and the feed is renewed: a reader back later is told GAP.
+resumes the feed without a gap. Once nobody has followed for that long, it stops looking (its answers come
+from the disk at each call, never from the watch) and the feed is renewed: a reader back later is told GAP.
 """
 
 from __future__ import annotations
@@ -48,23 +48,24 @@ class Watching:
 
     def look(self) -> list[Change]:
         """One look at the bookie (the agent's watch thread, every watch_interval_seconds): what changed since
-        the last, appended to the feed."""
+        the last, appended to the feed; nothing while nobody follows (the answers never need the watch)."""
         with self._lock:
-            followed = bool(self._followers) or time.monotonic() - self._left_at < self.linger
-            if self._watching and not followed:
+            if bool(self._followers) or time.monotonic() - self._left_at < self.linger:
+                return self._look()
+            if self._watching:
                 self._watching = False
                 self.metrics.watching.set(0)
                 self.feed.renew()
-            return self._look(followed)
+                self.source.unwatched()
+            return []
 
-    def _look(self, followed: bool) -> list[Change]:
+    def _look(self) -> list[Change]:
         passes = self.source.index_passes
         with self.metrics.watch.time():
-            found, read = self.source.changes(followed)  # the first followed look after a pause takes stock
+            found, read = self.source.changes()  # the first look after a pause takes stock
         self.metrics.index_passes.inc(self.source.index_passes - passes)
-        if followed:
-            self._watching = True
-            self.metrics.watching.set(1)
+        self._watching = True
+        self.metrics.watching.set(1)
         self.spend(read)
         self.feed.append(found)
         for c in found:
@@ -78,7 +79,7 @@ class Watching:
         with self._lock:
             if not self._watching:
                 try:
-                    self._look(True)
+                    self._look()
                 except SourceError as exc:
                     context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot take stock of what the bookie holds: {exc}")
             self._followers += 1

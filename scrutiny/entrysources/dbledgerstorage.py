@@ -20,8 +20,8 @@ from scrutiny import codec, entrylog
 from scrutiny.bookkeeper import dbledgerstorage_pb2
 from scrutiny.changefeed import Change
 from scrutiny.entrysources.dbwatch import DbLedgerStorageWatch
-from scrutiny.entrysources.entrylogs import OpenLogs
-from scrutiny.entrysources.layout import COOKIE, ENTRY_KEY, LEDGER_KEY, LOCATION, entry_ids_listed, index_entries
+from scrutiny.entrysources.entrylogs import OpenLogs, log_ids_in
+from scrutiny.entrysources.layout import COOKIE, ENTRY_KEY, LEDGER_KEY, entries_listed, index_entries
 from scrutiny.entrysources.rocksdb import SecondaryIndex
 from scrutiny.entrysources.source import Holding, SourceError, Verification
 
@@ -37,11 +37,14 @@ class DbLedgerStorageSource:
     deleted is refused (ENOLEDGER) even while its `locations` keys await the next cleanup."""
 
     def __init__(self, ledger_dirs: Sequence[str | Path], scratch_dir: str | Path | None = None,
-                 cache_bytes: int = INDEX_CACHE_BYTES) -> None:
+                 cache_bytes: int = INDEX_CACHE_BYTES, index_dirs: Sequence[str | Path] = ()) -> None:
         from rocksdict import Cache
 
-        self.ledger_dirs = [Path(d) for d in ledger_dirs]
-        dirs = [Path(d) / "current" for d in ledger_dirs]
+        self.ledger_dirs = [Path(d) for d in ledger_dirs]  # where the entry logs are
+        if index_dirs and len(index_dirs) != len(ledger_dirs):
+            raise SourceError(f"{len(index_dirs)} index directories for {len(ledger_dirs)} ledger directories: a "
+                              "bookie pairs them one to one (indexDirectories, ledgerDirectories)")
+        dirs = [Path(d) / "current" for d in (index_dirs or ledger_dirs)]
         missing = [str(d / name) for d in dirs for name in ("ledgers", "locations")
                    if not (d / name / "CURRENT").exists()]
         if missing:
@@ -54,13 +57,13 @@ class DbLedgerStorageSource:
         self.indexes = [(SecondaryIndex(d / "ledgers", self.scratch / f"{i}-ledgers", cache),
                          SecondaryIndex(d / "locations", self.scratch / f"{i}-locations", cache))
                         for i, d in enumerate(dirs)]
-        # Entry logs gone while `locations` still point into them, per directory, and the ledgers that do:
-        # the bookie cannot serve those entries, so they are not copies (`changes` finds them).
-        self.gone_logs: list[set[int]] = [set() for _ in dirs]
-        self.suspects: list[set[int]] = [set() for _ in dirs]
+        # Per directory, the entry logs there as listed after the indexes' last catch-up: an entry whose location
+        # points into a log not there is not served (#4607), whatever happened while nobody watched.
+        self._logs: list[frozenset[int] | None] = [None for _ in dirs]
+        self._relisted = [False for _ in dirs]  # ... listed again since, for an entry in a log not there
         self._instances: list[tuple[bytes | None, tuple[int, int, bytes]] | None] = [None for _ in dirs]
         self._watch: DbLedgerStorageWatch | None = None
-
+        self._passes = 0  # keys-only passes of watches let go
     def cookie(self, d: int) -> bytes | None:
         """The bookie's cookie in the directory (None: none there now)."""
         try:
@@ -69,9 +72,9 @@ class DbLedgerStorageSource:
             return None
 
     def _catch_up(self, d: int, locations_too: bool = True) -> None:
-        """The directory's indexes caught up with the bookie (under the lock). When the bookie there is another
-        instance (its cookie changed, its `ledgers` index created anew: formatted and back), both indexes are
-        opened anew and what was known of its entry logs is forgotten, whatever the timing."""
+        """The directory's indexes caught up with the bookie (under the lock), then its entry logs listed. When
+        the bookie there is another instance (its cookie changed, its `ledgers` index created anew: formatted and
+        back), both indexes are opened anew, whatever the timing."""
         ledgers, locations = self.indexes[d]
         cookie = self.cookie(d)
         known = self._instances[d]
@@ -80,30 +83,45 @@ class DbLedgerStorageSource:
         ledgers.catch_up()
         if known is not None and (cookie, ledgers.identity) != known:
             locations.close()
-            self.gone_logs[d].clear()
-            self.suspects[d].clear()
         self._instances[d] = (cookie, ledgers.identity)
         if locations_too or not locations.is_open:
             locations.catch_up()
+            self._logs[d], self._relisted[d] = None, False  # listed again after the index that points into them
 
-    def changes(self, ledgers_too: bool = True) -> tuple[list[Change], int]:
-        """What changed in what the bookie holds since the last call (the first only takes stock), and
-        how many index keys that read (for the CPU budget). Catches up with the `ledgers` index only: the
-        `locations` index (the bookie's busiest) is caught up by the answers, and here only when an entry
-        log went. Without `ledgers_too` (nobody follows the feed) the entry logs and the cookie only: the
-        answers need the logs gone (#4607); the index is taken stock of anew at the next look with it."""
+    def _present(self, d: int) -> frozenset[int]:
+        """The entry logs in the directory, listed after the index's last catch-up (a log the index names was
+        created before the index named it: absent from this listing, it was removed)."""
+        logs = self._logs[d]
+        if logs is None:
+            try:
+                logs = self._logs[d] = frozenset(log_ids_in(self.ledger_dirs[d]))
+            except OSError as exc:
+                raise SourceError(f"cannot list the entry logs of {self.ledger_dirs[d]}: {exc}") from None
+        return logs
+
+    def changes(self) -> tuple[list[Change], int]:
+        """What changed in what the bookie holds since the last call (the first takes stock), and how many
+        index keys that read (for the CPU budget). Catches up with the `ledgers` index only: the `locations`
+        index (the bookie's busiest) is caught up by the answers, and here only when an entry log went."""
         with self._lock:
             for d in range(len(self.indexes)):
-                if ledgers_too:
-                    self._catch_up(d, locations_too=False)
+                self._catch_up(d, locations_too=False)
             self.opened()
-            if self._watch is None:
+            if self._watch is None:  # stock taken: nothing changed since, every key read
                 self._watch = DbLedgerStorageWatch(self)
-            return self._watch.look(ledgers_too)
+                return [], sum(held.size for held in self._watch.held)
+            return self._watch.look()
+
+    def unwatched(self) -> None:
+        """Nobody follows the changes: what was kept to find them goes (the next look takes stock anew)."""
+        with self._lock:
+            if self._watch is not None:
+                self._passes += self._watch.passes
+                self._watch = None
 
     @property
     def index_passes(self) -> int:
-        return self._watch.passes if self._watch is not None else 0
+        return self._passes + (self._watch.passes if self._watch is not None else 0)
 
     def refresh(self) -> None:
         with self._lock:
@@ -122,7 +140,7 @@ class DbLedgerStorageSource:
         found: list[np.ndarray] = []
         limbo = False
         with self._lock:
-            for d, (ledgers, locations) in enumerate(self.opened()):
+            for d, (ledgers, _) in enumerate(self.opened()):
                 value = ledgers.get(LEDGER_KEY.pack(ledger_id))
                 if value is None:
                     continue
@@ -132,18 +150,24 @@ class DbLedgerStorageSource:
                 except DecodeError as exc:
                     raise SourceError(f"ledger {ledger_id}: unreadable LedgerData in {ledgers.db}: {exc}") from None
                 limbo = limbo or data.limbo
-                found.append(entry_ids_listed(locations, ledger_id) if ledger_id not in self.suspects[d]
-                             else self._served(d, locations, ledger_id))
+                found.append(self._served(d, ledger_id))
         if not found:
             return None
         return (found[0] if len(found) == 1 else np.unique(np.concatenate(found))), limbo
 
-    def _served(self, d: int, locations: SecondaryIndex, ledger_id: int) -> np.ndarray:
-        """The entries of a ledger some of whose locations point into a gone entry log: those the bookie
-        can still read (values read: this is for the few ledgers `changes` found)."""
-        gone = self.gone_logs[d]
-        return np.array([eid for eid, value in index_entries(locations, ledger_id)
-                         if entrylog.split_location(LOCATION.unpack(value)[0])[0] not in gone], dtype=np.int64)
+    def _served(self, d: int, ledger_id: int) -> np.ndarray:
+        """The entries the directory's `locations` index lists for the ledger whose entry log is there. An entry
+        in a log not listed is looked up again after a catch-up, in a listing made after it: compaction moves
+        entries, then removes the log they were in."""
+        locations = self.indexes[d][1]
+        entry_ids, logs = entries_listed(locations, ledger_id)
+        if all(log in self._present(d) for log in np.unique(logs).tolist()):
+            return entry_ids
+        if not self._relisted[d]:  # once until the next catch-up: a log lost under many ledgers costs one
+            locations.catch_up()
+            self._logs[d], self._relisted[d] = None, True
+            entry_ids, logs = entries_listed(locations, ledger_id)
+        return entry_ids[np.isin(logs, np.fromiter(self._present(d), np.int64))]
 
     def availability(self, ledger_id: int) -> Holding | None:
         got = self.entry_ids(ledger_id)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +11,7 @@ import numpy as np
 
 from scrutiny import entrylog
 from scrutiny.changefeed import Change, Kind
+from scrutiny.entrysources.entrylogs import log_ids_in
 from scrutiny.entrysources.layout import LEDGER_KEY, LOCATION, index_entries
 from scrutiny.entrysources.rocksdb import IndexState, SecondaryIndex
 from scrutiny.entrysources.rocksdbwal import WalTail, Write
@@ -38,8 +38,6 @@ class WatchedBookie(Protocol):
 
     ledger_dirs: list[Path]
     indexes: list[tuple[SecondaryIndex, SecondaryIndex]]  # per directory: `ledgers`, `locations`
-    gone_logs: list[set[int]]  # per directory: the entry logs gone while `locations` still point into them
-    suspects: list[set[int]]  # ... and the ledgers that do (their answers leave those entries out)
 
     def cookie(self, d: int) -> bytes | None: ...
 
@@ -71,7 +69,6 @@ class DbLedgerStorageWatch:
         self.wals: list[WalTail] = []  # per directory: the `ledgers` index's WAL, followed from the last pass
         self.listed: list[int] = []  # the `current` directory's mtime when its entry logs were listed
         self.logs: list[dict[int, list[int] | None]] = []
-        self.stale = False  # the `ledgers` index went unwatched: taken stock of anew at the next look at it
         self.passes = 0  # keys-only passes made, stock taking included
         for d, (ledgers, _) in enumerate(source.opened()):
             self.cookies.append(source.cookie(d))
@@ -90,7 +87,7 @@ class DbLedgerStorageWatch:
     def _list_logs(self, d: int) -> None:
         """The directory's entry logs as they are now, each one's ledgers map read."""
         self.listed[d] = self._mtime(d)
-        self.logs[d] = {lid: self._map(d, lid) for lid in self._log_ids(d)}
+        self.logs[d] = {lid: self._map(d, lid) for lid in log_ids_in(self.source.ledger_dirs[d])}
 
     def _take_stock(self, d: int, ledgers: SecondaryIndex) -> int:
         """The directory's `ledgers` index as it is now, what later looks compare with; keys read."""
@@ -116,10 +113,6 @@ class DbLedgerStorageWatch:
         ids = np.frombuffer(keys, dtype=">i8").astype(np.int64)
         return np.sort(ids[ids > after])
 
-    def _log_ids(self, d: int) -> set[int]:
-        with os.scandir(self.source.ledger_dirs[d] / "current") as it:
-            return {i for e in it if (i := entrylog.log_id_of(e.name)) is not None}
-
     def _map(self, d: int, log_id: int) -> list[int] | None:
         """The log's ledgers map, None while it is being written (or unreadable)."""
         try:
@@ -132,45 +125,35 @@ class DbLedgerStorageWatch:
         except (OSError, ValueError):
             return None
 
-    def look(self, ledgers_too: bool = True) -> tuple[list[Change], int]:
+    def look(self) -> tuple[list[Change], int]:
         source, changes, read = self.source, [], 0
         gone_ledgers: list[np.ndarray] = []
         gone_logs: list[tuple[int, int, list[int] | None]] = []
-        stale, self.stale = self.stale, self.stale or not ledgers_too
         for d, (ledgers, _) in enumerate(source.indexes):
             cookie = source.cookie(d)
-            recreated = ledgers_too and ledgers.identity != self.states[d].identity
-            if cookie != self.cookies[d] or recreated:  # another instance of the bookie: its every ledger
+            if cookie != self.cookies[d] or ledgers.identity != self.states[d].identity:  # another instance
                 why = "cookie changed" if cookie != self.cookies[d] else "`ledgers` index was created anew"
                 changes.append(Change(Kind.BOOKIE_RESET, detail=f"the {why} in {source.ledger_dirs[d]}",
                                       every_ledger=True))
                 self.cookies[d] = cookie
                 self._list_logs(d)
-                if ledgers_too:
-                    read += self._take_stock(d, ledgers)
-            elif ledgers_too and stale:
                 read += self._take_stock(d, ledgers)
-            elif ledgers_too:
+            else:
                 read += self._look_at_ledgers(d, ledgers, changes, gone_ledgers)
             mtime = self._mtime(d)
             # an entry log created or removed; a time too recent may hide a second change (coarse clocks)
             if mtime != self.listed[d] or time.time_ns() - mtime < 2_000_000_000:
                 self.listed[d] = mtime
-                present = self._log_ids(d)
+                present = log_ids_in(self.source.ledger_dirs[d])
                 gone_logs += [(d, log_id, self.logs[d].pop(log_id)) for log_id in set(self.logs[d]) - present]
                 for log_id in present - self.logs[d].keys():
                     self.logs[d][log_id] = None
-                    source.gone_logs[d].discard(log_id)  # restored
             for log_id in [i for i, mapped in self.logs[d].items() if mapped is None]:
                 self.logs[d][log_id] = self._map(d, log_id)  # the map is written when the log is finished
-        if ledgers_too:
-            self.stale = False
         if gone_ledgers:
             ids = np.unique(np.concatenate(gone_ledgers))
             for held in self.held:  # held in no directory
                 ids = ids[~holds(held, ids)]
-            for suspects in source.suspects:
-                suspects.difference_update(ids.tolist())
             if ids.size:
                 changes.append(Change(Kind.LEDGERS_GONE, tuple(ids.tolist()), "left the ledgers index"))
         if gone_logs:
@@ -270,8 +253,6 @@ class DbLedgerStorageWatch:
                     break
         if not affected:
             return None, read  # garbage collection as it should be: nothing held points into it
-        source.gone_logs[d].add(log_id)
-        source.suspects[d].update(affected)
         return Change(Kind.ENTRY_LOG_GONE, tuple(sorted(affected)), f"{log_id:x}.log of {source.ledger_dirs[d]} "
                       "is gone while the index still points into it", entry_log=log_id), read
 

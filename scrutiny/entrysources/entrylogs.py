@@ -13,6 +13,12 @@ from scrutiny import entrylog
 MAX_ENTRY_BYTES = 64 * 1024 * 1024  # larger than any entry a bookie accepts (nettyMaxFrameSizeBytes)
 
 
+def log_ids_in(ledger_dir: Path) -> set[int]:
+    """The ids of the entry logs in a ledger directory now."""
+    with os.scandir(ledger_dir / "current") as it:
+        return {i for e in it if (i := entrylog.log_id_of(e.name)) is not None}
+
+
 class OpenLogs:
     """The entry logs one call reads, per ledger directory; a context manager that closes them."""
 

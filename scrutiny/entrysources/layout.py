@@ -17,11 +17,13 @@ LOCATION = struct.Struct(">q")
 ENTRY_KEY = struct.Struct(">qq")
 
 
-def entry_ids_listed(locations: SecondaryIndex, ledger_id: int) -> np.ndarray:
-    """The entry ids a `locations` index lists for the ledger, ascending. Keys only, from (ledger, 0) up to
-    the ledger's special negative ids (bytewise, they sort after the real ones), decoded in one pass."""
-    keys = locations.keys_between(ENTRY_KEY.pack(ledger_id, 0), ENTRY_KEY.pack(ledger_id, -(1 << 63)))
-    return np.frombuffer(keys, dtype=">i8")[1::2].astype(np.int64)
+def entries_listed(locations: SecondaryIndex, ledger_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """The entry ids a `locations` index lists for the ledger, ascending, and the entry log each one is in. One
+    pass from (ledger, 0) up to the ledger's special negative ids (bytewise, they sort after the real ones),
+    keys and values decoded together."""
+    rows = np.frombuffer(locations.items_between(ENTRY_KEY.pack(ledger_id, 0), ENTRY_KEY.pack(ledger_id, -(1 << 63))),
+                         dtype=">i8").reshape(-1, 3)  # ledger id, entry id, location
+    return rows[:, 1].astype(np.int64), (rows[:, 2] >> 32).astype(np.int64)
 
 
 def index_entries(locations: Any, ledger_id: int) -> Iterator[tuple[int, bytes]]:

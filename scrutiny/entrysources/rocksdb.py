@@ -7,6 +7,7 @@ import contextlib
 import os
 import shutil
 from collections.abc import Iterator
+from itertools import chain
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -54,6 +55,7 @@ class SecondaryIndex:
         self.identity: tuple[int, int, bytes] = (0, 0, b"")
         self._handle: Any = None
         self._wals: set[str] = set()  # the write-ahead logs replayed (or there to replay) at the last catch-up
+        self.close()  # what an earlier agent left in the scratch directory (killed, say) is not this one's view
 
     @property
     def is_open(self) -> bool:
@@ -135,6 +137,15 @@ class SecondaryIndex:
         bound = ReadOptions()
         bound.set_iterate_upper_bound(hi)
         return b"".join(self._handle.keys(from_key=lo, read_opt=bound))
+
+    def items_between(self, lo: bytes, hi: bytes) -> bytes:
+        """Every key and its value from `lo` up to, not including, `hi`, joined key, value, key, value (one
+        iteration; RocksDB's own upper bound ending it)."""
+        from rocksdict import ReadOptions
+
+        bound = ReadOptions()
+        bound.set_iterate_upper_bound(hi)
+        return b"".join(chain.from_iterable(self._handle.items(from_key=lo, read_opt=bound)))
 
     def iterator(self) -> Any:
         return self._handle.iter()

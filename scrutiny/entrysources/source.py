@@ -84,5 +84,8 @@ class WatchesChanges(Protocol):
 
     index_passes: int  # how often every key of the index was read to watch it (its WAL could not tell)
 
-    def changes(self, ledgers_too: bool = True) -> tuple[list[Change], int]:
+    def changes(self) -> tuple[list[Change], int]:
         """The changes, and how many index keys that read (the agent's CPU budget counts them)."""
+
+    def unwatched(self) -> None:
+        """Nobody follows the changes any more: what was kept to find them goes; the next call takes stock."""

@@ -28,6 +28,11 @@ from scrutiny.entrylog import (
 from scrutiny.entrysources.layout import ENTRY_KEY, LEDGER_KEY, LOCATION
 
 
+def log_header(map_offset: int = 0, ledgers: int = 0) -> bytes:
+    """An entry log's 1024-byte header: where its ledgers map is (0: not yet, the log is being written)."""
+    return LOG_HEADER.pack(LOG_MAGIC, 1, map_offset, ledgers).ljust(LOG_HEADER_BYTES, b"\0")
+
+
 class EntryLog:
     """One entry log being appended: the 1024-byte header, then each entry as an int32 size and its
     bytes; `finish` appends the ledgers map (records of at most 10,000 ledgers) and points the header
@@ -38,7 +43,7 @@ class EntryLog:
         self.path = log_path(ledger_dir, log_id)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.file = open(self.path, "wb")  # noqa: SIM115 - appended to until finish()
-        self.file.write(LOG_HEADER.pack(LOG_MAGIC, 1, 0, 0).ljust(LOG_HEADER_BYTES, b"\0"))
+        self.file.write(log_header())
         self.sizes: dict[int, int] = {}
 
     def append(self, ledger_id: int, stored: bytes) -> int:
@@ -58,7 +63,7 @@ class EntryLog:
             record = MAP_RECORD.pack(-1, -2, len(chunk)) + b"".join(MAP_PAIR.pack(*p) for p in chunk)
             self.file.write(ENTRY_SIZE.pack(len(record)) + record)
         self.file.seek(0)
-        self.file.write(LOG_HEADER.pack(LOG_MAGIC, 1, offset, len(pairs)))
+        self.file.write(log_header(offset, len(pairs)))
         self.file.close()
 
 
@@ -78,13 +83,18 @@ class LiveBookie:
     def __init__(self, ledger_dir: str | Path) -> None:
         from rocksdict import Options, Rdict
 
-        current = Path(ledger_dir) / "current"
+        self.ledger_dir = Path(ledger_dir)
+        current = self.ledger_dir / "current"
         current.mkdir(parents=True, exist_ok=True)
         self.ledgers = Rdict(str(current / "ledgers"), options=Options(raw_mode=True))
         self.locations = Rdict(str(current / "locations"), options=Options(raw_mode=True))
 
     def add(self, ledger_id: int, entry_ids: Iterable[int], log_id: int = 1, limbo: bool = False) -> None:
-        """The ledger exists (as `limbo` says) and these entries are flushed (their locations written)."""
+        """The ledger exists (as `limbo` says) and these entries are flushed (their locations written) into entry
+        log `log_id` (a log being written, its header only, when there is none: the entries' bytes are not)."""
+        path = log_path(self.ledger_dir, log_id)
+        if not path.exists():
+            path.write_bytes(log_header())
         self.ledgers[LEDGER_KEY.pack(ledger_id)] = ledger_data(limbo)
         for eid in entry_ids:
             location = (log_id << 32) | (int(eid) & 0xFFFFFFFF)

@@ -49,14 +49,19 @@ class MutableHoldings:
 
     index_passes = 0  # what it holds is known without reading it whole
 
-    def changes(self, ledgers_too: bool = True) -> tuple[list[Change], int]:
+    def changes(self) -> tuple[list[Change], int]:
         """What a DbLedgerStorage agent would see since the last look: the drops (LEDGERS_GONE), a wipe
-        (BOOKIE_RESET); nothing without `ledgers_too` (nobody follows: what happened meanwhile is forgotten)."""
+        (BOOKIE_RESET)."""
         with self._lock:
-            gone, self._gone = sorted(self._gone) if ledgers_too else [], []
-            wiped, self._wiped = self._wiped and ledgers_too, False
+            gone, self._gone = sorted(self._gone), []
+            wiped, self._wiped = self._wiped, False
         found = [Change(Kind.BOOKIE_RESET, detail="back empty", every_ledger=True)] if wiped else []
         return found + ([Change(Kind.LEDGERS_GONE, tuple(gone), "dropped")] if gone else []), len(gone)
+
+    def unwatched(self) -> None:
+        """Nobody follows: what happened meanwhile is forgotten."""
+        with self._lock:
+            self._gone, self._wiped = [], False
 
     def refresh(self) -> None:
         pass

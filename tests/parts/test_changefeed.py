@@ -118,21 +118,21 @@ def test_what_a_dbledgerstorage_agent_sees_change(bookie: tuple[Path, LiveBookie
         source.close()
 
 
-def test_unfollowed_only_the_entry_logs_are_watched(bookie: tuple[Path, LiveBookie], tmp_path: Path) -> None:
-    """Nobody follows the feed: the agent looks at its entry logs (its answers must not count entries in a
-    removed log), not at the `ledgers` index, which it takes stock of anew when a reader comes back."""
+def test_unfollowed_the_watch_is_let_go_and_taken_anew(bookie: tuple[Path, LiveBookie], tmp_path: Path) -> None:
+    """Nobody follows the feed: the agent keeps nothing to watch with (its answers need no watch: a log removed
+    meanwhile is left out at once); followed again, it takes stock anew and reports only what changed since."""
     path, live = bookie
     source = DbLedgerStorageSource([path], tmp_path / "scratch")
     try:
-        assert source.changes(ledgers_too=False) == ([], 0)
+        assert source.changes() == ([], 6)  # stock taken: the keys of ledgers 1-6 read
+        source.unwatched()
         live.delete(2)
         live.flush()
-        assert source.changes(ledgers_too=False) == ([], 0)  # no catch-up with the index, no keys read
         entrylog.log_path(path, 1).unlink()
-        (gone,) = source.changes(ledgers_too=False)[0]
-        assert (gone.kind, gone.ledger_ids, gone.entry_log) == (Kind.ENTRY_LOG_GONE, (1, 3), 1)
+        source.refresh()
         assert source.availability(1).entries == 0  # type: ignore[union-attr]
-        assert source.changes() == ([], 5)  # followed again: stock taken of the index (1, 3, 4, 5, 6)
+        assert source.changes() == ([], 5)  # followed again: stock taken anew (1, 3, 4, 5, 6); nothing reported
+        assert source.index_passes == 2
         live.delete(5)
         live.flush()
         assert source.changes()[0] == [Change(Kind.LEDGERS_GONE, (5,), "left the ledgers index")]
