@@ -92,8 +92,10 @@ class Continuous:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def start(self, store: MetadataStore) -> None:
-        """On election: follow the feeds from where the last leader's cursors say, and look at what they name."""
+    def start(self, store: MetadataStore, kept: list[int] | tuple[int, ...] = ()) -> None:
+        """On election: follow the feeds from where the last leader's cursors say, and look at what they name, and
+        at once at the `kept` ledgers (the findings of the state a last leader kept: confirmed, or cleared)."""
+        self._look(kept, "the last leader's current state names it")
         self._stop.clear()
         self._agents_moved.clear()
         self._store, self.facts = store, FactsCache(store, reads=self.fact_reads)

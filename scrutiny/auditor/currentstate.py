@@ -68,6 +68,22 @@ class CurrentState:
         self.watching_since_ms = 0  # continuous mode has seen every change since then (0: not watching)
         self.missed = 0
         self.repair = RepairContext()  # the remedies' context, as the last full run read it
+        self.version = 0  # one more at every change of the findings (the keeper writes them for the next leader)
+        self._beyond: Counter[str] = Counter()  # findings a last leader kept as counts only, until a full run
+
+    def baseline(self) -> tuple[int, str, int]:
+        """When the full run the state rests on started, its kind, and when the last one finished."""
+        with self._lock:
+            return self.baseline_ms, self.baseline_kind, self.last_full_ms
+
+    def restore(self, found: Iterable[Current], beyond: Mapping[str, int], baseline_ms: int, baseline_kind: str,
+                last_full_ms: int) -> None:
+        """The state a last leader kept (a new leader's, until its own runs and looks tell)."""
+        with self._lock:
+            self._found = {(c.violation.category, c.violation.ledger_id): c for c in found}
+            self._beyond = Counter(beyond)
+            self.baseline_ms, self.baseline_kind, self.last_full_ms = baseline_ms, baseline_kind, last_full_ms
+            self.version += 1
 
     def watching(self, since_ms: int) -> None:
         """Continuous mode (re)started, or found a gap in a feed: it has seen every change only from now on."""
@@ -102,6 +118,8 @@ class CurrentState:
             new.update({k: c for k, c in self._found.items() if k[0] in FOLLOW_UP and k[1] in lossy})
             self._resolved.extend(Resolved(c, finished_ms, kind) for k, c in self._found.items() if k not in new)
             self._found, self.baseline_ms, self.baseline_kind = new, started_ms, kind
+            self._beyond.clear()
+            self.version += 1
             self.repair = repair or self.repair
             self.previous_full_ms, self.last_full_ms = self.last_full_ms, finished_ms
             self.missed += missed
@@ -119,11 +137,12 @@ class CurrentState:
 
         with self._lock:
             fresh = {(v.category, v.ledger_id): v for v in found}
-            added = 0
+            added = changed = 0
             for key, v in fresh.items():
                 before = self._found.get(key)
                 if before is None:
                     added += 1
+                changed += before is None or before.violation.to_json() != v.to_json()
                 self._found[key] = Current(v, before.detected_ms if before else now_ms,
                                            before.found_by if before else how(v.ledger_id))
             cleared = [k for k in self._found if k[1] in ids and k[0] in categories and k not in fresh]
@@ -132,6 +151,7 @@ class CurrentState:
             cleared += [k for k in self._found if k[0] in FOLLOW_UP and k[1] not in lossy and k not in gone]
             for k in cleared:
                 self._resolved.append(Resolved(self._found.pop(k), now_ms, how(k[1])))
+            self.version += bool(changed or cleared)
             return added, len(cleared)
 
     def looked_again_bookies(self, bookies: Collection[str], found: Iterable[Violation], now_ms: int,
@@ -172,6 +192,7 @@ class CurrentState:
         with self._lock:
             for k in [k for k in self._found if k[1] in ids]:
                 self._resolved.append(Resolved(self._found.pop(k), now_ms, "continuous: the ledger was deleted"))
+                self.version += 1
 
     def resolved(self, since_ms: int = 0) -> list[Resolved]:
         """What a later look no longer found (since then), the newest first; the last RESOLVED_KEPT."""
@@ -180,7 +201,7 @@ class CurrentState:
 
     def counts(self) -> Counter[str]:
         with self._lock:
-            return Counter(str(k[0]) for k in self._found)
+            return Counter(str(k[0]) for k in self._found) + self._beyond
 
     def findings(self, newest_first: bool = False) -> list[Current]:
         """Worst first, then the newest (or the newest first)."""

@@ -25,6 +25,7 @@ from scrutiny.auditor.continuous import Continuous
 from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.auditor.deeprecord import deep_pass
 from scrutiny.auditor.handoffleader import AuditorLeader
+from scrutiny.auditor.keptstate import StateKeeper
 from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.auditor.leadership import Leadership, PeriodicRuns
 from scrutiny.auditor.publishing import Leading, Publisher
@@ -58,6 +59,8 @@ from scrutiny.v1 import auditor_pb2_grpc
 log = logging.getLogger(__name__)
 SERVICE_NAME = "scrutiny.v1.Auditor"
 HANDOFF_JOB = "handoff"
+KEEP_STATE_JOB = "keep-state"
+KEEP_STATE_SECONDS = 2.0  # the current state written for the next leader at most this often (when it changed)
 
 
 class AuditorConfig(NamedTuple):
@@ -126,6 +129,7 @@ class Auditor:
         # the remedies' context before a full run tells it (the hand-off judges with the same percentage)
         self.current.repair = RepairContext(self.config.scan.auditor_ledger_verification_percentage)
         self.publisher = Publisher(self.current)  # where finished runs go
+        self.keeper = StateKeeper(self.current)  # ... and the current state, for the next leader
         self.trigger = RunTrigger(self)  # whether a run asked for starts
         self.cluster = ClusterView(self.connected_store, lambda: self.config.scan)  # what the console asks live
         # its safety net: a full run (unless one is queued or running)
@@ -251,11 +255,16 @@ class Auditor:
 
     def _elected(self) -> None:
         assert self.periodic is not None
-        self.publisher.elected(self.connected_store(), {kind: t.finished_ms for kind, t in self.queue.last.items()})
+        store = self.connected_store()
+        self.publisher.elected(store, {kind: t.finished_ms for kind, t in self.queue.last.items()})
+        kept = self.keeper.restore(store)
         if self.continuous is not None:  # first: the full run it asks for is then the period's, if one is due
-            self.continuous.start(self.connected_store())
+            self.continuous.start(store, kept)
         self.periodic.schedule(intervals(self.config.auditor))
         self._schedule_handoff()
+        self.scheduler.add_job(lambda: self.keeper.keep(self.connected_store()), "interval",
+                               seconds=KEEP_STATE_SECONDS, id=KEEP_STATE_JOB, replace_existing=True, max_instances=1,
+                               coalesce=True)
 
     def _schedule_handoff(self) -> None:
         """The hand-off to autorecovery (`scrutiny.repair`), while leading; it does nothing while `repair` is off."""
@@ -267,8 +276,9 @@ class Auditor:
         if self.continuous is not None:
             self.continuous.stop()
         self.periodic.clear()
-        with contextlib.suppress(JobLookupError):
-            self.scheduler.remove_job(HANDOFF_JOB)
+        for job in (HANDOFF_JOB, KEEP_STATE_JOB):
+            with contextlib.suppress(JobLookupError):
+                self.scheduler.remove_job(job)
         self.publisher.deposed()
 
     # -- runs ---------------------------------------------------------------------------------

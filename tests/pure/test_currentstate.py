@@ -1,11 +1,19 @@
-"""The current state the leader keeps between full runs: a run replaces what it looked at, nothing else."""
+"""The current state the leader keeps between full runs: a run replaces what it looked at, nothing else; what a
+leader keeps of it for the next one."""
 
 from __future__ import annotations
 
+import random
+import zlib
+
+import pytest
+
 from scrutiny.auditor.currentstate import CurrentState
+from scrutiny.auditor.keptstate import KeptState, kept
 from scrutiny.auditor.runkinds import DEEP, FULL, KIND_CATEGORIES
 from scrutiny.categories import Category
 from scrutiny.checks import Violation
+from scrutiny.errors import DataError
 
 
 def test_a_full_run_keeps_what_only_a_deep_run_looks_for() -> None:
@@ -39,3 +47,47 @@ def test_a_deep_run_judges_nothing_of_continuous_scrutiny() -> None:
     short = Violation(Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY, 7, ("b1:3181",))
     assert state.full_run([short], 3000, 4000, DEEP, categories=KIND_CATEGORIES[DEEP], judges_continuous=False) == 0
     assert state.missed == 0 and dict(state.counts()) == {"LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY": 1}
+
+
+def test_the_state_a_leader_keeps_is_what_the_next_one_restores() -> None:
+    """Every finding whole with when and how it was found, the baseline, and the counts: the next leader's state
+    (its gauges, its API) is the last one's until its own runs and looks tell."""
+    state = CurrentState()
+    state.full_run([Violation(Category.PLACEMENT_POLICY_NOT_ADHERING, 3, ("b1:3181",), {"racks": 1})], 1000, 2000)
+    gone = {"least_copies": 0, "write_quorum": 2, "ack_quorum": 2, "ensemble_size": 2, "under_covered": [
+        {"first_entry": 0, "last_entry": 4, "sequence_size": 1, "sequence_period": 1, "entries": 5, "copies": 0,
+         "missing_bookies": ["b2:3181"]}]}
+    state.looked_again([7], [Violation(Category.NO_REPLICA_OF_AN_ENTRY, 7, ("b2:3181",), gone)], 2500,
+                       "continuous: LEDGERS_GONE on b2:3181", KIND_CATEGORIES[FULL])
+    data = kept(state).to_bytes()
+    restored = CurrentState()
+    record = KeptState.parse(data)
+    restored.restore(record.found, record.beyond, record.baseline_ms,
+                     record.baseline_kind, record.last_full_ms)
+    assert [c.to_json() for c in restored.findings()] == [c.to_json() for c in state.findings()]
+    assert restored.counts() == state.counts() and restored.baseline() == state.baseline() == (1000, "full", 2000)
+
+
+def test_a_state_too_large_to_keep_keeps_its_worst_findings_and_counts_the_rest() -> None:
+    state = CurrentState()
+    def pad() -> dict[str, str]:  # details that do not compress away
+        return {"pad": random.randbytes(100).hex()}
+
+    lost = [Violation(Category.NO_REPLICA_OF_AN_ENTRY, i, ("b1:3181",), pad()) for i in range(50)]
+    weak = [Violation(Category.WEAK_DURABILITY_POLICY, 1000 + i, (), pad()) for i in range(50)]
+    state.full_run(lost + weak, 1000, 2000)
+    small = kept(state, most=60, most_bytes=1_500)  # 60 findings do not fit in 1.5 KB compressed: fewer do
+    assert 0 < len(small.found) < 60 and len(small.to_bytes()) <= 1_500
+    assert all(c.violation.category is Category.NO_REPLICA_OF_AN_ENTRY for c in small.found)  # the worst first
+    restored = CurrentState()
+    restored.restore(small.found, small.beyond, small.baseline_ms, small.baseline_kind, small.last_full_ms)
+    assert restored.counts() == state.counts()  # the gauges count every finding
+    restored.full_run([], 3000, 4000)
+    assert restored.counts() == {}  # a full run replaces it all
+
+
+def test_an_unreadable_kept_state_is_none() -> None:
+    with pytest.raises(DataError):
+        KeptState.parse(b"not zlib")
+    with pytest.raises(DataError):
+        KeptState.parse(zlib.compress(b'{"format": 99}'))

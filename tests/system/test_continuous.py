@@ -27,7 +27,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from scrutiny import entrylog
 from scrutiny.agent import BookieAgent
 from scrutiny.auditor import Auditor
+from scrutiny.auditor.currentstate import Current
 from scrutiny.auditor.cursors import CURSORS
+from scrutiny.auditor.keptstate import CURRENT_STATE
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
@@ -250,10 +252,16 @@ def test_a_lost_bookie_is_looked_at_when_the_clusters_delay_has_passed(cluster: 
         a.stop()
 
 
+def kept_findings(store: MetadataStore) -> tuple[Current, ...]:
+    kept = CURRENT_STATE.read(store)
+    return kept.found if kept is not None else ()
+
+
 def test_a_leader_killed_mid_stream_hands_its_cursors_on(cluster: Cluster, tmp_path: Path) -> None:
     """A `scrutiny auditor` process leading, killed (SIGKILL: no stop, no last word) while its feeds
     stream; what the agents saw while no one led reaches the next leader through the cursors the first
-    kept in the store: its feeds resume without a gap, and that change is what they bring first."""
+    kept in the store: its feeds resume without a gap, and that change is what they bring first. What the
+    killed leader had found stands at the new one's election, from the current state it kept."""
     s = cluster.scan
     port = free_port()
     config = tmp_path / "auditor.yaml"
@@ -283,6 +291,7 @@ def test_a_leader_killed_mid_stream_hands_its_cursors_on(cluster: Cluster, tmp_p
         cluster.synthetic[B2].drop(4)
         wait_for(lambda: ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 4) in current_of_first(), FOUND_WITHIN)
         wait_for(lambda: B2 in CURSORS.read(cluster.registry).agents, 10)
+        wait_for(lambda: any(c.violation.ledger_id == 4 for c in kept_findings(cluster.registry)), 10)
         first.kill()  # mid-stream: every feed open
         first.wait(timeout=10)
     finally:
@@ -296,6 +305,12 @@ def test_a_leader_killed_mid_stream_hands_its_cursors_on(cluster: Cluster, tmp_p
     second = cluster.auditor()  # leads once the killed one's session has expired
     try:
         wait_for(lambda: second.leading.is_set(), 30)
+        elected_ms = time.time() * 1000
+        # what only continuous mode had found stands at once: kept by the killed leader, not found anew by the
+        # new one's takeover full run (which would say "rescan", found at its end)
+        found = {(str(c.violation.category), c.violation.ledger_id): c for c in second.current.findings()}
+        mine = found[("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 4)]
+        assert mine.found_by.startswith("continuous") and mine.detected_ms < elected_ms, mine
         assert second.continuous is not None
         wait_for(lambda: ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 6) in current(second), FOUND_WITHIN)
         time.sleep(1)
