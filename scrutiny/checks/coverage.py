@@ -4,7 +4,7 @@ entry classifies the ledger (no copy, below AQ, below WQ)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -96,6 +96,7 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata],
 
 
 NO_BYTES: Mapping[int, bytes] = MappingProxyType({})
+NO_ENTRIES: Mapping[str, Collection[int]] = MappingProxyType({})
 
 
 @functools.cache
@@ -104,9 +105,12 @@ def healthy_coverage(wq: int) -> CoverageResult:
     return CoverageResult(wq, None, frozenset(), MappingProxyType({}))
 
 
-def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> CoverageResult:
+def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer],
+                   looks_held: Mapping[str, Collection[int]] = NO_ENTRIES) -> CoverageResult:
     """The replicas check of a closed ledger. A bookie without an entry in `answers`, or whose answer
-    is unavailable, invalid or in limbo, is unknown: its copies are neither counted missing nor present."""
+    is unavailable, invalid or in limbo, is unknown: its copies are neither counted missing nor present.
+    `looks_held`: per bookie, entries not counted as copies that BookKeeper's checker would read back all the
+    same (a deep run's copies whose digest fails: the bookie serves them)."""
     e, wq, aq = md.ensemble_size, md.write_quorum, md.ack_quorum
     if each_holds_its_share(md, answers):  # the common case, without the residue arithmetic
         return healthy_coverage(wq)
@@ -136,7 +140,7 @@ def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> C
                 subtract([expected_k(r, e, lo, hi)], held[r]) if (pos - r) % e < wq else []
                 for r in range(e)
             ])
-        shares_lacking += lacking_shares(seg.ensemble, missing, e, wq, lo, hi)
+        shares_lacking += lacking_shares(seg.ensemble, missing, e, wq, lo, hi, looks_held)
         by_kind: dict[tuple[frozenset[str], int], list[Intervals]] = {}
         for r in range(e):
             positions = [(r + w) % e for w in range(wq)]
@@ -169,18 +173,22 @@ def check_coverage(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> C
 
 
 def lacking_shares(ensemble: Sequence[str], missing: list[list[Intervals]], e: int, wq: int, lo: int,
-                   hi: int) -> list[dict[str, Any]]:
+                   hi: int, looks_held: Mapping[str, Collection[int]] = NO_ENTRIES) -> list[dict[str, Any]]:
     """Each bookie of a fragment (entries lo..hi) that lacks some of its share: how many entries, and whether
     it lacks the first or the last one it should store, the only two BookKeeper's `LedgerChecker` reads at
-    its default verification percentage (0)."""
+    its default verification percentage (0); and how many of those it lacks the checker would read back all
+    the same (`looks_held`: never a lacking end)."""
     out = []
     for pos, b in enumerate(ensemble):
         lacking = sum(k1 - k0 + 1 for ivs in missing[pos] for k0, k1 in ivs)
         ends = stored_ends(e, wq, pos, lo, hi)
         if lacking and ends is not None:
-            out.append({"bookie": b, "first_entry": lo, "last_entry": hi, "entries_lacking": lacking,
-                        "checker_reads": list(ends),
-                        "lacking_ends": [x for x in dict.fromkeys(ends) if in_intervals(x, e, missing[pos])]})
+            served = [x for x in looks_held.get(b, ()) if lo <= x <= hi and in_intervals(x, e, missing[pos])]
+            share = {"bookie": b, "first_entry": lo, "last_entry": hi, "entries_lacking": lacking,
+                     "checker_reads": list(ends),
+                     "lacking_ends": [x for x in dict.fromkeys(ends)
+                                      if in_intervals(x, e, missing[pos]) and x not in served]}
+            out.append({**share, "looks_held": len(served)} if served else share)
     return out
 
 

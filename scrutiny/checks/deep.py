@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from scrutiny import entrylog
 from scrutiny.categories import Category
 from scrutiny.checks.answers import BookieAnswer
 from scrutiny.checks.violation import Violation, id_ranges
@@ -76,6 +77,16 @@ def check_deep(md: LedgerMetadata, deep: Mapping[str, DeepAnswer]) -> list[Viola
                                  {"entries": id_ranges(bad_ids), "count": int(bad_ids.size),
                                   "first_entry_copies": by_hash}, md.znode_version))
     return out
+
+
+# Why a copy is corrupt, where the bookie still serves it: its digest fails, which only a client checks. Every
+# other reason (its entry log gone, cut short, another entry at its location) fails the bookie's own read.
+SERVED_REASONS = frozenset({entrylog.BAD_DIGEST})
+
+
+def served_corrupt(deep: DeepAnswer) -> list[int]:
+    """The corrupt copies the bookie serves all the same (BookKeeper's checker reads them back)."""
+    return sorted(e for e, reason, _ in deep.corrupt if reason in SERVED_REASONS)
 
 
 def without_corrupt(answer: BookieAnswer, deep: DeepAnswer | None) -> BookieAnswer:

@@ -107,9 +107,15 @@ def _copies(v: Violation, ctx: RepairContext) -> Remedy:
     if off is not None:
         return Remedy(action, off.commands + commands, off.autorecovery, off.why)
     p = ctx.verification_percentage
+    # the bad copies the bookie serves all the same (a deep run's, digest failing): its checker reads them back
+    failing = [s for s in lacking if s["entries_lacking"] > s.get("looks_held", 0)]
+    if lacking and not failing:
+        return Remedy(action, commands, NO, "the bookies serve these copies (their digest fails, the bookie does not "
+                      "check it) and its checker reads without verifying a digest: the copies look held to it")
     if p >= 100:
         return Remedy(action, commands, YES, f"its checker reads every entry (auditorLedgerVerificationPercentage "
-                      f"{p}); a worker copies each bad share to another bookie")
+                      f"{p}) and a copy the bookie lacks or cannot read fails it; a worker copies each bad share to "
+                      "another bookie")
     if not lacking:
         return Remedy(action, commands, MAYBE, "which entries of each share are missing is not known for this "
                       "finding: whether its checker sees the loss cannot be told")
@@ -121,9 +127,13 @@ def _copies(v: Violation, ctx: RepairContext) -> Remedy:
                       f"share of a fragment, and {seen}: a worker copies that whole share to another bookie")
     where = "; ".join(f"{s['bookie']} lacks {s['entries_lacking']} of entries {s['first_entry']}-{s['last_entry']} "
                       f"but holds entries {s['checker_reads'][0]} and {s['checker_reads'][1]}" for s in unseen[:3])
-    if p > 0:
+    if p > 0 and any(s in failing for s in unseen):
         return Remedy(action, commands, MAYBE, f"its checker samples {p}% of each share besides the first and the "
                       f"last entry: {where}; a sample may miss them, and the mark is then removed without repair")
+    if p > 0:
+        return Remedy(action, commands, NO, f"its checker samples {p}% of each share besides the first and the last "
+                      f"entry: {where}, and the other copies it lacks are ones it serves (their digest fails): a mark "
+                      "would be removed without repair")
     return Remedy(action, commands, NO, f"at auditorLedgerVerificationPercentage 0 its checker reads only the first "
                   f"and the last entry of each bookie's share of a fragment: {where}; a mark would be removed "
                   "without repair (apache/bookkeeper #3887)")
@@ -201,12 +211,29 @@ def _pulsar_crc(v: Violation, ctx: RepairContext) -> Remedy:
 
 
 def _corrupt(v: Violation, ctx: RepairContext) -> Remedy:
+    """The bookie serves a copy whose digest fails (only a client verifies one); every other corrupt copy (its
+    entry log gone, cut short, another entry at its location) fails the bookie's own read, as a copy it lacks
+    fails BookKeeper's checker (tests/real/test_repair.py)."""
     copies = v.details.get("copies", {})
     bad = sorted(copies) if isinstance(copies, Mapping) and copies else list(v.bookies)
-    return Remedy(f"check {', '.join(bad)}'s disk (SMART, dmesg); copy its share from the good copies before the bad "
-                  "one is the last (the copies read back are verified against their digests)",
-                  (recover(bad, v.ledger_id),), NO, "its checker reads without verifying a digest: a corrupt copy "
-                  "looks held")
+    reasons = {r for c in (copies.values() if isinstance(copies, Mapping) else ()) for r in c.get("reasons", {})}
+    action = (f"check {', '.join(bad)}'s disk (SMART, dmesg); copy its share from the good copies before the bad one "
+              "is the last (the copies read back are verified against their digests)")
+    commands = (recover(bad, v.ledger_id),)
+    unreadable = sorted(reasons - {"bad-digest"})
+    if not unreadable:
+        return Remedy(action, commands, NO, "the bookie serves these copies and its checker reads without "
+                      "verifying a digest: a copy whose digest fails looks held")
+    off = _disabled(ctx)
+    if off is not None:
+        return Remedy(action, off.commands + commands, off.autorecovery, off.why)
+    failed = f"the bookie fails its own read of the copies it lists but cannot read ({', '.join(unreadable)})"
+    if ctx.verification_percentage >= 100:
+        return Remedy(action, commands, YES, f"{failed}; its checker reads every entry, and a worker copies each "
+                      "share it cannot read to another bookie")
+    return Remedy(action, commands, MAYBE, f"{failed}, as for a copy it lacks; its checker reads only some entries "
+                  f"of each share (auditorLedgerVerificationPercentage {ctx.verification_percentage}): this ledger's "
+                  "coverage finding says whether it reads these")
 
 
 def _missing_in_topic(v: Violation, ctx: RepairContext) -> Remedy:

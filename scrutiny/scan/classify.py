@@ -32,6 +32,7 @@ from scrutiny.checks import (
     coverage_without,
     healthy_coverage,
     held_exactly_their_shares,
+    served_corrupt,
     without_corrupt,
 )
 from scrutiny.checks.sequences import LedgerSequences
@@ -244,12 +245,14 @@ def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, p
         for b in ctx.lost_bookies & per.keys():
             if per[b].outcome is Outcome.UNAVAILABLE:
                 per[b] = NO_LEDGER  # BP-34: a bookie gone from the cluster has lost its copies
+    looks_held: dict[str, list[int]] = {}
     if deep:
         per = {b: without_corrupt(ans, deep.get(b, NOTHING).get(lid)) for b, ans in per.items()}
         read = scrubbed(md, deep)
         violations += check_deep(md, read)
         violations += check_checksums(md, read)
-    cov = check_coverage(md, per)
+        looks_held = {b: served for b, a in read.items() if (served := served_corrupt(a))}
+    cov = check_coverage(md, per, looks_held)
     if cov.invalid:
         violations.append(Violation(Category.INVALID_BOOKIE_RESPONSE, md.ledger_id, tuple(sorted(cov.invalid)),
                                     {"answers": dict(cov.invalid)}, md.znode_version))

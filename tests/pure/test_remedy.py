@@ -100,6 +100,45 @@ def test_no_copy_left_nothing_can_copy_and_a_disabled_cluster_copies_nothing() -
     assert r.autorecovery == YES and f"bin/bookkeeper shell recover {B[4]} -l 9" in r.commands
 
 
+def test_a_copy_the_bookie_cannot_read_is_one_its_checker_sees_and_a_bad_digest_is_not() -> None:
+    """A deep run counts both as no copy. A copy whose entry log is gone (or cut short, or another entry at its
+    location) fails the bookie's own read, which fails BookKeeper's checker as a missing copy does; a copy whose
+    digest fails is served, and the checker, which verifies no digest, reads it back as held."""
+    md = closed(3, 2, 2, 29)
+
+    def deep_finding(entries: list[int], served: list[int]) -> Violation:
+        answers = {x: BookieAnswer(Outcome.ENTRIES, Availability.of(expected_share(md, x))) for x in md.bookies}
+        answers[B[0]] = BookieAnswer(Outcome.ENTRIES, decode(encode(np.setdiff1d(share(md, B[0]), entries))))
+        v = check_coverage(md, answers, {B[0]: served}).violation
+        assert v is not None
+        return v
+
+    unreadable = deep_finding([0, 3], [])
+    assert unreadable.details["shares_lacking"][0]["lacking_ends"] == [0]
+    assert remedy(unreadable, RepairContext()).autorecovery == YES
+    bad_digest = deep_finding([0, 3], [0, 3])
+    share_ = bad_digest.details["shares_lacking"][0]
+    assert (share_["lacking_ends"], share_["looks_held"]) == ([], 2)
+    for p in (0, 30, 100):
+        r = remedy(bad_digest, RepairContext(verification_percentage=p))
+        assert r.autorecovery == NO and "digest" in r.why, p
+    mixed = deep_finding([0, 3], [0])  # the end's digest fails (served), entry 3's log is gone (not)
+    assert remedy(mixed, RepairContext()).autorecovery == NO
+    assert remedy(mixed, RepairContext(verification_percentage=30)).autorecovery == MAYBE
+    assert remedy(mixed, RepairContext(verification_percentage=100)).autorecovery == YES
+
+    def corrupt(*reasons: str) -> Violation:
+        return Violation(Category.CORRUPT_ENTRY, 7, (B[0],), {"copies": {B[0]: {
+            "entries": [[3, 3]], "count": len(reasons), "reasons": dict.fromkeys(reasons, 1)}}})
+
+    assert remedy(corrupt("bad-digest"), RepairContext(verification_percentage=100)).autorecovery == NO
+    gone = corrupt("missing-log")
+    assert remedy(gone, RepairContext(verification_percentage=100)).autorecovery == YES
+    r = remedy(gone, RepairContext())
+    assert r.autorecovery == MAYBE and "missing-log" in r.why and "coverage finding" in r.why
+    assert remedy(gone, RepairContext(100, replication_disabled=True)).autorecovery == NO
+
+
 @pytest.mark.parametrize("category", list(Category))
 def test_every_category_has_a_remedy_that_serializes(category: Category) -> None:
     assert set(REMEDIES) == set(REGISTRY)
