@@ -1,11 +1,14 @@
 """Real losses on real bookies, found with the right ledger, entries and bookies, on every BookKeeper line: a
 bookie's disk wiped and the bookie back (continuous scrutiny within its detection goal, and a full run); an entry
-log file removed under a running bookie (either entry logger); a byte flipped inside an entry of a real entry log
-(the deep scrub: CORRUPT_ENTRY); a mark BookKeeper's own Auditor wrote, aged past the grace period."""
+log file removed under a running bookie (either entry logger); an entry log removed while the bookie was stopped,
+found whether its agent watched it go, was restarted after, or was down; a bookie back on an earlier instance's
+directories while its agent was down; a byte flipped inside an entry of a real entry log (the deep scrub:
+CORRUPT_ENTRY); a mark BookKeeper's own Auditor wrote, aged past the grace period."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +22,7 @@ from scrutiny.codec import Availability
 from scrutiny.config import AuditorSettings
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.metadata import LedgerMetadata
+from scrutiny.report import Report
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_at
 from scrutiny.testing.realbookkeeper import RealBookie, RealBookKeeper
@@ -128,6 +132,99 @@ def test_an_entry_log_removed_under_a_running_bookie(bookkeeper: RealBookKeeper,
         assert v.bookies == (bookie.bookie_id,)
         lacking = sum(r["entries"] for r in v.details["under_covered"])
         assert lacking == len(where[v.ledger_id])
+
+
+def logs_of(agents: Agents, bookie: RealBookie, ledgers: list[int]) -> set[int]:
+    """The entry logs the bookie's index places these ledgers' entries in."""
+    return {entrylog.split_location(loc)[0] for lid in ledgers for _, _, loc in
+            source(agents, bookie).locations_of(lid) or []}
+
+
+def in_log(agents: Agents, bookie: RealBookie, ledgers: list[int], log_id: int) -> dict[int, int]:
+    """How many entries of each ledger the bookie's index places in the entry log (those with any)."""
+    where = {lid: sum(1 for _, _, loc in source(agents, bookie).locations_of(lid) or []
+                      if entrylog.split_location(loc)[0] == log_id) for lid in ledgers}
+    return {lid: n for lid, n in where.items() if n}
+
+
+def lacking(report: Report) -> dict[int, int]:
+    """The entries each finding's ledger lacks copies of."""
+    return {v.ledger_id: sum(r["entries"] for r in v.details["under_covered"]) for v in report.violations}
+
+
+def test_a_full_run_finds_a_removed_entry_log_whatever_its_agent_saw(bookkeeper: RealBookKeeper,
+                                                                    agents: Agents) -> None:
+    """As an operator meets it: a bookie stopped, an entry log of its removed, the bookie started again; a full run
+    finds the copies gone, and again after the bookie's agent is restarted (the same command line, the same scratch
+    directory). Then another log removed while the agent is down: the agent started again finds both."""
+    c = bookkeeper
+    bookies = [c.add_bookie() for _ in range(3)]
+    for b in bookies:
+        agents.serve(b)
+    client = c.client()
+    # 4 KiB entries, E3: every bookie holds every entry; a few MiB roll each bookie's entry log (logSizeLimit 4 MiB)
+    ledgers = [client.create(3, 3, 2, "CRC32C", entries=400, size=4096)[0] for _ in range(5)]
+    time.sleep(2)
+    bookie = bookies[0]
+    first, path = finished_log(bookie)
+    gone = in_log(agents, bookie, ledgers, first)
+    assert gone
+    bookie.stop()
+    os.remove(path)
+    bookie.start()
+    full = scan(c)
+    assert findings(full) == {("LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY", lid) for lid in gone}
+    assert lacking(full) == gone and all(v.bookies == (bookie.bookie_id,) for v in full.violations)
+    agents.stop(bookie)
+    agents.serve(bookie)  # restarted: nothing of what it saw before
+    again = scan(c)
+    assert findings(again) == findings(full) and lacking(again) == gone
+
+    second = min(log_id for log_id in logs_of(agents, bookie, ledgers) if log_id != first)  # not the one written
+    path = entrylog.log_path(bookie.ledger_dir, second)
+    more = in_log(agents, bookie, ledgers, second)
+    assert more
+    agents.stop(bookie)
+    bookie.stop()
+    os.remove(path)  # while the agent is down
+    bookie.start()
+    agents.serve(bookie)
+    both = scan(c)
+    want = {lid: gone.get(lid, 0) + more.get(lid, 0) for lid in {*gone, *more}}
+    assert lacking(both) == want and {str(v.category) for v in both.violations} == {
+        "LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY"}
+
+
+def test_a_bookie_back_on_an_earlier_instances_directories_while_its_agent_was_down(
+        bookkeeper: RealBookKeeper, agents: Agents, tmp_path: Path) -> None:
+    """A bookie's directories (journal and ledgers) swapped for a copy of an earlier instance's (a disk restored
+    from a backup) while the bookie and its agent are down: the bookie starts on them, its cookie the same, holding
+    nothing written since; the agent started again answers from them, and a full run finds every copy it lost."""
+    c = bookkeeper
+    bookies = [c.add_bookie() for _ in range(3)]
+    for b in bookies:
+        agents.serve(b)
+    client = c.client()
+    early = [client.create(3, 3, 2, "CRC32C", entries=20)[0] for _ in range(3)]
+    time.sleep(2)
+    bookie = bookies[0]
+    bookie.stop()
+    shutil.copytree(bookie.base, tmp_path / "backup")
+    bookie.start()
+    client = c.client()  # one that knows the bookie is back
+    late = [client.create(3, 3, 2, "CRC32C", entries=20)[0] for _ in range(3)]
+    time.sleep(2)
+    assert findings(scan(c)) == set()
+    agents.stop(bookie)
+    bookie.stop()
+    shutil.rmtree(bookie.base)
+    shutil.copytree(tmp_path / "backup", bookie.base)
+    bookie.start()
+    agents.serve(bookie)
+    full = scan(c)
+    assert findings(full) == {("LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY", lid) for lid in late}
+    assert lacking(full) == dict.fromkeys(late, 20) and all(v.bookies == (bookie.bookie_id,) for v in full.violations)
+    assert not set(early) & {v.ledger_id for v in full.violations}
 
 
 @pytest.mark.parametrize("which", [0, 2], ids=["default-entry-logger", "direct-io-entry-logger"])
