@@ -4,7 +4,8 @@ the marks. A whole share lost: the worker copies it elsewhere and unmarks, and s
 One entry lost in the middle of a share: the worker's checker reads the share's ends only, finds nothing and
 unmarks without copying; scrutiny says UNMARKED_WITHOUT_REPAIR with the `recover` command, the test runs that
 command with BookKeeper's shell, and scrutiny then finds the ledger whole. (scrutiny is told the cluster checks at
-100, so that it marks the second loss too: the misconfiguration its finding names.)"""
+100, so that it marks the second loss too: the misconfiguration its finding names.) And what BookKeeper's checker
+and worker do with a copy a bookie lists but cannot read (its entry log gone), at percentages 0 and 100."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from pathlib import Path
 
 from scrutiny.auditor import Auditor
 from scrutiny.checks import expected_share
+from scrutiny.checks.remedy import NO, YES, RepairContext, remedy
 from scrutiny.codec import Availability
 from scrutiny.config import AuditorSettings
 from scrutiny.repair.plan import MARKED, REPAIRED, UNREPAIRED
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_at
-from scrutiny.testing.realbookkeeper import RealBookKeeper
+from scrutiny.testing.realbookkeeper import RealBookie, RealBookKeeper
 from tests.real.conftest import Agents, findings, scan, scan_settings
 from tests.support.helpers import wait_for
 
@@ -84,3 +86,84 @@ def test_the_real_replication_worker_repairs_a_lost_share_and_unmarks_a_loss_it_
                  lambda: f"{[f.to_json() for f in auditor.current.findings()]}")
     finally:
         auditor.stop()
+
+
+def first_and_last(agents: Agents, bookie: RealBookie, ledger_id: int) -> tuple[set[int], int, int]:
+    """The entry logs the bookie's index places the ledger's entries in, and the logs of its first and last."""
+    s = agents.agents[bookie.bookie_id].source
+    s.refresh()
+    where = [(e, loc >> 32) for _, e, loc in s.locations_of(ledger_id) or []]  # type: ignore[attr-defined]
+    return {log for _, log in where}, where[0][1], where[-1][1]
+
+
+def test_the_real_autorecovery_and_a_copy_whose_entry_log_is_gone(bookkeeper: RealBookKeeper, agents: Agents,
+                                                                   tmp_path: Path) -> None:
+    """A bookie that lists an entry it cannot read (its entry log removed) is, to BookKeeper's checker, a bookie
+    that lacks it: a read fails it. So autorecovery repairs such a copy where its checker reads it, and only
+    there, as scrutiny's remedies say: at percentage 0 (the first and the last entry of a share) a ledger whose
+    end was in the log is repaired and one that lost only entries mid-share is unmarked without repair; at
+    percentage 100, BookKeeper's own Auditor finds the second one too and its worker repairs it."""
+    c = bookkeeper
+    bookies = [c.add_bookie(logSizeLimit=1024 * 1024) for _ in range(3)]  # a ledger of 2.4 MB spans three logs
+    for b in bookies:
+        agents.serve(b)
+    client = c.client()
+    ledgers = [client.create(3, 3, 2, "CRC32C", entries=600, size=4096)[0] for _ in range(3)]
+    agents.serve(c.add_bookie())  # where the copies go
+    time.sleep(2)
+    bookie = bookies[0]
+    spans = {lid: first_and_last(agents, bookie, lid) for lid in ledgers}
+    # a log holding only middle entries of one ledger, and one holding the first entry of another (and neither end
+    # of the first)
+    mid_lid, mid_log = next((lid, log) for lid, (logs, first, last) in spans.items()
+                            for log in sorted(logs) if log not in (first, last))
+    end_lid, end_log = next((lid, first) for lid, (_, first, _) in spans.items()
+                            if lid != mid_lid and first not in spans[mid_lid][1:])
+    bookie.stop()
+    for log in (mid_log, end_log):
+        (bookie.ledger_dir / "current" / f"{log:x}.log").unlink()
+    bookie.start()
+    at_100 = scan(c, auditor_ledger_verification_percentage=100)
+    at_0 = scan(c)
+    lossy = {mid_lid, end_lid} | {lid for lid, (logs, _, _) in spans.items() if logs & {mid_log, end_log}}
+    assert findings(at_0) == {("LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY", lid) for lid in lossy}
+    zero, hundred = ({v.ledger_id: remedy(v, r.repair).autorecovery for v in r.violations} for r in (at_0, at_100))
+    assert zero[mid_lid] == NO and zero[end_lid] == YES and set(hundred.values()) == {YES}
+    deep = scan(c, deep=True)  # the deep run's copies that fail the bookie's read: as the coverage finding says
+    corrupt = {v.ledger_id: v for v in deep.violations if str(v.category) == "CORRUPT_ENTRY"}
+    assert set(corrupt) == lossy and all(set(v.details["copies"][bookie.bookie_id]["reasons"]) == {"missing-log"}
+                                         for v in corrupt.values())
+    assert remedy(corrupt[mid_lid], RepairContext(100)).autorecovery == YES
+
+    # percentage 0, BookKeeper's default: scrutiny marks both (told the cluster checks at 100: the misconfiguration
+    # its finding then names), the worker repairs the one whose end it cannot read and unmarks the other
+    recovery = c.autorecovery(percentage=0, auditorPeriodicCheckInterval=0, lostBookieRecoveryDelay=3600)
+    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), full_interval_seconds=3600,
+                               underreplication_interval_seconds=0, insecure_open_rescan=True,
+                               continuous_batch_seconds=1.0, repair="mark", repair_interval_seconds=1.0)
+    auditor = Auditor(scan_settings(c, auditor_ledger_verification_percentage=100), settings,
+                      engine=LocalEngine()).start()
+    try:
+        def outcomes() -> dict[int, set[str]]:
+            out: dict[int, set[str]] = {}
+            for h in auditor.handoff.handed():
+                out.setdefault(h.candidate.ledger_id, set()).add(h.outcome)
+            return out
+
+        wait_for(lambda: REPAIRED in outcomes().get(end_lid, set()) and UNREPAIRED in outcomes().get(mid_lid, set()),
+                 240, lambda: f"{outcomes()}; see {c.workdir}")
+    finally:
+        auditor.stop()
+    recovery.stop()
+    left = scan(c)
+    assert mid_lid in {v.ledger_id for v in left.violations} and end_lid not in {v.ledger_id for v in left.violations}
+
+    # percentage 100: BookKeeper's own Auditor reads every entry, marks what is left, and its worker repairs it
+    c.autorecovery(percentage=100, auditorPeriodicCheckInterval=5, lostBookieRecoveryDelay=3600)
+    with store_at(c.uri) as store:
+        def repaired() -> bool:  # marked, copied elsewhere, unmarked
+            md = next(store.read_ledgers([mid_lid])).metadata
+            return md is not None and bookie.bookie_id not in md.bookies and not store.marked([mid_lid])
+
+        wait_for(repaired, 240, lambda: f"for AutoRecovery at 100; see {c.workdir}")
+    assert findings(scan(c)) == set()
