@@ -13,11 +13,13 @@ import json
 import os
 import queue
 import shutil
+import socket
 import struct
 import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,16 +104,19 @@ class Process:
 
 
 class RealBookie:
-    """One bookie process: its id (`127.0.0.1:<port>`), its journal and ledger directories, its configuration."""
+    """One bookie process: its id (`127.0.0.1:<port>`), its journal and ledger directories, its configuration, and
+    its admin HTTP endpoints on loopback when asked for (`admin_port`)."""
 
-    def __init__(self, cluster: RealBookKeeper, name: str, port: int, storage: str, settings: Mapping[str, object]
-                 ) -> None:
-        self.cluster, self.name, self.port = cluster, name, port
+    def __init__(self, cluster: RealBookKeeper, name: str, port: int, storage: str, settings: Mapping[str, object],
+                 admin_port: int = 0) -> None:
+        self.cluster, self.name, self.port, self.admin_port = cluster, name, port, admin_port
         self.bookie_id = f"127.0.0.1:{port}"
         self.base = cluster.workdir / name
         self.journal_dir, self.ledger_dir = self.base / "journal", self.base / "ledgers"
+        admin = {"httpServerEnabled": "true", "httpServerPort": admin_port, "httpServerHost": "127.0.0.1",
+                 "httpServerClass": "org.apache.bookkeeper.http.vertx.VertxHttpServer"} if admin_port else {}
         self.settings = {**cluster.bookie_settings(), "bookiePort": port, "journalDirectories": self.journal_dir,
-                         "ledgerDirectories": self.ledger_dir, "ledgerStorageClass": storage, **settings}
+                         "ledgerDirectories": self.ledger_dir, "ledgerStorageClass": storage, **admin, **settings}
         self.conf = write_conf(cluster.workdir / f"{name}.conf", self.settings)
         self.process: Process | None = None
 
@@ -128,11 +133,20 @@ class RealBookie:
                                                             str(self.conf), log=log), log)
         path = f"{self.cluster.root}/available/{self.bookie_id}"
         deadline = time.monotonic() + timeout
-        while not self.cluster.zk.exists(path):
+        while not self.cluster.zk.exists(path) or not self._admin_answers():  # (the admin server starts after)
             if not self.process.running or time.monotonic() > deadline:
                 raise RealBookKeeperError(f"bookie {self.bookie_id} did not register: {self.process.tail()}")
             time.sleep(0.1)
         return self
+
+    def _admin_answers(self) -> bool:
+        if not self.admin_port:
+            return True
+        try:
+            socket.create_connection(("127.0.0.1", self.admin_port), timeout=1).close()
+            return True
+        except OSError:
+            return False
 
     def stop(self) -> None:
         """SIGTERM: the bookie flushes its write cache and index, and unregisters."""
@@ -149,6 +163,23 @@ class RealBookie:
                   for sub in ("", "/readonly")):
             if time.monotonic() > deadline:
                 raise RealBookKeeperError(f"bookie {self.bookie_id}'s registration outlived its session")
+            time.sleep(0.2)
+
+    def force_gc(self, timeout: float = 120.0) -> None:
+        """A garbage collection now, compaction included, as an operator asks for one (`PUT /api/v1/bookie/gc`, the
+        admin endpoint's TriggerGCService), waited for until the bookie says it is done (`GET`: is_in_force_gc)."""
+        url = f"http://127.0.0.1:{self.admin_port}/api/v1/bookie/gc"
+        body = json.dumps({"forceMajor": True, "forceMinor": True}).encode()
+        with urllib.request.urlopen(urllib.request.Request(url, data=body, method="PUT"), timeout=30):
+            pass
+        deadline = time.monotonic() + timeout
+        while True:
+            with urllib.request.urlopen(url, timeout=30) as r:
+                if json.loads(r.read()).get("is_in_force_gc") != "true":
+                    return
+            if time.monotonic() > deadline:
+                raise RealBookKeeperError(f"bookie {self.bookie_id}'s forced garbage collection did not end in "
+                                          f"{timeout:.0f} s: {self.process.tail() if self.process else ''}")
             time.sleep(0.2)
 
     def lose_entries(self, ledger_id: int, entry_ids: list[int] | None = None) -> None:
@@ -304,10 +335,13 @@ class RealBookKeeper:
                 "dbStorage_directIOEntryLoggerTotalWriteBufferSizeMB": 16,
                 "autoRecoveryDaemonEnabled": "false", "lostBookieRecoveryDelay": 0, **self.settings}
 
-    def add_bookie(self, storage: str = DB_LEDGER_STORAGE, start: bool = True, **settings: object) -> RealBookie:
+    def add_bookie(self, storage: str = DB_LEDGER_STORAGE, start: bool = True, admin: bool = False,
+                   **settings: object) -> RealBookie:
+        """A bookie (`admin`: with its admin HTTP endpoints, for `force_gc`)."""
         from scrutiny.testing.localzk import free_port
 
-        bookie = RealBookie(self, f"bookie{len(self.bookies) + 1}", free_port(), storage, settings)
+        bookie = RealBookie(self, f"bookie{len(self.bookies) + 1}", free_port(), storage, settings,
+                            free_port() if admin else 0)
         self.bookies.append(bookie)
         return bookie.start() if start else bookie
 
