@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from scrutiny.agent import BookieAgent
+from scrutiny.checks import expected_share
+from scrutiny.codec import Availability
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.entrysources.bridge import BookieBridgeSource
@@ -21,6 +24,7 @@ from scrutiny.testing import store_at
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.realbookkeeper import DB_LEDGER_STORAGE, RealBookie, RealBookKeeper, Release
 from scrutiny.testing.realpulsar import RealPulsar
+from tests.support.helpers import wait_for
 
 VERSIONS = Path(__file__).resolve().parents[1] / "peers" / "versions"
 _roots = itertools.count()
@@ -139,3 +143,27 @@ def scan(cluster: RealBookKeeper, **settings: Any) -> Report:
 
 def findings(report: Report) -> set[tuple[str, int]]:
     return {(str(v.category), v.ledger_id) for v in report.violations}
+
+
+def flushed(agents: Agents, ledger_ids: Iterable[int], timeout: float = 120.0) -> None:
+    """Until every DbLedgerStorage bookie of these ledgers (served by `agents`) lists its whole share of each in its
+    index: its write cache flushed, which a bookie does every flushInterval and a loaded machine stretches."""
+    with store_at(agents.cluster.uri) as store:
+        mds = [r.metadata for r in store.read_ledgers(sorted(ledger_ids))]
+
+    def lacking() -> list[tuple[int, str]]:
+        out = []
+        for md in mds:
+            assert md is not None
+            for b in sorted(md.bookies):
+                source = agents.agents[b].source if b in agents.agents else None
+                if not isinstance(source, DbLedgerStorageSource):
+                    continue  # a stock bookie answers from its write cache too
+                source.refresh()
+                got = source.entry_ids(md.ledger_id)
+                want = Availability.of(expected_share(md, b)).entry_ids()
+                if got is None or not np.isin(want, got[0]).all():
+                    out.append((md.ledger_id, b))
+        return out
+
+    wait_for(lambda: not lacking(), timeout, lambda: f"for the bookies' flush: {lacking()}")

@@ -19,7 +19,7 @@ from scrutiny.metadata import LedgerMetadata
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_at
 from scrutiny.testing.realbookkeeper import RealBookie, RealBookKeeper, RealBookKeeperError
-from tests.real.conftest import Agents, findings, scan, scan_settings
+from tests.real.conftest import Agents, findings, flushed, scan, scan_settings
 from tests.support.helpers import wait_for
 
 SHAPES = [(3, 3, 2), (3, 2, 2), (4, 2, 2), (2, 2, 2), (4, 3, 2)]  # ensemble, write quorum, ack quorum
@@ -80,7 +80,7 @@ def test_a_healthy_cluster_raises_nothing_while_it_lives(bookkeeper: RealBookKee
         victim = next(b for b in bookies if b.bookie_id == md.segments[0].ensemble[1])
         # (its write cache flushed first: a bookie killed within flushInterval of an add holds that entry in its
         # journal only until it restarts, and is rightly reported short while it is down; tests/real/test_losses)
-        time.sleep(2)
+        flushed(agents, [changed])
         victim.kill()
         client.add(changed, 20)
         assert client.close_ledger(changed) == 39
@@ -106,7 +106,7 @@ def test_a_healthy_cluster_raises_nothing_while_it_lives(bookkeeper: RealBookKee
         # wherever the logs stood; the active log is never compacted)
         big = [client.create(3, 3, 2, "CRC32C", entries=300, size=4096)[0] for _ in range(6)]
         kept, deleted = big[0], big[1:]
-        time.sleep(2)
+        flushed(agents, big)
         logs_before = {b.bookie_id: logs_of(agents, b, kept) for b in bookies if logs_of(agents, b, kept)}
         # (the bookies never restarted: their index's write-ahead log never rotated)
         steady = [b for b in bookies[1:] if b is not victim and held(agents, b) & set(deleted)]
@@ -131,7 +131,7 @@ def test_a_healthy_cluster_raises_nothing_while_it_lives(bookkeeper: RealBookKee
         agents.serve(c.add_bookie())
         c.autorecovery(percentage=0)
         lost = bookies[3]
-        time.sleep(2)  # its write cache flushed
+        flushed(agents, written)  # its write cache flushed
         agents.stop(lost)
         lost.kill()
 
@@ -142,7 +142,8 @@ def test_a_healthy_cluster_raises_nothing_while_it_lives(bookkeeper: RealBookKee
             return not marks and all(m is not None and lost.bookie_id not in m.bookies for m in mds)
 
         wait_for(re_replicated, 240, lambda: f"for AutoRecovery; see {c.workdir}")
-        time.sleep(3)  # the last copies flushed (flushInterval 1 s) and the feeds' last looks
+        flushed(agents, written)  # the last copies flushed
+        time.sleep(2)  # the feeds' last looks: a false alarm would show
 
         # what scrutiny says, a run at a time and watching all along
         full = scan(c)

@@ -26,7 +26,7 @@ from scrutiny.report import Report
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_at
 from scrutiny.testing.realbookkeeper import RealBookie, RealBookKeeper
-from tests.real.conftest import Agents, findings, scan, scan_settings
+from tests.real.conftest import Agents, findings, flushed, scan, scan_settings
 from tests.support.helpers import wait_for
 
 DETECTION_GOAL_SECONDS = 20.0  # continuous scrutiny's, per loss class (bench/results/continuous-1m.md)
@@ -73,7 +73,7 @@ def test_a_wiped_bookie_back_is_found_at_once_and_by_every_full_run(bookkeeper: 
     c = bookkeeper
     client = c.client()
     ledgers = [client.create(3, 2, 2, "CRC32C", entries=30)[0] for _ in range(4)]
-    time.sleep(2)  # flushed: every copy in the indexes
+    flushed(agents, ledgers)
     wiped = c.bookies[0]
     wiped.wipe()  # killed, its disks emptied, formatted (its data gone a moment before this returns)
     lost = time.monotonic()
@@ -110,7 +110,7 @@ def test_an_entry_log_removed_under_a_running_bookie(bookkeeper: RealBookKeeper,
     client = c.client()
     # 4 KiB entries, E3: every bookie holds every entry; a few MiB roll each bookie's entry log (logSizeLimit 4 MiB)
     ledgers = [client.create(3, 3, 2, "CRC32C", entries=400, size=4096)[0] for _ in range(5)]
-    time.sleep(2)
+    flushed(agents, ledgers)
     bookie = c.bookies[which]
     log_id, path = finished_log(bookie)
     where = {lid: [e for _, e, loc in source(agents, bookie).locations_of(lid) or []
@@ -164,7 +164,7 @@ def test_a_full_run_finds_a_removed_entry_log_whatever_its_agent_saw(bookkeeper:
     client = c.client()
     # 4 KiB entries, E3: every bookie holds every entry; a few MiB roll each bookie's entry log (logSizeLimit 4 MiB)
     ledgers = [client.create(3, 3, 2, "CRC32C", entries=400, size=4096)[0] for _ in range(5)]
-    time.sleep(2)
+    flushed(agents, ledgers)
     bookie = bookies[0]
     first, path = finished_log(bookie)
     gone = in_log(agents, bookie, ledgers, first)
@@ -206,14 +206,14 @@ def test_a_bookie_back_on_an_earlier_instances_directories_while_its_agent_was_d
         agents.serve(b)
     client = c.client()
     early = [client.create(3, 3, 2, "CRC32C", entries=20)[0] for _ in range(3)]
-    time.sleep(2)
+    flushed(agents, early)
     bookie = bookies[0]
     bookie.stop()
     shutil.copytree(bookie.base, tmp_path / "backup")
     bookie.start()
     client = c.client()  # one that knows the bookie is back
     late = [client.create(3, 3, 2, "CRC32C", entries=20)[0] for _ in range(3)]
-    time.sleep(2)
+    flushed(agents, late)
     assert findings(scan(c)) == set()
     agents.stop(bookie)
     bookie.stop()
@@ -235,7 +235,7 @@ def test_a_byte_flipped_in_a_real_entry_log_is_a_corrupt_entry(bookkeeper: RealB
         agents.serve(c.add_bookie(**({"dbStorage_directIOEntryLogger": "true"} if _ == 2 else {})))
     client = c.client()
     ledger, _ = client.create(3, 3, 2, "CRC32C", entries=20, size=500)
-    time.sleep(2)
+    flushed(agents, [ledger])
     bookie = c.bookies[which]
     location = next(loc for _, e, loc in source(agents, bookie).locations_of(ledger) or [] if e == 7)
     log_id, pos = entrylog.split_location(location)
@@ -263,7 +263,7 @@ def test_a_mark_bookkeepers_auditor_wrote_is_aged_past_the_grace(bookkeeper: Rea
         agents.serve(b)
     client = c.client()
     ledgers = [client.create(3, 2, 2, "CRC32C", entries=10)[0] for _ in range(3)]
-    time.sleep(2)
+    flushed(agents, ledgers)
     c.autorecovery(percentage=0)
     lost = bookies[2]
     agents.stop(lost)

@@ -10,7 +10,6 @@ and worker do with a copy a bookie lists but cannot read (its entry log gone), a
 from __future__ import annotations
 
 import shlex
-import time
 from pathlib import Path
 
 from scrutiny.auditor import Auditor
@@ -22,7 +21,7 @@ from scrutiny.repair.plan import MARKED, REPAIRED, UNREPAIRED
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_at
 from scrutiny.testing.realbookkeeper import RealBookie, RealBookKeeper
-from tests.real.conftest import Agents, findings, scan, scan_settings
+from tests.real.conftest import Agents, findings, flushed, scan, scan_settings
 from tests.support.helpers import wait_for
 
 
@@ -41,7 +40,7 @@ def test_the_real_replication_worker_repairs_a_lost_share_and_unmarks_a_loss_it_
             shared = sorted(set(mds[whole].segments[0].ensemble) & set(mds[middle].segments[0].ensemble))  # type: ignore
             if shared:
                 break
-    time.sleep(2)  # flushed
+    flushed(agents, [whole, middle])
     bookie = next(b for b in bookies if b.bookie_id == shared[0])
     share = Availability.of(expected_share(mds[middle], bookie.bookie_id)).entry_ids().tolist()  # type: ignore
     gone_entry = share[len(share) // 2]
@@ -110,7 +109,7 @@ def test_the_real_autorecovery_and_a_copy_whose_entry_log_is_gone(bookkeeper: Re
     client = c.client()
     ledgers = [client.create(3, 3, 2, "CRC32C", entries=600, size=4096)[0] for _ in range(3)]
     agents.serve(c.add_bookie())  # where the copies go
-    time.sleep(2)
+    flushed(agents, ledgers)
     bookie = bookies[0]
     spans = {lid: first_and_last(agents, bookie, lid) for lid in ledgers}
     # a log holding only middle entries of one ledger, and one holding the first entry of another (and neither end
