@@ -387,8 +387,9 @@ class AgentSettings:
         if self.source == "dbledgerstorage" and not self.ledger_dirs:
             raise ConfigError("agent.source dbledgerstorage needs at least one ledger directory (--ledger-dir)")
         if self.index_dirs and len(self.index_dirs) != len(self.ledger_dirs):
-            raise ConfigError(f"agent.index_dirs: {len(self.index_dirs)} for {len(self.ledger_dirs)} ledger directories "
-                              "(the bookie pairs indexDirectories with ledgerDirectories, one to one, in order)")
+            raise ConfigError(f"agent.index_dirs: {len(self.index_dirs)} for {len(self.ledger_dirs)} ledger "
+                              "directories (the bookie pairs indexDirectories with ledgerDirectories, one to one, "
+                              "in order)")
         if self.source == "bridge":
             parse_host_port(self.bookie_address, "agent.bookie_address (--bookie-address)", ConfigError)
         if self.source == "synthetic" and not self.synthetic_file:

@@ -215,10 +215,11 @@ class Handoff:
         report = self._look(store, [c.ledger_id for c in chosen])
         if report is None:
             return []
-        again = {(c.ledger_id, c.category): c for c in candidates(report.violations, self._context())}
+        # found again: the ledger still has a finding autorecovery repairs (the look's own, which the mark names)
+        again = {c.ledger_id: c for c in candidates(report.violations, self._context())}
         out = []
         for c in chosen:
-            now = again.get((c.ledger_id, c.category))
+            now = again.get(c.ledger_id)
             if now is None:
                 if c.key not in self._unconfirmed:
                     self._unconfirmed.add(c.key)

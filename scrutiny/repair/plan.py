@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from scrutiny.categories import Category
+from scrutiny.categories import REGISTRY, Category
 from scrutiny.checks import Violation
 from scrutiny.checks.remedy import YES, RepairContext, remedy
 from scrutiny.times import iso
@@ -67,9 +67,17 @@ def candidate(v: Violation, ctx: RepairContext) -> Candidate | None:
     return Candidate(v.ledger_id, v.category, replicas, v.metadata_version, r.why)
 
 
+def preferred(c: Candidate) -> tuple[int, float, str]:
+    """Of a ledger's findings autorecovery repairs, the one its mark stands for: the one that names the most
+    bookies to copy (a coverage finding counts a lost bookie's share too), then the worst, then by name. Never the
+    order they come in: the current state lists findings worst first, a report by category, and the hand-off
+    confirms a candidate by finding the same one again."""
+    return -len(c.replicas), REGISTRY[c.category].rank, str(c.category)
+
+
 def candidates(found: Iterable[Violation], ctx: RepairContext) -> list[Candidate]:
-    """One per ledger (its first category that autorecovery repairs), by ledger id; none for a ledger whose
-    mark a worker already removed without repair (marked again, it would be unmarked again)."""
+    """One per ledger (`preferred` of its findings that autorecovery repairs), by ledger id; none for a ledger
+    whose mark a worker already removed without repair (marked again, it would be unmarked again)."""
     found = list(found)
     given_up = {v.ledger_id for v in found if v.category is Category.UNMARKED_WITHOUT_REPAIR}
     out: dict[int, Candidate] = {}
@@ -77,8 +85,8 @@ def candidates(found: Iterable[Violation], ctx: RepairContext) -> list[Candidate
         if v.ledger_id in given_up:
             continue
         c = candidate(v, ctx)
-        if c is not None:
-            out.setdefault(c.ledger_id, c)
+        if c is not None and (c.ledger_id not in out or preferred(c) < preferred(out[c.ledger_id])):
+            out[c.ledger_id] = c
     return [out[k] for k in sorted(out)]
 
 

@@ -109,8 +109,9 @@ def judge(journal: Iterable[Handed], losses: Mapping[int, Loss]) -> tuple[list[s
         elif loss.how in ("deleted", "rereplicated"):
             figures[f"{loss.how}_by_the_churn_before_a_mark"] += 1
         else:
+            tried = "; ".join(f"{h.candidate.category} {h.outcome}" for h in handed if h.candidate.ledger_id == lid)
             wrong.append(f"ledger {lid}: its loss on {loss.bookie} was never marked, and is "
-                         f"{loss.how or 'standing'}")
+                         f"{loss.how or 'standing'} (the hand-off's journal of it: {tried or 'nothing'})")
     repairs = sorted(h.seconds for h in handed if h.outcome == REPAIRED and h.seconds is not None)
     out: dict[str, Any] = dict(figures)
     if repairs:

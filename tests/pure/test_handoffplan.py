@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 from scrutiny.categories import Category
-from scrutiny.checks import Violation
+from scrutiny.checks import BookieAnswer, Outcome, Violation, check_coverage, expected_share
 from scrutiny.checks.remedy import RepairContext
+from scrutiny.codec import Availability
 from scrutiny.repair.followup import Followed, unrepaired
 from scrutiny.repair.plan import MarkBudget, candidates
 from tests.pure.test_remedy import B, closed, lacking
@@ -60,3 +61,26 @@ def test_a_mark_removed_with_the_loss_in_place_says_why_and_a_repaired_one_is_no
     assert again is not None and "its copy did not restore it" in again.details["cause"]
     # a ledger already unmarked without repair is not handed off again
     assert candidates([middle, v], RepairContext(100)) == []
+
+
+def test_a_ledger_with_two_findings_autorecovery_repairs_is_one_candidate_whatever_their_order() -> None:
+    """The churn soak's late mark (#63 item 4): a ledger whose share on one bookie is gone (LESS_THAN_WQ: its lost
+    copies never share a write set with those of the lost bookie) while another of its bookies is lost and nobody
+    repairs it (LOST_BOOKIE_RECOVERY_NOT_STARTED). The current state lists findings worst first (the lost bookie,
+    rank 2.5, before LESS_THAN_WQ, rank 3); a run's report by category name (LESS_THAN_WQ first). The hand-off chose
+    one candidate a ledger from each and marked only when the two agreed: this ledger was never confirmed, so never
+    marked. The candidate is now the same in any order: the finding that names the most bookies to copy."""
+    md = closed(6, 3, 2, 59, [(0, B[:6])])
+    answers = {x: BookieAnswer(Outcome.ENTRIES, Availability.of(expected_share(md, x))) for x in md.bookies}
+    answers[B[0]] = answers[B[3]] = BookieAnswer(Outcome.NO_LEDGER)  # a share gone, and a lost bookie's
+    coverage = check_coverage(md, answers).violation
+    assert coverage is not None and coverage.category is Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY
+    short = dataclasses.replace(coverage, metadata_version=3, details={**coverage.details, "lost_bookies": [B[3]]})
+    lost = Violation(Category.LOST_BOOKIE_RECOVERY_NOT_STARTED, 7, (B[3],), {"lost_bookies": [B[3]]}, 3)
+    by_rank, by_name = candidates([lost, short], RepairContext()), candidates([short, lost], RepairContext())
+    assert by_rank == by_name and [(c.category, c.replicas) for c in by_rank] == [
+        (Category.LESS_THAN_WQ_REPLICAS_OF_AN_ENTRY, (B[0], B[3]))]
+    # and two findings naming as many: the worse one
+    alone = dataclasses.replace(lacking(md, B[0], list(range(60))), metadata_version=3)
+    assert [c.category for c in candidates([alone, lost], RepairContext())] == [
+        Category.LOST_BOOKIE_RECOVERY_NOT_STARTED] == [c.category for c in candidates([lost, alone], RepairContext())]

@@ -4,7 +4,7 @@ against the losses the churn raced is named, and what it does right is not."""
 from __future__ import annotations
 
 from scrutiny.categories import Category
-from scrutiny.repair.plan import DELETED, MARKED, REPAIRED, UNREPAIRED, Candidate, Handed
+from scrutiny.repair.plan import DELETED, MARKED, NOT_CONFIRMED, REPAIRED, UNREPAIRED, Candidate, Handed
 from scrutiny.testing.racedlosses import Loss, Losses, concluded, judge
 
 B = "127.0.4.1:3181"
@@ -39,7 +39,8 @@ def test_what_the_hand_off_can_do_wrong_is_named() -> None:
                handed(2, MARKED, 2000),  # before its loss
                handed(3, MARKED, 2000, version=5),  # the churn had moved it on: not the loss's version
                handed(4, MARKED, 2000), handed(4, UNREPAIRED, 3100),
-               handed(9, MARKED, 2000)]  # nothing lost there
+               handed(9, MARKED, 2000),  # nothing lost there
+               handed(5, NOT_CONFIRMED, 2000)]  # a look again did not find it
     wrong, _ = judge(journal, losses)
     assert wrong == [
         "ledger 1 marked 2 times",
@@ -52,7 +53,8 @@ def test_what_the_hand_off_can_do_wrong_is_named() -> None:
         "rereplicated)",
         "ledger 4 marked for its loss on 127.0.4.1:3181, and the hand-off's follow-up concluded unmarked without "
         "repair (the loss: repaired)",
-        "ledger 5: its loss on 127.0.4.1:3181 was never marked, and is standing",
+        "ledger 5: its loss on 127.0.4.1:3181 was never marked, and is standing (the hand-off's journal of it: "
+        "LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY not marked: a look again did not find it)",
     ]
 
 
