@@ -266,6 +266,8 @@ class Continuous:
         most = max(1, int(self.settings.continuous_max_ledgers_per_second * self.settings.continuous_batch_seconds))
         cursors = self._cursors_now()  # before the take: what they name is taken, or still waits
         due, mass = self.backlog.take(lane, self._ms(), math.inf if lane == BOOKIES else most)
+        if due:
+            self._gone.record(self._store)  # a bookie back since its sighting is never judged by it
         try:
             if mass:
                 self.stats["degraded"] += 1
@@ -306,7 +308,6 @@ class Continuous:
     def _look_at_bookies(self, due: dict[str, Due]) -> None:
         """Every ledger of these bookies, in one pass over the metadata."""
         again = self.settings.continuous_batch_seconds
-        self._gone.record(self._store)
         for bookie, d in list(due.items()):
             wait = self._gone.until_due(bookie, self._ms(), self.facts)
             if wait > 0:  # the cluster's lostBookieRecoveryDelay is longer than the setting: not yet

@@ -1,7 +1,8 @@
 """When continuous scrutiny's watch saw each bookie's registration go. BookKeeper marks a lost bookie's
 ledgers only after its lostBookieRecoveryDelay, so the lost-bookie check is due that long (and the grace)
 after then; the times are also written where runs keep their sightings, so that a run counts the delay from
-the earlier of the two."""
+the earlier of the two. A bookie the watch saw registered again has no sighting left there: gone again, it is
+judged from its new departure, never from an earlier one (each look writes what the watch saw first)."""
 
 from __future__ import annotations
 
@@ -22,14 +23,19 @@ class GoneBookies:
         self.scan = scan
         self._lock = threading.Lock()
         self._gone: dict[str, int] = {}  # bookie -> when the watch saw its registration go (ms)
+        self._back: set[str] = set()  # seen registered again since the last `record`: their sightings go
+        self._unrecorded = False
 
     def went(self, bookie: str, at_ms: int) -> None:
         with self._lock:
             self._gone.setdefault(bookie, at_ms)
+            self._unrecorded = True
 
     def back(self, bookie: str) -> None:
         with self._lock:
             self._gone.pop(bookie, None)
+            self._back.add(bookie)
+            self._unrecorded = True
 
     def among(self, bookies: Collection[str]) -> set[str]:
         with self._lock:
@@ -50,19 +56,30 @@ class GoneBookies:
         return (gone - now_ms) / 1000 + delay + self.scan.lost_bookie_grace_period + 1
 
     def record(self, store: MetadataStore | None) -> None:
+        """What the watch saw since the last call, into the sightings the looks and runs read (before a look)."""
         with self._lock:
-            gone = dict(self._gone)
-        if gone and store is not None:
-            sight_lost_bookies(store, gone)
+            if not self._unrecorded or store is None:
+                return
+            gone, back = dict(self._gone), set(self._back)
+            self._back.clear()
+            self._unrecorded = False
+        if not sight_lost_bookies(store, gone, back):
+            with self._lock:  # the next look tries again
+                self._back |= back - self._gone.keys()
+                self._unrecorded = True
 
 
-def sight_lost_bookies(store: MetadataStore, gone: dict[str, int]) -> None:
-    """The watch saw when each registration went (`gone`, ms): the lost-bookie sightings a run reads (the
-    earlier of that and what runs recorded), so that the lost-bookie check counts its delay from then."""
+def sight_lost_bookies(store: MetadataStore, gone: dict[str, int], back: Collection[str] = ()) -> bool:
+    """The watch saw when each registration went (`gone`, ms), and which came back since (`back`): the
+    lost-bookie sightings a run reads, so that the lost-bookie check counts its delay from the bookie's last
+    departure (the earlier of the watch's time and what runs recorded since). Whether it was written."""
     try:
         seen = LOST_BOOKIE_SIGHTINGS.read(store)
-        merged = {**seen, **{b: min(t, seen.get(b, t)) for b, t in gone.items()}}
+        kept = {b: t for b, t in seen.items() if b not in back}
+        merged = {**kept, **{b: min(t, kept.get(b, t)) for b, t in gone.items()}}
         if merged != seen:
             LOST_BOOKIE_SIGHTINGS.write(store, merged)
-    except Exception as exc:  # the runs' own sightings then: later, never early
+        return True
+    except Exception as exc:  # the runs' own sightings then
         log.info("continuous scrutiny: cannot record when registrations went: %s", exc)
+        return False

@@ -32,6 +32,7 @@ from scrutiny.auditor.cursors import CURSORS
 from scrutiny.auditor.keptstate import CURRENT_STATE
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
 from scrutiny.entrysources import DbLedgerStorageSource
+from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.store import MetadataStore
@@ -248,6 +249,39 @@ def test_a_lost_bookie_is_looked_at_when_the_clusters_delay_has_passed(cluster: 
         found = current(a)["LOST_BOOKIE_RECOVERY_NOT_STARTED", 1]
         assert B3 in str(found["found_by"]) and str(found["found_by"]).startswith("continuous:")
         assert a.last["full"] is baseline and "rescan" not in a.last  # continuous mode alone
+    finally:
+        a.stop()
+
+
+def test_a_bookie_back_and_gone_again_is_judged_from_its_last_departure(cluster: Cluster) -> None:
+    """A bookie's registration gone long enough ago to be sighted, back, and gone again (a restart, then lost for
+    good): continuous mode saw it come back, so no look judges its ledgers by the first sighting; they are found
+    once the delay and the grace have passed since it went the second time (the churn soak's early alarm)."""
+    delay, grace = 3, 1
+    cluster.scan = dataclasses.replace(cluster.scan, lost_bookie_recovery_delay=0, lost_bookie_grace_period=grace)
+    cluster.writer.set_lost_bookie_recovery_delay(delay)
+    a = cluster.auditor()
+    try:
+        wait_for(lambda: "full" in a.last, 60)
+        cluster.writer.unregister_bookie(B3)  # its agent goes on: a session expired, say
+        wait_for(lambda: B3 in LOST_BOOKIE_SIGHTINGS.read(cluster.registry), 30)
+        time.sleep(delay + grace + 1)  # past due, counted from then
+        cluster.writer.register_bookie(BookieRegistration(B3, False))
+
+        def lost_found() -> set[tuple[str, int]]:
+            return {k for k in current(a) if k[0] == "LOST_BOOKIE_RECOVERY_NOT_STARTED"}
+
+        wait_for(lambda: not lost_found() and B3 not in LOST_BOOKIE_SIGHTINGS.read(cluster.registry), 30)
+        cluster.writer.unregister_bookie(B3)  # gone again, for good
+        gone = time.monotonic()
+        cluster.synthetic[B2].drop(4)  # a look at ledger 4 now: B3 is not due yet
+        wait_for(lambda: ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 4) in current(a)
+                 or ("LOST_BOOKIE_RECOVERY_NOT_STARTED", 4) in current(a), FOUND_WITHIN)
+        early = lost_found()
+        assert early == set() or time.monotonic() - gone >= delay + grace, early
+        lost = {("LOST_BOOKIE_RECOVERY_NOT_STARTED", lid) for lid in range(1, 9)}
+        wait_for(lambda: lost <= set(current(a)), FOUND_WITHIN)
+        assert time.monotonic() - gone >= delay + grace
     finally:
         a.stop()
 
