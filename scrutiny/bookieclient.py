@@ -8,6 +8,7 @@ travel in one streaming call.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -146,8 +147,7 @@ class BookieClient:
         self.deep_ledgers_per_call = deep_ledgers_per_call
         self.deep_deadline = deep_deadline
         self.failed_calls = 0  # calls that ended in an error, for the run's statistics
-        self._channels: dict[str, grpc.Channel] = {}
-        self._superseded: list[grpc.Channel] = []  # channels to agents that moved, closed once no call uses them
+        self._channels: dict[str, grpc.Channel] = {}  # by address: each run's view says which address a bookie has
         self._no_streaming: set[str] = set()
         self._per_bookie: dict[str, threading.Semaphore] = {}
         self._lock = threading.Lock()
@@ -166,39 +166,34 @@ class BookieClient:
     # -- channels --------------------------------------------------------------------------------
 
     def _stub(self, bookie_id: str) -> bookie_pb2_grpc.BookieStub:
+        return bookie_pb2_grpc.BookieStub(self._channel(bookie_id))
+
+    def _channel(self, bookie_id: str) -> grpc.Channel:
+        address = self.resolver.address(bookie_id)
         with self._lock:
-            ch = self._channels.get(bookie_id)
+            ch = self._channels.get(address)
             if ch is None:
-                address = self.resolver.address(bookie_id)
                 options = [("grpc.max_receive_message_length", self.max_message_bytes),
                            ("grpc.enable_retries", 0)]
-                ch = channel(address, self.credentials, options)
-                self._channels[bookie_id] = ch
-            return bookie_pb2_grpc.BookieStub(ch)
+                ch = self._channels[address] = channel(address, self.credentials, options)
+            return ch
 
     def forget(self, bookie_id: str) -> None:
-        """Close the channel to this bookie's agent: the next call resolves its address again."""
+        """Close the channel to this bookie's agent (as this view resolves it): the next call connects anew."""
         with self._lock:
-            ch = self._channels.pop(bookie_id, None)
+            ch = self._channels.pop(self.resolver.address(bookie_id), None)
         if ch is not None:
             ch.close()
 
-    def learn(self, registered: Mapping[str, str]) -> None:
-        """Take the agents' newest registrations: a bookie whose agent moved is called at its new address
-        from the next call on; one no longer registered keeps its last address (an older run may still ask)."""
-        with self._lock:
-            for bookie_id, address in registered.items():
-                before = self.resolver.address(bookie_id)
-                self.resolver.registered[bookie_id] = address
-                if self.resolver.address(bookie_id) != before and bookie_id in self._channels:
-                    self._superseded.append(self._channels.pop(bookie_id))
-
-    def close_superseded(self) -> None:
-        """Close the channels `learn` replaced: call it when no call can still be using them."""
-        with self._lock:
-            old, self._superseded = self._superseded, []
-        for ch in old:
-            ch.close()
+    def view(self, registered: Mapping[str, str]) -> BookieClient:
+        """This client as one run sees the agents' registrations (its own reading of them): the channels, the
+        calls' threads and their limits are shared; where each bookie's agent is, and the failed calls counted,
+        are the run's. Runs at once with different readings (continuous mode's lanes, a run's re-check with
+        fresher facts) never call an agent at an address another run's reading put there."""
+        mine = copy.copy(self)
+        mine.resolver = EndpointResolver(self.resolver.explicit, registered, self.resolver.default_port)
+        mine.failed_calls = 0
+        return mine
 
     def _slot(self, bookie_id: str) -> threading.Semaphore:
         with self._lock:
@@ -210,7 +205,6 @@ class BookieClient:
             for ch in self._channels.values():
                 ch.close()
             self._channels.clear()
-        self.close_superseded()
 
     def __enter__(self) -> BookieClient:
         return self
@@ -286,7 +280,7 @@ class BookieClient:
 
     def _serving(self, bookie_id: str) -> bool:
         with self._lock:
-            ch = self._channels.get(bookie_id)
+            ch = self._channels.get(self.resolver.address(bookie_id))
         if ch is None:
             return False
         try:

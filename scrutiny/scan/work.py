@@ -64,9 +64,6 @@ class ExecutorResources:
                     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *older)
                 got = self._sets[key] = _Resources(open_store(ctx.settings),
                                                    BookieClient.from_settings(ctx.settings, ctx.agent_addresses))
-            elif not got.users:
-                got.client.close_superseded()
-            got.client.learn(ctx.agent_addresses)
             self._sets.move_to_end(key)
             got.users += 1
             while len(self._sets) > self.MOST:
@@ -87,7 +84,7 @@ class ExecutorResources:
         """The session and channels for this run's settings, kept open while the caller uses them."""
         got = self._acquire(ctx)
         try:
-            yield got.store, got.client
+            yield got.store, got.client.view(ctx.agent_addresses)
         finally:
             self._release(got)
 
@@ -95,7 +92,7 @@ class ExecutorResources:
         """The same, for a caller that holds no task (tests, benches): open until retired or closed."""
         got = self._acquire(ctx)
         self._release(got)
-        return got.store, got.client
+        return got.store, got.client.view(ctx.agent_addresses)
 
     def close(self) -> None:
         with self._lock:

@@ -206,6 +206,7 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
         for t in handing:
             t.join()
         result.handoff_wrong, result.handoff = judge(journal, cluster.losses)
+        result.handoff_wrong = [w + _held(state, w) for w in result.handoff_wrong]
         time.sleep(recheck_delay * 4)  # every pending garbage collection and restart is done
         result.continuous_false_alarms += _unexplained(state, cluster, recheck_delay)
         faults = cluster.inject_faults()
@@ -306,6 +307,17 @@ def _unexplained(state: CurrentState, cluster: ChurnCluster, recheck_delay: floa
     now_ms = int(time.time() * 1000)
     return [c.to_json() for c in state.findings() if not held_for_a_loss(c, cluster.losses, now_ms)
             and not _outlasted_the_recheck(c.violation, cluster, c.detected_ms - 60_000, recheck_delay)]
+
+
+def _held(state: CurrentState, wrong: str) -> str:
+    """For a loss never marked: what the state the hand-off reads holds of its ledger now, and what looks cleared."""
+    if "never marked" not in wrong:
+        return ""
+    lid = int(wrong.split()[1].rstrip(":"))
+    now = [str(c.violation.category) for c in state.findings() if c.violation.ledger_id == lid]
+    cleared = [f"{r.was.violation.category} by {r.resolved_by}" for r in state.resolved()
+               if r.was.violation.ledger_id == lid]
+    return f"; the state holds {now or 'nothing'} of it; cleared: {cleared or 'nothing'}"
 
 
 def _keys(state: CurrentState) -> set[tuple[str, int]]:
