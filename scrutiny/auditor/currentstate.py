@@ -100,20 +100,28 @@ class CurrentState:
         """A complete whole-cluster run (a full run, a rescan of every ledger, a deep run) that looked for these
         categories: the new state of those (what only another kind looks for stays: a full run never clears a
         deep run's corrupt copy); the findings continuous mode missed (counted, when the run `judges_continuous`:
-        not a deep run, whose corrupt copies make coverage findings no feed could report)."""
+        not a deep run, whose corrupt copies make coverage findings no feed could report). What a look made
+        after the run began is newer than the run's own look at that ledger: a finding found since stays, and
+        one cleared since is not brought back."""
         looked = set(categories) - FOLLOW_UP
         with self._lock:
             trusted = judges_continuous and 0 < self.watching_since_ms <= self.baseline_ms
+            cleared_since = {(r.was.violation.category, r.was.violation.ledger_id) for r in self._resolved
+                             if r.resolved_ms >= started_ms}
             new: dict[tuple[Category, int], Current] = {}
             missed = 0
             for v in found:
                 key = (v.category, v.ledger_id)
                 before = self._found.get(key)
+                if before is None and key in cleared_since:
+                    continue
                 if before is None and trusted and v.category in WATCHED:
                     missed += 1
                 new[key] = Current(v, before.detected_ms if before else finished_ms, before.found_by if before
                                    else kind)
-            new.update({k: c for k, c in self._found.items() if k[0] not in looked and k[0] not in FOLLOW_UP})
+            # what only another kind looks for, and what a look found since the run began
+            new.update({k: c for k, c in self._found.items() if k not in new and (
+                k[0] not in looked | FOLLOW_UP or (k[0] in looked and c.detected_ms >= started_ms))})
             lossy = {lid for _, lid in new}
             new.update({k: c for k, c in self._found.items() if k[0] in FOLLOW_UP and k[1] in lossy})
             self._resolved.extend(Resolved(c, finished_ms, kind) for k, c in self._found.items() if k not in new)

@@ -190,7 +190,7 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
                     result.false_alarms.append({"run": report.run_id, "engine": name, "run_started_ms": started_ms,
                                                 **v.to_json(), "outages": cluster.outages_of(v.bookies)})
             result.continuous_false_alarms += _unexplained(state, cluster, recheck_delay)
-            state.full_run(report.violations, int(time.time() * 1000), int(time.time() * 1000))
+            state.full_run(report.violations, started_ms, int(time.time() * 1000))  # as the auditor gives a run
         stop.set()
         churner.join()
         result.seconds = time.monotonic() - t0
@@ -228,11 +228,12 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
         result.continuous_found = not result.continuous_unseen and not result.continuous_extra
         ScrutinyRun(settings, engines[names[0]], record_sightings=True).execute()  # the orphan is sighted
         time.sleep(max(ORPHAN_GRACE, LOST_BOOKIE_GRACE))  # ... and the lost bookie
+        started_ms = int(time.time() * 1000)
         report = ScrutinyRun(settings, engines[names[0]], record_sightings=True).execute()
         got = {(str(v.category), v.ledger_id) for v in report.violations}
         result.fault_found = faults <= got and report.complete
         result.fault_report_extra = sorted(f"{c} {lid}" for c, lid in got - faults)
-        result.continuous_missed = state.full_run(report.violations, int(time.time() * 1000), int(time.time() * 1000))
+        result.continuous_missed = state.full_run(report.violations, started_ms, int(time.time() * 1000))
         result.continuous_stats = dict(watcher.stats)
     finally:
         stop.set()

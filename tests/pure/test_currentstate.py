@@ -91,3 +91,21 @@ def test_an_unreadable_kept_state_is_none() -> None:
         KeptState.parse(b"not zlib")
     with pytest.raises(DataError):
         KeptState.parse(zlib.compress(b'{"format": 99}'))
+
+
+def test_what_a_look_made_while_a_full_run_ran_is_newer_than_the_run() -> None:
+    """A loss continuous mode found while a full run ran (the run looked at that ledger before it) stands after the
+    run; a loss a look cleared while the run ran (repaired meanwhile) is not brought back by the run's older look."""
+    state = CurrentState()
+    state.full_run([], 0, 500)
+    lost = Violation(Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY, 7, ("b1:3181",))
+    repaired = Violation(Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY, 8, ("b2:3181",))
+    state.looked_again([8], [repaired], 900, "continuous", KIND_CATEGORIES[FULL])
+    # a full run starts at 1000; at 1200 a look finds 7's loss, at 1300 another finds 8 repaired
+    state.looked_again([7], [lost], 1200, "continuous", KIND_CATEGORIES[FULL])
+    state.looked_again([8], [], 1300, "continuous", KIND_CATEGORIES[FULL])
+    state.full_run([repaired], 1000, 2000)  # what the run saw: 7 before its loss, 8 before its repair
+    assert {(str(c.violation.category), c.violation.ledger_id) for c in state.findings()} == {
+        ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 7)}
+    state.full_run([], 2500, 3000)  # the next run looked after: 7's loss gone since, as it says
+    assert state.findings() == []
