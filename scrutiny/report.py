@@ -16,7 +16,8 @@ from scrutiny.pulsar.owners import Owner
 
 # The stats every report of its kind has, 0 when nothing happened: a script reads them without KeyError.
 RUN_STATS = ("underreplicated_marks", "first_pass_ms", "recheck_ms", "verify_ms", "potentially_faulty",
-             "rechecked_again", "left_unsettled_after_rechecks", "reanalyzed_after_metadata_change",
+             "rechecked_again", "left_unsettled_after_rechecks", "left_unsettled_after_rereads",
+             "reanalyzed_after_metadata_change",
              "reanalyzed_after_rack_change", "relooked_after_registration_change", "relooked_after_agent_moved",
              "dropped_marked_during_run",
              "marks_gone_before_reporting", "dropped_offloaded", "ledgers_with_limbo_copies",
@@ -65,6 +66,8 @@ class Report:
     # full runs: {"bookies": {id: figures}, "racks": {...}}, figures of what would fall below AQ were it down
     blast_radius: dict[str, dict[str, dict[str, int]]] | None = None
     repair: RepairContext = field(default_factory=RepairContext)  # what each finding's remedy depends on
+    # ledgers the run could not settle (silences not confirmed, facts that kept changing): it says nothing of them
+    unsettled: frozenset[int] = frozenset()
 
     def finding_json(self, v: Violation) -> dict[str, Any]:
         """A finding as the report gives it: with its remedy under this run's repair context."""

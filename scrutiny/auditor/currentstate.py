@@ -96,13 +96,13 @@ class CurrentState:
 
     def full_run(self, found: Iterable[Violation], started_ms: int, finished_ms: int, kind: str = "full",
                  repair: RepairContext | None = None, categories: Collection[Category] = tuple(REGISTRY),
-                 judges_continuous: bool = True) -> int:
+                 judges_continuous: bool = True, unsettled: Collection[int] = ()) -> int:
         """A complete whole-cluster run (a full run, a rescan of every ledger, a deep run) that looked for these
         categories: the new state of those (what only another kind looks for stays: a full run never clears a
         deep run's corrupt copy); the findings continuous mode missed (counted, when the run `judges_continuous`:
         not a deep run, whose corrupt copies make coverage findings no feed could report). What a look made
         after the run began is newer than the run's own look at that ledger: a finding found since stays, and
-        one cleared since is not brought back."""
+        one cleared since is not brought back; and the run says nothing of the ledgers it left `unsettled`."""
         looked = set(categories) - FOLLOW_UP
         with self._lock:
             trusted = judges_continuous and 0 < self.watching_since_ms <= self.baseline_ms
@@ -120,8 +120,9 @@ class CurrentState:
                 new[key] = Current(v, before.detected_ms if before else finished_ms, before.found_by if before
                                    else kind)
             # what only another kind looks for, and what a look found since the run began
+            left = set(unsettled)
             new.update({k: c for k, c in self._found.items() if k not in new and (
-                k[0] not in looked | FOLLOW_UP or (k[0] in looked and c.detected_ms >= started_ms))})
+                k[0] not in looked | FOLLOW_UP or (k[0] in looked and (c.detected_ms >= started_ms or k[1] in left)))})
             lossy = {lid for _, lid in new}
             new.update({k: c for k, c in self._found.items() if k[0] in FOLLOW_UP and k[1] in lossy})
             self._resolved.extend(Resolved(c, finished_ms, kind) for k, c in self._found.items() if k not in new)

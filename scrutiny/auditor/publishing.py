@@ -58,7 +58,7 @@ class Publisher:
         if report.complete and run.whole_cluster and ticket.kind in (FULL, RESCAN, DEEP):
             missed = self.current.full_run(report.violations, ticket.started_ms, ticket.finished_ms, ticket.kind,
                                            report.repair, KIND_CATEGORIES[ticket.kind],
-                                           judges_continuous=ticket.kind != DEEP)
+                                           judges_continuous=ticket.kind != DEEP, unsettled=report.unsettled)
             if missed:
                 log.warning("run %s: %d findings continuous scrutiny should have made", ticket.run_id, missed)
         elif report.complete and run.whole_cluster:  # the marks' age: every mark was looked at

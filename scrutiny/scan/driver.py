@@ -92,6 +92,7 @@ class PendingRun:
     messages: dict[int, LedgerSequences] = field(default_factory=dict)  # a deep run's topic ledgers, the last look's
     pulsar_topics: tuple[str, ...] | None = None  # the topics whose record the run holds (None: every topic's)
     replication_disabled: bool | None = None  # at the start: each finding's remedy depends on it
+    unsettled: set[int] = field(default_factory=set)  # ledgers it could not settle: nothing said of them
 
     def absorb(self, result: RangeResult, first_look: bool = True) -> None:
         """One range's result. Ledgers looked at again were counted at their first look: only their
@@ -256,6 +257,7 @@ class ScrutinyRun:
                                   + (PULSAR_STATS if pending.ctx.pulsar else ())),
             blast_radius=blast_radius_json(pending.blast) if pending.ctx.blast_radius else None,
             repair=RepairContext(self.settings.auditor_ledger_verification_percentage, pending.replication_disabled),
+            unsettled=frozenset(pending.unsettled),
         )
         total, worst = report.violations.worst(LOGGED_FINDINGS)
         for v in worst:
@@ -309,6 +311,7 @@ class ScrutinyRun:
             faulty = self._pass(pending, again, store.ranges_of(faulty.ledger_ids), Pass.FINAL, first_look=False)
         if faulty:
             # Never a finding on a silence not yet confirmed: the next run looks again.
+            pending.unsettled |= set(faulty.ledger_ids)
             pending.stats["left_unsettled_after_rechecks"] += len(faulty)
             log.warning("run %s: %d ledgers still had newly silent bookies after %d looks; not reported",
                         self.run_id, len(faulty), self.settings.verify_rounds)
@@ -316,7 +319,7 @@ class ScrutinyRun:
     def _verify(self, pending: PendingRun) -> None:
         """Before reporting, every fact each finding rests on is read again (see the module's doc)."""
         store, findings = pending.store, pending.findings
-        for _ in range(self.settings.verify_rounds):
+        for round_ in range(self.settings.verify_rounds + 1):
             suspects = False
             reanalyse: set[int] = set()
             for chunk in findings.ledger_chunks(_ON_METADATA):
@@ -344,6 +347,15 @@ class ScrutinyRun:
             relook = {lid: bookies for lid, bookies in changed.items() if lid not in reanalyse}
             if not reanalyse and not relook:
                 return
+            if round_ == self.settings.verify_rounds:
+                # Facts that keep changing under a finding: no finding on them, and one ledger never makes the
+                # whole run incomplete; the next run (or continuous mode's look) settles it.
+                pending.unsettled |= reanalyse | set(relook)
+                findings.drop(reanalyse | set(relook))
+                pending.stats["left_unsettled_after_rereads"] += len(reanalyse | set(relook))
+                log.warning("run %s: the facts of %d findings kept changing after %d re-reads; not reported",
+                            self.run_id, len(reanalyse | set(relook)), self.settings.verify_rounds)
+                return
             log.info("run %s: facts of %d findings changed during the run; looking again", self.run_id,
                      len(reanalyse) + len(relook))
             findings.drop(reanalyse)
@@ -353,7 +365,6 @@ class ScrutinyRun:
             if faulty:
                 self.sleep(self.settings.recheck_delay)
             self._recheck(pending, faulty.plus(relook))
-        pending.errors.append(f"facts kept changing for some findings after {self.settings.verify_rounds} re-reads")
 
     def _holdings(self, pending: PendingRun) -> None:
         """The reverse check: what the bookies hold beyond the metadata (`scrutiny.scan.holdings`)."""

@@ -190,7 +190,7 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
                     result.false_alarms.append({"run": report.run_id, "engine": name, "run_started_ms": started_ms,
                                                 **v.to_json(), "outages": cluster.outages_of(v.bookies)})
             result.continuous_false_alarms += _unexplained(state, cluster, recheck_delay)
-            state.full_run(report.violations, started_ms, int(time.time() * 1000))  # as the auditor gives a run
+            state.full_run(report.violations, started_ms, int(time.time() * 1000), unsettled=report.unsettled)
         stop.set()
         churner.join()
         result.seconds = time.monotonic() - t0
@@ -233,7 +233,8 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
         got = {(str(v.category), v.ledger_id) for v in report.violations}
         result.fault_found = faults <= got and report.complete
         result.fault_report_extra = sorted(f"{c} {lid}" for c, lid in got - faults)
-        result.continuous_missed = state.full_run(report.violations, started_ms, int(time.time() * 1000))
+        result.continuous_missed = state.full_run(report.violations, started_ms, int(time.time() * 1000),
+                                                  unsettled=report.unsettled)
         result.continuous_stats = dict(watcher.stats)
     finally:
         stop.set()

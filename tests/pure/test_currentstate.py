@@ -109,3 +109,13 @@ def test_what_a_look_made_while_a_full_run_ran_is_newer_than_the_run() -> None:
         ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 7)}
     state.full_run([], 2500, 3000)  # the next run looked after: 7's loss gone since, as it says
     assert state.findings() == []
+
+
+def test_a_run_says_nothing_of_the_ledgers_it_left_unsettled() -> None:
+    state = CurrentState()
+    lost = Violation(Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY, 7, ("b1:3181",))
+    state.full_run([lost], 0, 500)
+    state.full_run([], 1000, 2000, unsettled={7})  # its facts kept changing, or its bookie fell silent anew
+    assert [c.violation for c in state.findings()] == [lost]
+    state.full_run([], 3000, 4000)
+    assert state.findings() == []

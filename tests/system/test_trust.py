@@ -216,6 +216,31 @@ def test_a_silence_at_an_address_the_agent_has_left_is_looked_at_again_where_it_
 
 # -- racks ------------------------------------------------------------------------------------------
 
+class EveryPass(LocalEngine):
+    """Something happens to the cluster after every pass (the first and each look again)."""
+
+    def __init__(self, hook: Callable[[], None]) -> None:
+        self.hook = hook
+
+    def map_ranges(self, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
+                   progress: Progress | None = None) -> Iterator[RangeResult]:
+        yield from super().map_ranges(ctx, ranges, mode, progress)
+        self.hook()
+
+
+def test_a_finding_whose_facts_keep_changing_is_left_to_the_next_run_and_the_run_completes(cluster: Cluster) -> None:
+    """A ledger's metadata rewritten after every look at it (a churn faster than the re-reads): after
+    verify_rounds re-reads its finding is not reported, the ledger is named unsettled, and the run is complete
+    (one ledger never stops a run); the others' findings stand."""
+    md = next(cluster.store.read_ledgers([3])).metadata
+    assert md is not None
+    weak = cluster.settings(min_ack_quorum=3)  # every ledger's AQ 2 is a finding resting on its metadata
+    report = ScrutinyRun(weak, EveryPass(lambda: cluster.writer.update_ledger(md))).execute()
+    assert report.complete, report.errors
+    assert found(report) == {("WEAK_DURABILITY_POLICY", lid) for lid in (1, 2, 4, 5, 6)}
+    assert report.unsettled == {3} and report.stats["left_unsettled_after_rereads"] == 1
+
+
 def test_a_rack_map_fixed_during_the_run_is_no_placement_finding(cluster: Cluster) -> None:
     racks = f"{cluster.uri.split('//', 1)[1].split('/', 1)[1].rsplit('/', 1)[0]}/bookies"
     bad = {b: "/rack-a" for b in BOOKIES}
