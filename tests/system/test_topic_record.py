@@ -121,7 +121,8 @@ def test_pulsar_operations_racing_the_runs_raise_no_alarm(zk_server: LocalZooKee
     """The churn soak, short: Pulsar's rollovers, trims, offloads, cursor switches, compactions and topic
     deletions (beside BookKeeper's own churn) aimed at the moments between a run's two looks."""
     result = soak(zk_client, f"{zk_namespace}/ledgers", f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers",
-                  seconds=12, engines={"local": LocalEngine()}, seed=7, recheck_delay=0.3, losses_every=0)
+                  seconds=12, engines={"local": LocalEngine()}, seed=7, recheck_delay=0.3, losses_every=0,
+                  min_pulsar_operations=51)
     assert result.false_alarms == [] and result.incomplete_runs == 0
     assert result.moments["pulsar_candidates"] > 0  # some finding of a first look was gone at the second
     assert result.fault_found and result.fault_report_extra == []
