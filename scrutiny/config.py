@@ -376,24 +376,16 @@ class AgentSettings:
     stop_grace_seconds: float = 5.0  # after SIGTERM, calls still running get this long (a second signal: none)
     watch_interval_seconds: float = 5.0  # look at the bookie for changes this often (WatchHoldings; 0: never)
 
-    SOURCES = ("dbledgerstorage", "bridge", "synthetic")
-
     def validate(self) -> AgentSettings:
+        """What every agent's settings must say; what its source needs is its kind's to say
+        (`scrutiny.entrysources.kinds`)."""
         if not self.bookie_id:
             raise ConfigError("agent.bookie_id is required (the bookie's id, host:port)")
-        if self.source not in self.SOURCES:
-            raise ConfigError(f"agent.source: {self.source!r} is not one of {', '.join(self.SOURCES)}")
         parse_host_port(self.bind, "agent.bind", ConfigError)
-        if self.source == "dbledgerstorage" and not self.ledger_dirs:
-            raise ConfigError("agent.source dbledgerstorage needs at least one ledger directory (--ledger-dir)")
         if self.index_dirs and len(self.index_dirs) != len(self.ledger_dirs):
             raise ConfigError(f"agent.index_dirs: {len(self.index_dirs)} for {len(self.ledger_dirs)} ledger "
                               "directories (the bookie pairs indexDirectories with ledgerDirectories, one to one, "
                               "in order)")
-        if self.source == "bridge":
-            parse_host_port(self.bookie_address, "agent.bookie_address (--bookie-address)", ConfigError)
-        if self.source == "synthetic" and not self.synthetic_file:
-            raise ConfigError("agent.source synthetic needs a store file (--synthetic-file)")
         if self.workers < 1:
             raise ConfigError("agent.workers: must be at least 1")
         if self.deep_bytes_per_second <= 0:

@@ -8,7 +8,7 @@ import argparse
 from scrutiny.agent.server import BookieAgent
 from scrutiny.config import AgentSettings, MetricsSettings, ScanSettings, build, read_config_file
 from scrutiny.daemon import Signals
-from scrutiny.entrysources import BookieBridgeSource, DbLedgerStorageSource, EntrySource, SyntheticStore
+from scrutiny.entrysources.kinds import SOURCES, checked, open_source
 from scrutiny.errors import ConfigError
 from scrutiny.metadata import parse_host_port
 from scrutiny.store import MetadataStore, open_store
@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bookie-id", help="the bookie this agent answers for (host:port)")
     p.add_argument("--bind", default=None, help="listen address (default 0.0.0.0:3191)")
     p.add_argument("--advertise-address", help="address registered in the metadata store (default: the bind address)")
-    p.add_argument("--source", choices=AgentSettings.SOURCES)
+    p.add_argument("--source", choices=list(SOURCES))
     p.add_argument("--ledger-dir", action="append", default=None, dest="ledger_dirs",
                    help="dbledgerstorage: a ledger directory (repeatable; all are read)")
     p.add_argument("--index-dir", action="append", default=None, dest="index_dirs",
@@ -57,20 +57,13 @@ def settings(args: argparse.Namespace) -> tuple[ScanSettings, AgentSettings, Met
     for dirs in ("ledger_dirs", "index_dirs"):
         flags[dirs] = tuple(getattr(args, dirs)) if getattr(args, dirs) else None
     metrics = build(MetricsSettings, file_values, {"listen": args.metrics_listen}, where=where, section="metrics")
-    return cluster, build(AgentSettings, file_values, flags, where=where, section="agent").validate(), \
+    return cluster, checked(build(AgentSettings, file_values, flags, where=where, section="agent").validate()), \
         metrics.validate()
 
 
 def run(args: argparse.Namespace) -> int:
     cluster, s, metrics = settings(args)
-    source: EntrySource
-    if s.source == "dbledgerstorage":
-        source = DbLedgerStorageSource(s.ledger_dirs, s.scratch_dir or None, s.index_cache_bytes, s.index_dirs)
-    elif s.source == "bridge":
-        host, port = parse_host_port(s.bookie_address, "--bookie-address", ConfigError)
-        source = BookieBridgeSource(host, port)
-    else:
-        source = SyntheticStore(s.synthetic_file)
+    source = open_source(s)
     creds = server_credentials(s.tls_cert, s.tls_key, s.tls_client_ca)
     signals = Signals()  # before it starts: a stop asked once it says it listens is a clean stop
     agent = BookieAgent(source, bind=s.bind, workers=s.workers, credentials=creds,

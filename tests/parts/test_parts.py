@@ -23,6 +23,7 @@ from scrutiny.auditor.sinks import FinishedRun, ReportFiles
 from scrutiny.categories import REGISTRY, Category, Fact, Phase, in_phase, resting_on, spec
 from scrutiny.checks import Violation, expected_share
 from scrutiny.config import AgentSettings, ScanSettings, StatsdSettings, build
+from scrutiny.entrysources.kinds import checked
 from scrutiny.errors import Busy, ConfigError, DataError, NotLeader, RequestError, StoreError
 from scrutiny.findings import Findings
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
@@ -272,12 +273,20 @@ def test_every_section_is_validated_and_unknown_ones_refused() -> None:
         build(StatsdSettings, {"statsd": {"hots": "x"}}, {}, section="statsd")
     got = build(StatsdSettings, {"statsd": {"host": "s"}}, {}, section="statsd", env={"SCRUTINY_STATSD_PORT": "9"})
     assert (got.host, got.port) == ("s", 9)
-    with pytest.raises(ConfigError, match=r"agent\.source"):
-        build(AgentSettings, {"agent": {"bookie_id": "b:3181", "source": "tape"}}, {}, section="agent").validate()
-    with pytest.raises(ConfigError, match="ledger directory"):
-        AgentSettings(bookie_id="b:3181", source="dbledgerstorage").validate()
-    agent = build(AgentSettings, {"agent": {"bookie_id": "b:3181", "source": "dbledgerstorage",
-                                            "ledger_dirs": ["/d0", "/d1"]}}, {}, section="agent").validate()
+    with pytest.raises(ConfigError, match=r"agent\.source: 'tape' is not one of dbledgerstorage, bridge, synthetic"):
+        checked(build(AgentSettings, {"agent": {"bookie_id": "b:3181", "source": "tape"}}, {}, section="agent")
+                .validate())
+    for source, lacking in (("dbledgerstorage", "ledger directory"), ("bridge", "--bookie-address"),
+                            ("synthetic", "--synthetic-file")):
+        with pytest.raises(ConfigError, match=lacking):
+            checked(AgentSettings(bookie_id="b:3181", source=source).validate())
+    with pytest.raises(ConfigError, match="is not HOST:PORT"):
+        checked(AgentSettings(bookie_id="b:3181", source="bridge", bookie_address="nowhere"))
+    with pytest.raises(ConfigError, match="one to one"):
+        AgentSettings(bookie_id="b:3181", source="dbledgerstorage", ledger_dirs=("/d0",), index_dirs=("/i0", "/i1")
+                      ).validate()
+    agent = checked(build(AgentSettings, {"agent": {"bookie_id": "b:3181", "source": "dbledgerstorage",
+                                                    "ledger_dirs": ["/d0", "/d1"]}}, {}, section="agent").validate())
     assert agent.ledger_dirs == ("/d0", "/d1")
     with pytest.raises(ConfigError, match="is not HOST:PORT"):
         ScanSettings(metadata_service_uri="zk://a:1/l", bookie_endpoints={"b:1": "nowhere"}).validate()

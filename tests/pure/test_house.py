@@ -4,6 +4,7 @@ over 300), and no room reaches into another's private names."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,3 +33,21 @@ def test_no_private_name_is_imported_across_rooms() -> None:
                 crossing += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
                              if a.name.startswith("_") and not a.name.startswith("__")]
     assert not crossing
+
+
+def backticked(text: str) -> list[str]:
+    return re.findall(r"`([^`\s]+)`", text)
+
+
+def test_the_architecture_doc_names_every_room_and_every_file_it_sends_a_change_to() -> None:
+    """docs/architecture.md: every module of the package is named in it (its rooms, by name or by path), and every
+    path it names in "Where to add" exists (a change it sends somewhere can be made there)."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    names = {part.removesuffix(".py") for token in backticked(doc) for part in token.strip("()").split("/")}
+    unnamed = [str(p.relative_to(ROOT)) for p in sources("scrutiny") if p.stem != "__init__" and p.stem not in names]
+    assert not unnamed
+    where = doc[doc.index("## Where to add"):doc.index("## Tests")]
+    paths = {token.split("::")[0].strip("()") for token in backticked(where) if token.endswith((".py", "/"))
+             or ("/" in token and "." in token.split("/")[-1])}
+    gone = sorted(p for p in paths if not any((base / p).exists() for base in (ROOT, ROOT / "scrutiny")))
+    assert paths and not gone
