@@ -23,6 +23,7 @@ from scrutiny.entrysources import DbLedgerStorageSource, dbwatch
 from scrutiny.testing.clusterwriter import cookie
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
+from tests.parts.conftest import stored
 from tests.support.helpers import wait_for
 
 Msg = bookie_pb2.HoldingsChange
@@ -60,28 +61,6 @@ def test_a_change_of_many_ledgers_is_split_and_a_waiting_reader_wakes() -> None:
 
 
 # -- a live DbLedgerStorage bookie ------------------------------------------------------------------
-
-def stored(lid: int, eid: int) -> bytes:
-    return entrylog.package_entry(lid, eid, eid - 1, 0, b"x" * 64, "CRC32C")
-
-
-@pytest.fixture
-def bookie(tmp_path: Path) -> Iterator[tuple[Path, LiveBookie]]:
-    """Ledgers 1-3 in entry log 1 (finished: it has its ledgers map), 4-5 in log 2, 6 in log 3 (still being
-    written: no map yet); the bookie is live (its indexes open read-write) and has a cookie."""
-    path = tmp_path / "bookie"
-    live = LiveBookie(path)
-    for log_id, ledgers in ((1, (1, 2, 3)), (2, (4, 5)), (3, (6,))):
-        log = EntryLog(path, log_id)
-        for lid in ledgers:
-            live.write(lid, {e: stored(lid, e) for e in range(10)}, log)
-        if log_id < 3:
-            log.finish()
-    live.flush()
-    (path / "current" / "VERSION").write_bytes(cookie("127.0.8.1:3181", "one"))
-    yield path, live
-    live.close()
-
 
 def look(source: DbLedgerStorageSource) -> list[Change]:
     source.refresh()

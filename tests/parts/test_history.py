@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,10 +17,7 @@ from scrutiny import entrylog
 from scrutiny.entrysources import DbLedgerStorageSource, SourceError
 from scrutiny.testing.clusterwriter import cookie
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
-
-
-def stored(lid: int, eid: int) -> bytes:
-    return entrylog.package_entry(lid, eid, eid - 1, 0, b"x" * 32, "CRC32C")
+from tests.parts.conftest import stored
 
 
 def answers(source: DbLedgerStorageSource, ledger_ids: range | list[int]) -> dict[int, list[int] | None]:
@@ -41,23 +37,6 @@ def fresh(path: Path, tmp_path: Path, ledger_ids: range | list[int]) -> dict[int
         return answers(source, ledger_ids)
     finally:
         source.close()
-
-
-@pytest.fixture
-def bookie(tmp_path: Path) -> Iterator[tuple[Path, LiveBookie]]:
-    """Ledgers 1-3 in entry log 1 (finished), 4-5 in log 2 (finished), 6 in log 3 (being written)."""
-    path = tmp_path / "bookie"
-    live = LiveBookie(path)
-    for log_id, ledgers in ((1, (1, 2, 3)), (2, (4, 5)), (3, (6,))):
-        log = EntryLog(path, log_id)
-        for lid in ledgers:
-            live.write(lid, {e: stored(lid, e) for e in range(10)}, log)
-        if log_id < 3:
-            log.finish()
-    live.flush()
-    (path / "current" / "VERSION").write_bytes(cookie("127.0.8.1:3181", "one"))
-    yield path, live
-    live.close()
 
 
 ALL = list(range(1, 8))

@@ -108,6 +108,13 @@ class Agents:
         self.agents[bookie.bookie_id] = agent
         return agent
 
+    def bookies(self, n: int, **settings: object) -> list[RealBookie]:
+        """`n` new bookies of the cluster (with these settings), each served by its agent."""
+        bookies = [self.cluster.add_bookie(**settings) for _ in range(n)]  # type: ignore[arg-type]
+        for b in bookies:
+            self.serve(b)
+        return bookies
+
     def stop(self, bookie: RealBookie) -> None:
         self.agents.pop(bookie.bookie_id).stop(grace=0)
 

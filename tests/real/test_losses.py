@@ -158,9 +158,7 @@ def test_a_full_run_finds_a_removed_entry_log_whatever_its_agent_saw(bookkeeper:
     finds the copies gone, and again after the bookie's agent is restarted (the same command line, the same scratch
     directory). Then another log removed while the agent is down: the agent started again finds both."""
     c = bookkeeper
-    bookies = [c.add_bookie() for _ in range(3)]
-    for b in bookies:
-        agents.serve(b)
+    bookies = agents.bookies(3)
     client = c.client()
     # 4 KiB entries, E3: every bookie holds every entry; a few MiB roll each bookie's entry log (logSizeLimit 4 MiB)
     ledgers = [client.create(3, 3, 2, "CRC32C", entries=400, size=4096)[0] for _ in range(5)]
@@ -201,9 +199,7 @@ def test_a_bookie_back_on_an_earlier_instances_directories_while_its_agent_was_d
     from a backup) while the bookie and its agent are down: the bookie starts on them, its cookie the same, holding
     nothing written since; the agent started again answers from them, and a full run finds every copy it lost."""
     c = bookkeeper
-    bookies = [c.add_bookie() for _ in range(3)]
-    for b in bookies:
-        agents.serve(b)
+    bookies = agents.bookies(3)
     client = c.client()
     early = [client.create(3, 3, 2, "CRC32C", entries=20)[0] for _ in range(3)]
     flushed(agents, early)
@@ -258,9 +254,7 @@ def test_a_mark_bookkeepers_auditor_wrote_is_aged_past_the_grace(bookkeeper: Rea
     """Three bookies, ledgers on all three; one lost: BookKeeper's Auditor marks its ledgers, and its worker finds no
     fourth bookie to copy them to. The marks, as BookKeeper writes them, read by scrutiny."""
     c = bookkeeper
-    bookies = [c.add_bookie() for _ in range(3)]
-    for b in bookies:
-        agents.serve(b)
+    bookies = agents.bookies(3)
     client = c.client()
     ledgers = [client.create(3, 2, 2, "CRC32C", entries=10)[0] for _ in range(3)]
     flushed(agents, ledgers)

@@ -25,12 +25,27 @@ from tests.real.conftest import Agents, findings, flushed, scan, scan_settings
 from tests.support.helpers import wait_for
 
 
+def handing_off(c: RealBookKeeper, tmp_path: Path) -> Auditor:
+    """An auditor handing off to the cluster's autorecovery (`repair: mark`), told the cluster checks at 100 so that
+    it marks a loss its checker reads only mid-share too: the misconfiguration its finding then names."""
+    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), full_interval_seconds=3600,
+                               underreplication_interval_seconds=0, insecure_open_rescan=True,
+                               continuous_batch_seconds=1.0, repair="mark", repair_interval_seconds=1.0)
+    return Auditor(scan_settings(c, auditor_ledger_verification_percentage=100), settings, engine=LocalEngine()).start()
+
+
+def outcomes(auditor: Auditor) -> dict[int, set[str]]:
+    """What the hand-off's journal says of each ledger."""
+    out: dict[int, set[str]] = {}
+    for h in auditor.handoff.handed():
+        out.setdefault(h.candidate.ledger_id, set()).add(h.outcome)
+    return out
+
+
 def test_the_real_replication_worker_repairs_a_lost_share_and_unmarks_a_loss_it_cannot_see(
         bookkeeper: RealBookKeeper, agents: Agents, tmp_path: Path) -> None:
     c = bookkeeper
-    bookies = [c.add_bookie() for _ in range(4)]
-    for b in bookies:
-        agents.serve(b)
+    bookies = agents.bookies(4)
     client = c.client()
     with store_at(c.uri) as store:
         while True:  # two ledgers sharing a bookie (any two ensembles of 3 of 4 bookies share two)
@@ -51,21 +66,11 @@ def test_the_real_replication_worker_repairs_a_lost_share_and_unmarks_a_loss_it_
 
     # BookKeeper's autorecovery at its defaults but for its own periodic check (which would mark them itself)
     c.autorecovery(percentage=0, auditorPeriodicCheckInterval=0, lostBookieRecoveryDelay=3600)
-    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), full_interval_seconds=3600,
-                               underreplication_interval_seconds=0, insecure_open_rescan=True,
-                               continuous_batch_seconds=1.0, repair="mark", repair_interval_seconds=1.0)
-    auditor = Auditor(scan_settings(c, auditor_ledger_verification_percentage=100), settings,
-                      engine=LocalEngine()).start()
+    auditor = handing_off(c, tmp_path)
     try:
-        def outcomes() -> dict[int, set[str]]:
-            out: dict[int, set[str]] = {}
-            for h in auditor.handoff.handed():
-                out.setdefault(h.candidate.ledger_id, set()).add(h.outcome)
-            return out
-
-        wait_for(lambda: {REPAIRED, MARKED} <= outcomes().get(whole, set())
-                 and {UNREPAIRED, MARKED} <= outcomes().get(middle, set()), 240,
-                 lambda: f"{outcomes()}; see {c.workdir}")
+        wait_for(lambda: {REPAIRED, MARKED} <= outcomes(auditor).get(whole, set())
+                 and {UNREPAIRED, MARKED} <= outcomes(auditor).get(middle, set()), 240,
+                 lambda: f"{outcomes(auditor)}; see {c.workdir}")
         with store_at(c.uri) as store:
             assert store.marked([whole, middle]) == set()
             repaired = next(store.read_ledgers([whole])).metadata
@@ -103,9 +108,7 @@ def test_the_real_autorecovery_and_a_copy_whose_entry_log_is_gone(bookkeeper: Re
     end was in the log is repaired and one that lost only entries mid-share is unmarked without repair; at
     percentage 100, BookKeeper's own Auditor finds the second one too and its worker repairs it."""
     c = bookkeeper
-    bookies = [c.add_bookie(logSizeLimit=1024 * 1024) for _ in range(3)]  # a ledger of 2.4 MB spans three logs
-    for b in bookies:
-        agents.serve(b)
+    bookies = agents.bookies(3, logSizeLimit=1024 * 1024)  # a ledger of 2.4 MB spans three logs
     client = c.client()
     ledgers = [client.create(3, 3, 2, "CRC32C", entries=600, size=4096)[0] for _ in range(3)]
     agents.serve(c.add_bookie())  # where the copies go
@@ -137,20 +140,11 @@ def test_the_real_autorecovery_and_a_copy_whose_entry_log_is_gone(bookkeeper: Re
     # percentage 0, BookKeeper's default: scrutiny marks both (told the cluster checks at 100: the misconfiguration
     # its finding then names), the worker repairs the one whose end it cannot read and unmarks the other
     recovery = c.autorecovery(percentage=0, auditorPeriodicCheckInterval=0, lostBookieRecoveryDelay=3600)
-    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), full_interval_seconds=3600,
-                               underreplication_interval_seconds=0, insecure_open_rescan=True,
-                               continuous_batch_seconds=1.0, repair="mark", repair_interval_seconds=1.0)
-    auditor = Auditor(scan_settings(c, auditor_ledger_verification_percentage=100), settings,
-                      engine=LocalEngine()).start()
+    auditor = handing_off(c, tmp_path)
     try:
-        def outcomes() -> dict[int, set[str]]:
-            out: dict[int, set[str]] = {}
-            for h in auditor.handoff.handed():
-                out.setdefault(h.candidate.ledger_id, set()).add(h.outcome)
-            return out
-
-        wait_for(lambda: REPAIRED in outcomes().get(end_lid, set()) and UNREPAIRED in outcomes().get(mid_lid, set()),
-                 240, lambda: f"{outcomes()}; see {c.workdir}")
+        wait_for(lambda: REPAIRED in outcomes(auditor).get(end_lid, set())
+                 and UNREPAIRED in outcomes(auditor).get(mid_lid, set()), 240,
+                 lambda: f"{outcomes(auditor)}; see {c.workdir}")
     finally:
         auditor.stop()
     recovery.stop()
