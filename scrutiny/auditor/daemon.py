@@ -130,6 +130,7 @@ class Auditor:
         self.current.repair = RepairContext(self.config.scan.auditor_ledger_verification_percentage)
         self.publisher = Publisher(self.current)  # where finished runs go
         self.keeper = StateKeeper(self.current)  # ... and the current state, for the next leader
+        self._kept: list[int] = []  # the ledgers of what the last leader kept, to look at again once leading
         self.trigger = RunTrigger(self)  # whether a run asked for starts
         self.cluster = ClusterView(self.connected_store, lambda: self.config.scan)  # what the console asks live
         # its safety net: a full run (unless one is queued or running)
@@ -167,7 +168,7 @@ class Auditor:
         host, _ = parse_host_port(s.listen, "auditor.listen")
         self.address = s.advertise_address or f"{'127.0.0.1' if host in ('0.0.0.0', '[::]') else host}:{self.port}"
         self.leadership = Leadership(lambda: open_store(self.config.scan), self.address, s.election_path,
-                                     self._elected, self._deposed)
+                                     self._elected, self._deposed, self._taking_over)
         self.periodic = PeriodicRuns(self.scheduler, self.leadership.connected_store, self.trigger.due)
         self.server.start()
         for name in ("", SERVICE_NAME):
@@ -253,13 +254,15 @@ class Auditor:
 
     # -- leadership ---------------------------------------------------------------------------
 
+    def _taking_over(self) -> None:
+        self._kept = self.keeper.restore(self.connected_store())
+
     def _elected(self) -> None:
         assert self.periodic is not None
         store = self.connected_store()
         self.publisher.elected(store, {kind: t.finished_ms for kind, t in self.queue.last.items()})
-        kept = self.keeper.restore(store)
         if self.continuous is not None:  # first: the full run it asks for is then the period's, if one is due
-            self.continuous.start(store, kept)
+            self.continuous.start(store, self._kept)
         self.periodic.schedule(intervals(self.config.auditor))
         self._schedule_handoff()
         self.scheduler.add_job(lambda: self.keeper.keep(self.connected_store()), "interval",

@@ -27,9 +27,10 @@ class Leadership:
     the election, and leads until told to step down or until the store session is lost."""
 
     def __init__(self, connect: Callable[[], MetadataStore], identifier: str, election_name: str,
-                 on_elected: Callable[[], None], on_deposed: Callable[[], None]) -> None:
+                 on_elected: Callable[[], None], on_deposed: Callable[[], None],
+                 on_taking_over: Callable[[], None] = lambda: None) -> None:
         self._connect, self.identifier, self.election_name = connect, identifier, election_name
-        self._on_elected, self._on_deposed = on_elected, on_deposed
+        self._on_elected, self._on_deposed, self._on_taking_over = on_elected, on_deposed, on_taking_over
         self.store: MetadataStore | None = None
         self.leading = threading.Event()
         self.stopping = threading.Event()
@@ -110,6 +111,10 @@ class Leadership:
         self._step_down.clear()
         if self.stopping.is_set():
             return
+        try:  # before it says it leads: what the last leader kept is shown from the first moment
+            self._on_taking_over()
+        except Exception as exc:
+            log.error("taking over: %s", exc)
         self.leading.set()
         log.info("leading (%s)", self.identifier)
         try:

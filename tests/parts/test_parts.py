@@ -161,9 +161,12 @@ def test_servicer_translates_requests_and_maps_each_error_kind_once(
 def test_leadership_fails_over_and_keeps_the_cadence(zk_server: LocalZooKeeper, zk_namespace: str) -> None:
     uri = f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers"
     events: list[str] = []
+    # what a leader takes over (the state the last one kept) is in place before it says it leads
+    said_leading_before_taking_over: list[bool] = []
     parts = [Leadership(lambda: store_at(uri, zk_session_timeout=4.0), name, "",
-                        lambda n=name: events.append(f"+{n}"), lambda n=name: events.append(f"-{n}"))
-             for name in ("a:1", "b:1")]
+                        lambda n=name: events.append(f"+{n}"), lambda n=name: events.append(f"-{n}"),
+                        lambda i=i: said_leading_before_taking_over.append(parts[i].leading.is_set()))
+             for i, name in enumerate(("a:1", "b:1"))]
     try:
         parts[0].start()
         wait_for(parts[0].leading.is_set)
@@ -195,6 +198,8 @@ def test_leadership_fails_over_and_keeps_the_cadence(zk_server: LocalZooKeeper, 
             mine = [e[0] for e in events if e[1:] == name]
             assert mine[0] == "+" and all(x != y for x, y in itertools.pairwise(mine)), events
         assert events[0] == "+a:1" and not parts[0].leading.is_set(), events
+        assert len(said_leading_before_taking_over) == events.count("+a:1") + events.count("+b:1")
+        assert not any(said_leading_before_taking_over)
     finally:
         for p in parts:
             p.stop()
