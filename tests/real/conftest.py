@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from scrutiny.codec import Availability
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.entrysources.bridge import BookieBridgeSource
+from scrutiny.metadata import LedgerState
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
@@ -152,11 +154,17 @@ def findings(report: Report) -> set[tuple[str, int]]:
     return {(str(v.category), v.ledger_id) for v in report.violations}
 
 
-def flushed(agents: Agents, ledger_ids: Iterable[int], timeout: float = 120.0) -> None:
+def flushed(agents: Agents, ledger_ids: Iterable[int], timeout: float = 120.0, added: Mapping[int, int] = {}) -> None:
     """Until every DbLedgerStorage bookie of these ledgers (served by `agents`) lists its whole share of each in its
-    index: its write cache flushed, which a bookie does every flushInterval and a loaded machine stretches."""
+    index: its write cache flushed, which a bookie does every flushInterval and a loaded machine stretches. An open
+    ledger's metadata names no last entry: `added` says the last the test added to it."""
     with store_at(agents.cluster.uri) as store:
         mds = [r.metadata for r in store.read_ledgers(sorted(ledger_ids))]
+    for i, md in enumerate(mds):
+        assert md is not None
+        if md.state != LedgerState.CLOSED:
+            assert md.ledger_id in added, f"ledger {md.ledger_id} is open: say the last entry added to it"
+            mds[i] = dataclasses.replace(md, last_entry_id=added[md.ledger_id])
 
     def lacking() -> list[tuple[int, str]]:
         out = []

@@ -80,7 +80,7 @@ def test_a_healthy_cluster_raises_nothing_while_it_lives(bookkeeper: RealBookKee
         victim = next(b for b in bookies if b.bookie_id == md.segments[0].ensemble[1])
         # (its write cache flushed first: a bookie killed within flushInterval of an add holds that entry in its
         # journal only until it restarts, and is rightly reported short while it is down; tests/real/test_losses)
-        flushed(agents, [changed])
+        flushed(agents, [changed], added={changed: 19})
         victim.kill()
         client.add(changed, 20)
         assert client.close_ledger(changed) == 39
