@@ -11,7 +11,8 @@
   what the leaders keep in the store;
 - `continuous` (with `backlog`, `feeds`, `currentstate`): continuous scrutiny on the leader;
 - `trigger`: whether a run asked for starts (a periodic kind due, continuous scrutiny's full run);
-- `service`: the Auditor RPC. The console it serves has a room of its own, `scrutiny.console`.
+- `service`: the Auditor RPC. The console it serves has a room of its own, `scrutiny.console`, which reads
+  the auditor through `face` alone; `main` wires the two.
 """
 
 from __future__ import annotations

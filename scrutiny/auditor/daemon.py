@@ -41,11 +41,9 @@ from scrutiny.auditor.sinks import ReportFiles, ReportSink, RunTallies, StatsdSi
 from scrutiny.auditor.trigger import RunTrigger, intervals
 from scrutiny.checks.remedy import RepairContext
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings, StatsdSettings
-from scrutiny.console.clusterview import ClusterView
-from scrutiny.console.web import AuditorWeb
 from scrutiny.errors import NotLeader, RequestError, one_line
 from scrutiny.findings import Findings
-from scrutiny.httpserver import HttpServer, HttpsFiles
+from scrutiny.httpserver import App, HttpServer, HttpsFiles
 from scrutiny.metadata import parse_host_port
 from scrutiny.repair.handoff import Handoff
 from scrutiny.report import Report
@@ -105,10 +103,11 @@ def _engine_settings(s: ScanSettings) -> tuple[str, str, tuple[tuple[str, str], 
 class Auditor:
     def __init__(self, scan: ScanSettings, settings: AuditorSettings, statsd: StatsdSettings | None = None,
                  metrics: MetricsSettings | None = None, engine: Engine | None = None,
-                 reload: Callable[[], AuditorConfig] | None = None) -> None:
+                 reload: Callable[[], AuditorConfig] | None = None,
+                 web: Callable[[Auditor], App] | None = None) -> None:
         self.config = AuditorConfig(scan.validate(), settings.validate(), (statsd or StatsdSettings()).validate(),
                                     (metrics or MetricsSettings()).validate())
-        self._reload = reload
+        self._reload, self._web = reload, web  # web: the console beside /metrics, as the composition root wires it
         self._own_engine = engine is None
         self.engine = engine or make_engine(scan)
         self._engine_built_for = _engine_settings(scan)
@@ -132,7 +131,6 @@ class Auditor:
         self.keeper = StateKeeper(self.current)  # ... and the current state, for the next leader
         self._kept: list[int] = []  # the ledgers of what the last leader kept, to look at again once leading
         self.trigger = RunTrigger(self)  # whether a run asked for starts
-        self.cluster = ClusterView(self.connected_store, lambda: self.config.scan)  # what the console asks live
         # its safety net: a full run (unless one is queued or running)
         self.handoff = Handoff(AuditorLeader(self))
         self.continuous = (Continuous(self.config.scan, self.config.auditor, self.current, self.trigger.full_run_asked)
@@ -157,7 +155,7 @@ class Auditor:
         self.publisher.sinks = [*build_sinks(self.config), self.tallies]
         self._serve_http()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="auditor-rpc"))
-        servicer = AuditorServicer(self, authenticator(self._token, s), s.rescan_wait_seconds, s.status_requires_auth)
+        servicer = AuditorServicer(self, self.authenticator(), s.rescan_wait_seconds, s.status_requires_auth)
         auditor_pb2_grpc.add_AuditorServicer_to_server(servicer, self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -236,8 +234,9 @@ class Auditor:
         log.info("configuration reloaded")
 
     def _serve_http(self) -> None:
-        """/metrics (`scrutiny.auditor.collector`) and the console with its API (`scrutiny.console.web`) on
-        metrics.listen; a reload that moves it moves the server (a moved port is freed before the new binds)."""
+        """/metrics (`scrutiny.auditor.collector`) and the console with its API (what `web` makes of the auditor:
+        `scrutiny.console.web`, wired in `main`) on metrics.listen; a reload that moves it moves the server (a
+        moved port is freed before the new binds)."""
         listen, s = self.config.metrics.listen, self.config.auditor
         if self.http is not None and listen != self._http_listen:
             self.http.close()
@@ -248,9 +247,8 @@ class Auditor:
             registry = CollectorRegistry(auto_describe=False)
             registry.register(AuditorCollector(self.tallies, self.current, self.continuous))
             self.http, self._http_listen = HttpServer(listen, registry, https=https), listen
-        if self.http is not None:
-            self.http.app = AuditorWeb(self, authenticator(self._token, s), s.status_requires_auth,
-                                       s.rescan_wait_seconds)
+        if self.http is not None and self._web is not None:
+            self.http.app = self._web(self)  # again at a reload: the token rule and the limits as reloaded
 
     # -- leadership ---------------------------------------------------------------------------
 
@@ -377,8 +375,14 @@ class Auditor:
         assert self.leadership is not None
         return self.leadership.connected_store()
 
+    def scan_settings(self) -> ScanSettings:
+        return self.config.scan
+
     def auditor_settings(self) -> AuditorSettings:
         return self.config.auditor
+
+    def authenticator(self) -> Authenticator:
+        return authenticator(self._token, self.config.auditor)
 
 
 def failed_run(ticket: Ticket, exc: Exception) -> Report:

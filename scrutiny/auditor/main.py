@@ -7,6 +7,7 @@ import argparse
 
 from scrutiny.auditor.daemon import Auditor, AuditorConfig
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings, StatsdSettings, build, read_config_file
+from scrutiny.console.web import AuditorWeb
 from scrutiny.daemon import Signals, serve
 from scrutiny.errors import EXIT_CLEAN
 from scrutiny.logsetup import configure
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CLEAN
     configure(args.log_level, config.auditor.json_logs)
     signals = Signals(reloads=True)  # before the auditor's threads: the handlers belong to the main thread
-    auditor = Auditor(*config, reload=lambda: settings(args)).start()
+    auditor = Auditor(*config, reload=lambda: settings(args), web=AuditorWeb).start()
     print(f"auditor RPC on port {auditor.port}", flush=True)
     serve(signals, auditor.reload, auditor.stopping)
     auditor.stop()

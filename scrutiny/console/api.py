@@ -7,9 +7,7 @@ import dataclasses
 import json
 from typing import Any
 
-from scrutiny.auditor.lastrun import RunSummary
-from scrutiny.auditor.runqueue import Ticket
-from scrutiny.auditor.service import status_json
+from scrutiny.auditor.face import RunSummary, Ticket, status_json
 from scrutiny.console import display
 from scrutiny.console.asking import MAX_LEDGER_ID, Asking, HttpError, WebApi, body_of, ledger_id_of, page_of
 from scrutiny.console.ledgerview import ledger_view, metadata_json
@@ -24,7 +22,7 @@ class ConsoleApi(Asking):
         self.max_wait_seconds = max_wait_seconds
 
     def api_status(self, req: Request) -> Response:
-        return json_response(200, status_json(self.api.status()))
+        return json_response(200, status_json(self.api.auditor.status()))
 
     def api_current(self, req: Request) -> Response:
         """The current state: the last full run's findings, plus those continuous scrutiny found since, less
@@ -35,9 +33,9 @@ class ConsoleApi(Asking):
         limit = req.query.get("limit", "1000")
         if not limit.isdigit() or not 1 <= int(limit) <= 10_000:
             raise HttpError(400, "limit must be 1 .. 10000")
-        doc = self.api.current_state(int(limit), order == "newest")
-        checked = bool(self.api.current.baseline_ms)
-        v = display.verdict((c.violation for c in self.api.current.findings()), checked)
+        doc = self.api.auditor.current_state(int(limit), order == "newest")
+        checked = bool(self.api.auditor.current.baseline_ms)
+        v = display.verdict((c.violation for c in self.api.auditor.current.findings()), checked)
         verdict = {"level": v.level, "words": v.words, "by_severity": v.by_severity}
         return json_response(200, {**doc, "verdict": verdict})
 
@@ -77,20 +75,20 @@ class ConsoleApi(Asking):
     def api_handoffs(self, req: Request) -> Response:
         """The hand-off's journal (`auditor.repair`): each ledger marked for autorecovery (or that would be, in a
         dry run, or was not and why), by whom, when, why; the newest first."""
-        h = self.api.handoff
+        h = self.api.auditor.handoff
         return json_response(200, {"repair": h.mode, "handoffs": [x.to_json() for x in h.handed()]})
 
     def api_rescan(self, req: Request) -> Response:
         body = body_of(req)
         wait = bool(body.get("wait", False))
         if body.get("all_ledgers") is True:
-            ticket, queued = self.api.rescan(None, "")
+            ticket, queued = self.api.auditor.rescan(None, "")
         elif isinstance(body.get("ledgers"), list) and all(type(i) is int for i in body["ledgers"]):
             if any(not 0 <= i <= MAX_LEDGER_ID for i in body["ledgers"]):
                 raise RequestError("ledgers: ledger ids are 0 .. 2^63-1")
-            ticket, queued = self.api.rescan(list(body["ledgers"]), "")
+            ticket, queued = self.api.auditor.rescan(list(body["ledgers"]), "")
         elif isinstance(body.get("bookie_id"), str) and body["bookie_id"].strip():
-            ticket, queued = self.api.rescan(None, body["bookie_id"].strip())
+            ticket, queued = self.api.auditor.rescan(None, body["bookie_id"].strip())
         else:
             raise RequestError('say what to rescan: {"all_ledgers": true}, {"ledgers": [ids]} or {"bookie_id": id}')
         return self._ticket(ticket, queued, wait)
@@ -104,7 +102,7 @@ class ConsoleApi(Asking):
         bookies, racks = [b.strip() for b in bookies if b.strip()], [r.strip() for r in racks if r.strip()]
         if not bookies and not racks:
             raise RequestError("say which bookie_ids or racks would be down")
-        ticket, queued = self.api.whatif(bookies, racks)
+        ticket, queued = self.api.auditor.whatif(bookies, racks)
         return self._ticket(ticket, queued, bool(body.get("wait", False)))
 
     def _ticket(self, ticket: Ticket, queued: bool, wait: bool) -> Response:

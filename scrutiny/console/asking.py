@@ -6,20 +6,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlencode
 
-from scrutiny.auditor.currentstate import CurrentState
-from scrutiny.auditor.lastrun import RunSummary
-from scrutiny.auditor.runkinds import KINDS
-from scrutiny.auditor.runqueue import Ticket
-from scrutiny.auditor.service import Status
+from scrutiny.auditor.face import KINDS, AuditorFace, RunSummary
 from scrutiny.categories import REGISTRY
 from scrutiny.checks import Violation
 from scrutiny.console import display
 from scrutiny.console.clusterview import ClusterView
 from scrutiny.httpserver import Request
-from scrutiny.repair.handoff import Handoff
 from scrutiny.report import Report
 
 MAX_PAGE_SIZE = 1000
@@ -27,20 +22,12 @@ MAX_PAGE = 2**31 - 1  # (page - 1) * page_size stays within SQLite's 64-bit inte
 MAX_LEDGER_ID = 2**63 - 1  # BookKeeper's ledger ids are Java longs, never negative
 
 
-class WebApi(Protocol):
-    current: CurrentState
-    cluster: ClusterView
-    handoff: Handoff
+class WebApi:
+    """What the console reads: the auditor, through its face, and the cluster live."""
 
-    def rescan(self, ledger_ids: list[int] | None, bookie_id: str) -> tuple[Ticket, bool]: ...
-
-    def whatif(self, bookie_ids: list[str], racks: list[str]) -> tuple[Ticket, bool]: ...
-
-    def status(self) -> Status: ...
-
-    def last_run(self, kind: str) -> Report | RunSummary | None: ...
-
-    def current_state(self, most: int = 1000, newest_first: bool = False) -> dict[str, Any]: ...
+    def __init__(self, auditor: AuditorFace) -> None:
+        self.auditor = auditor
+        self.cluster = ClusterView(auditor.connected_store, auditor.scan_settings)
 
 
 class HttpError(Exception):
@@ -60,7 +47,7 @@ class Asking:
         kind = req.query.get("kind", "full")
         if kind not in KINDS:
             raise HttpError(400, f"kind must be one of {', '.join(KINDS)}")
-        run = self.api.last_run(kind)
+        run = self.api.auditor.last_run(kind)
         if run is None:
             raise HttpError(404, f"no complete {kind} run is known here yet")
         return kind, run
@@ -88,7 +75,7 @@ class Asking:
 
     def dependencies(self) -> tuple[dict[str, dict[str, int]] | None, str]:
         """The last full run's figures per bookie (what depends on it), and when it finished."""
-        run = self.api.last_run("full")
+        run = self.api.auditor.last_run("full")
         if run is None:
             return None, ""
         return (run.blast_radius or {}).get("bookies"), run.finished_at
@@ -96,9 +83,9 @@ class Asking:
     def bookie_rows(self) -> list[display.BookieRow]:
         registered, racks = self.api.cluster.bookies_now()
         depends, finished = self.dependencies()
-        feeds = self.api.current_state(most=0)["feeds"]
-        return display.bookie_rows(registered, racks, depends, [c.violation for c in self.api.current.findings()],
-                                   feeds, finished)
+        feeds = self.api.auditor.current_state(most=0)["feeds"]
+        found = [c.violation for c in self.api.auditor.current.findings()]
+        return display.bookie_rows(registered, racks, depends, found, feeds, finished)
 
 
 def known_rack(rack: str, racks: Mapping[str, str]) -> str:

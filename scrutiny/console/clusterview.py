@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scrutiny.auditor import history
+from scrutiny.auditor.face import RunPoint, run_history
 from scrutiny.bookieclient import BookieClient
 from scrutiny.checks import BookieAnswer
 from scrutiny.checks.sequences import MessageCheckpoint
@@ -23,9 +23,9 @@ class ClusterView:
     def __init__(self, store: Callable[[], MetadataStore], scan: Callable[[], ScanSettings]) -> None:
         self._store, self._scan = store, scan  # the leader's connected store, the settings as reloaded
 
-    def run_history(self) -> list[history.RunPoint]:
+    def run_history(self) -> list[RunPoint]:
         try:
-            return history.read(self._store())
+            return run_history(self._store())
         except StoreError:
             return []
 

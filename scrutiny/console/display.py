@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from scrutiny.auditor.history import RunPoint
+from scrutiny.auditor.face import RunPoint
 from scrutiny.categories import SEVERITIES, Category, in_words, plural, severity_of, worst_first
 from scrutiny.checks import BookieAnswer, Outcome, Violation, expected_share
 from scrutiny.codec import Availability, CodecError

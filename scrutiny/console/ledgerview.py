@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrutiny.auditor.lastrun import RunSummary
-from scrutiny.auditor.runkinds import KINDS
+from scrutiny.auditor.face import KINDS, RunSummary
 from scrutiny.categories import REGISTRY, severity_of, spec
 from scrutiny.checks import Violation
 from scrutiny.checks.remedy import RepairContext, remedy
@@ -26,16 +25,16 @@ def ledger_view(api: WebApi, ledger_id: int, ask: bool) -> dict[str, Any]:
     read = api.cluster.ledger(ledger_id)
     findings = []
     for kind in KINDS:
-        run = api.last_run(kind)
+        run = api.auditor.last_run(kind)
         if isinstance(run, Report):
             findings += [{**finding_row(v, repair=run.repair), "run": f"{kind} {run.run_id}"}
                          for v in run.violations.worst(len(REGISTRY), ledger_id=ledger_id)[1]]
-    current = [finding_row(c.violation, c, api.current.repair) for c in api.current.findings()
+    current = [finding_row(c.violation, c, api.auditor.current.repair) for c in api.auditor.current.findings()
                if c.violation.ledger_id == ledger_id]
     md = read.metadata
     if md is None and read.error is None and not findings and not current:
         raise HttpError(404, f"no such ledger: {ledger_id} is not in the metadata, and no finding names it")
-    full = api.last_run("full")
+    full = api.auditor.last_run("full")
     state, why = checked_state(md, read, full, findings or current)
     segments: list[display.SegmentView] = []
     asked = ""

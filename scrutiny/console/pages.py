@@ -13,9 +13,7 @@ from typing import Any
 
 import jinja2
 
-from scrutiny.auditor.lastrun import RunSummary
-from scrutiny.auditor.runkinds import KINDS
-from scrutiny.auditor.service import Status
+from scrutiny.auditor.face import KINDS, RunSummary, Status
 from scrutiny.categories import CATEGORY_NAMES, REGISTRY, SEVERITIES, Category, severity_of, spec, worst_first
 from scrutiny.console import display
 from scrutiny.console.asking import Asking, HttpError, known_rack, ledger_id_of, link, page_of
@@ -36,30 +34,30 @@ TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("scrutiny.console", "
 
 class ConsolePages(Asking):
     def page_home(self, req: Request) -> Response:
-        s = self.api.status()
-        state = self.api.current
+        s = self.api.auditor.status()
+        state = self.api.auditor.current
         found = state.findings()
         runs = []
         for kind in KINDS:
-            run = self.api.last_run(kind)
+            run = self.api.auditor.last_run(kind)
             if run is not None:
                 runs.append({"kind": kind, "run": run, "age": age(run), "summary": isinstance(run, RunSummary),
                              "duration": run_duration(run), "bad": worst_counts(run.counts)})
-        full = self.api.last_run("full")
+        full = self.api.auditor.last_run("full")
         checked = bool(state.baseline_ms) or full is not None
         verdict = display.verdict((c.violation for c in found) if state.baseline_ms else
                                   (full.violations if isinstance(full, Report) else []), checked,
                                   not isinstance(full, Report) or full.complete)
         since = state.previous_full_ms
         history = self.api.cluster.run_history()
-        now = self.api.current_state(most=10, newest_first=True) if s.leading else None
+        now = self.api.auditor.current_state(most=10, newest_first=True) if s.leading else None
         feeds = sorted(Counter(now["feeds"].values()).items()) if now else []
         return html(200, "home", "scrutiny", status=s, leader_link=leader_link(s, req), verdict=verdict, runs=runs,
                      now=now, feeds=feeds, baseline_kind=state.baseline_kind or "full",
                      new=[finding_row(c.violation, c, state.repair) for c in found
                           if c.detected_ms > since][:50] if since else [],
                      resolved=state.resolved(since)[:50] if since else [], since=iso(since) if since else "",
-                     chart=display.chart(history), deep=deep_progress(self.api.last_run("deep")),
+                     chart=display.chart(history), deep=deep_progress(self.api.auditor.last_run("deep")),
                      recent=[p for p in history if p.kind in display.WHOLE_RUNS][-5:][::-1], refresh=REFRESH_SECONDS)
 
     def page_findings(self, req: Request) -> Response:
@@ -71,7 +69,7 @@ class ConsolePages(Asking):
         page, size = page_of(req)
         pages = -(-total // size)
         nav = [(p, link("/findings", {**req.query, "page": str(p)})) for p in range(1, min(pages, 50) + 1)]
-        detected = {(c.violation.category, c.violation.ledger_id): c for c in self.api.current.findings()}
+        detected = {(c.violation.category, c.violation.ledger_id): c for c in self.api.auditor.current.findings()}
         query = {k: v for k, v in req.query.items() if k not in ("page", "page_size")}
         return html(200, "findings", f"{kind} findings", kind=kind, run=run, total=total, q=q,
                      rack=req.query.get("rack", ""), categories=worst_first(),
@@ -101,7 +99,7 @@ class ConsolePages(Asking):
         return html(200, "topic", view["topic"], **view)
 
     def page_handoffs(self, req: Request) -> Response:
-        h = self.api.handoff
+        h = self.api.auditor.handoff
         return html(200, "handoffs", "hand-offs to autorecovery", mode=h.mode, handed=[x.to_json() for x in h.handed()])
 
     def page_ledger(self, req: Request) -> Response:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrutiny.auditor.runkinds import KINDS
+from scrutiny.auditor.face import KINDS
 from scrutiny.categories import REGISTRY
 from scrutiny.console.asking import HttpError, WebApi
 from scrutiny.console.ledgerview import finding_row
@@ -37,12 +37,12 @@ def topic_view(api: WebApi, topic: str) -> dict[str, Any]:
     schema = record.schema_of(topic)
     findings = []
     for kind in KINDS:
-        run = api.last_run(kind)
+        run = api.auditor.last_run(kind)
         if isinstance(run, Report):
             for owner in (topic, schema_id_of(topic)):
                 findings += [{**finding_row(v, repair=run.repair), "run": f"{kind} {run.run_id}"}
                              for v in run.violations.worst(10 * len(REGISTRY), topic=owner)[1]]
-    current = [finding_row(c.violation, c, api.current.repair) for c in api.current.findings()
+    current = [finding_row(c.violation, c, api.auditor.current.repair) for c in api.auditor.current.findings()
                if c.violation.owner is not None and topic_of_owner(c.violation.owner) == topic]
     if found is None and schema is None and not findings and not current:
         raise HttpError(404, f"no such topic: {topic} has no record in Pulsar's metadata store, and no finding "

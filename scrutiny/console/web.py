@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import grpc
 
-from scrutiny.auditor.service import Authenticator
+from scrutiny.auditor.face import AuditorFace
 from scrutiny.console.api import ConsoleApi, json_response
 from scrutiny.console.asking import HttpError, WebApi
 from scrutiny.console.pages import ConsolePages, html
@@ -30,9 +30,11 @@ class AuditorWeb:
     """The application `HttpServer` serves beside /metrics: the routes of the pages (`pages`) and the API
     (`api`), who may call what, and every refusal."""
 
-    def __init__(self, api: WebApi, auth: Authenticator, reads_need_token: bool, max_wait_seconds: float) -> None:
-        self.auth, self.reads_need_token = auth, reads_need_token
-        pages, json_api = ConsolePages(api), ConsoleApi(api, max_wait_seconds)
+    def __init__(self, auditor: AuditorFace) -> None:
+        s = auditor.auditor_settings()
+        self.auth, self.reads_need_token = auditor.authenticator(), s.status_requires_auth
+        api = WebApi(auditor)
+        pages, json_api = ConsolePages(api), ConsoleApi(api, s.rescan_wait_seconds)
         self.routes: dict[tuple[str, str], Callable[[Request], Response]] = {
             ("GET", "/"): pages.page_home, ("GET", "/findings"): pages.page_findings,
             ("GET", "/findings.csv"): pages.export_csv, ("GET", "/bookies"): pages.page_bookies,

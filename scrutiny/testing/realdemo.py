@@ -107,7 +107,7 @@ def run_real_demo(args: argparse.Namespace, serve: bool) -> int:
             same = found == set(expected) and report.complete
             print("\nthe findings equal the faults made" if same else "\nthe findings DIFFER from the faults made")
             if serve:
-                from scrutiny.testing.demo import serve_console
+                from scrutiny.testing.democonsole import serve_console  # the auditor: only when served
 
                 serve_console(settings, work, args.port, bookies[0].bookie_id)
         return 0 if same else 1

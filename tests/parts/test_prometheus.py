@@ -26,6 +26,7 @@ from scrutiny.auditor.sinks import FinishedRun, RunTallies
 from scrutiny.categories import REGISTRY, Category
 from scrutiny.checks import Violation
 from scrutiny.config import ConfigError, MetricsSettings, ScanSettings
+from scrutiny.console.web import AuditorWeb
 from scrutiny.deeppass import DeepPass
 from scrutiny.findings import Findings
 from scrutiny.httpserver import HttpServer
@@ -230,7 +231,8 @@ def test_a_real_prometheus_scrapes_the_auditor_and_an_agent(cluster: tuple[DemoC
     scan = ScanSettings(metadata_service_uri=uri, engine="local", recheck_delay=0.3, underreplicated_grace_period=3600)
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"),
                                underreplication_interval_seconds=0, insecure_open_rescan=True)
-    auditor = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), engine=LocalEngine()).start()
+    auditor = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), web=AuditorWeb,
+                      engine=LocalEngine()).start()
     prom = None
     try:
         assert auditor.http is not None
@@ -262,7 +264,7 @@ def test_data_at_risk_keeps_firing_across_a_rolling_restart(cluster: tuple[DemoC
             settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / f"reports{i}"),
                                        full_interval_seconds=3600, underreplication_interval_seconds=0,
                                        insecure_open_rescan=True)
-            auditors.append(Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"),
+            auditors.append(Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), web=AuditorWeb,
                                     engine=LocalEngine()).start())
             wait_for(lambda: auditors[0].leading.is_set())
         first, second = auditors

@@ -51,3 +51,52 @@ def test_the_architecture_doc_names_every_room_and_every_file_it_sends_a_change_
              or ("/" in token and "." in token.split("/")[-1])}
     gone = sorted(p for p in paths if not any((base / p).exists() for base in (ROOT, ROOT / "scrutiny")))
     assert paths and not gone
+
+
+def imports_of(path: Path) -> set[str]:
+    """The scrutiny modules a file imports (anywhere in it: a lazy or a type-checking import ties rooms too)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names if a.name.startswith("scrutiny")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("scrutiny") and not node.level:
+            module = node.module or ""
+            for a in node.names:  # a submodule if there is one by that name, else the module itself
+                sub = f"{module}.{a.name}"
+                names.add(sub if (ROOT / Path(*sub.split("."))).with_suffix(".py").exists() else module)
+    return names
+
+
+def module_graph() -> dict[str, set[str]]:
+    graph = {}
+    for path in sources("scrutiny"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        graph[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = imports_of(path)
+    return {m: {i for i in imports if i in graph and i != m} for m, imports in graph.items()}
+
+
+def test_no_circle_of_imports() -> None:
+    graph, circles = module_graph(), []
+    for start in graph:  # a module reached again from itself
+        stack, seen = [(start, [start])], set()
+        while stack:
+            module, path = stack.pop()
+            for nxt in graph[module]:
+                if nxt == start:
+                    circles.append(" -> ".join([*path, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+    assert not circles
+
+
+def test_the_auditor_and_its_console_meet_at_one_face() -> None:
+    """The console reads one module of the auditor (`auditor/face.py`); the auditor imports nothing of the console
+    but in its composition root (`auditor/main.py`), which serves the console beside /metrics."""
+    graph = module_graph()
+    console_reads = {i for m, imports in graph.items() if m.startswith("scrutiny.console") for i in imports
+                     if i.startswith("scrutiny.auditor")}
+    assert console_reads == {"scrutiny.auditor.face"}
+    auditor_reads = {(m, i) for m, imports in graph.items() if m.startswith("scrutiny.auditor") for i in imports
+                     if i.startswith("scrutiny.console")}
+    assert {m for m, _ in auditor_reads} <= {"scrutiny.auditor.main"}

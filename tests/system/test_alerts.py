@@ -22,6 +22,7 @@ from scrutiny.auditor.lastrun import last_run
 from scrutiny.auditor.leadership import cadence
 from scrutiny.auditor.runqueue import Ticket
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
+from scrutiny.console.web import AuditorWeb
 from scrutiny.deeppass import DeepPass
 from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
 from scrutiny.scan.engines import LocalEngine
@@ -70,7 +71,8 @@ def test_the_demos_faults_each_raise_their_alert(zk_server: LocalZooKeeper, zk_c
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"),
                                underreplication_interval_seconds=0, insecure_open_rescan=True)
     with demo_agents(demo, store_on(zk_client, uri)):
-        auditor = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), engine=LocalEngine())
+        auditor = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), web=AuditorWeb,
+                          engine=LocalEngine())
         auditor.start()
         prom = None
         try:
@@ -175,7 +177,7 @@ def test_no_complete_run_for_days_then_no_leader(zk_server: LocalZooKeeper, zk_c
     cadence("full").write(store, three_days_ago)
     c.writer.set_replication_disabled(True)
     auditor = Auditor(c.auditor.config.scan, c.auditor.config.auditor, metrics=MetricsSettings(listen="127.0.0.1:0"),
-                      engine=LocalEngine()).start()
+                      web=AuditorWeb, engine=LocalEngine()).start()
     prom = None
     try:
         assert auditor.http is not None

@@ -23,6 +23,7 @@ from kazoo.client import KazooClient
 from scrutiny.auditor import Auditor, AuditorSettings
 from scrutiny.auditor.lastrun import last_run
 from scrutiny.config import MetricsSettings, ScanSettings, StatsdSettings
+from scrutiny.console.web import AuditorWeb
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_at
 from scrutiny.testing.clusterwriter import ClusterWriter
@@ -350,7 +351,7 @@ def test_the_periodic_mark_check_sets_its_gauges(cluster: tuple[DemoCluster, str
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path), full_interval_seconds=0,
                                underreplication_interval_seconds=3600, insecure_open_rescan=True)
     port = free_port()
-    auditor = Auditor(scan_settings(uri), settings, metrics=MetricsSettings(listen=f"127.0.0.1:{port}"),
+    auditor = Auditor(scan_settings(uri), settings, metrics=MetricsSettings(listen=f"127.0.0.1:{port}"), web=AuditorWeb,
                       engine=LocalEngine()).start()
     try:
         wait_for(lambda: "underreplication" in auditor.last)

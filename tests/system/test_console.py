@@ -26,6 +26,7 @@ from scrutiny.agent import BookieAgent
 from scrutiny.auditor import Auditor
 from scrutiny.checks.sequences import MessageCheckpoint, ProducerState
 from scrutiny.config import AuditorSettings, ClusterSettings, MetricsSettings, ScanSettings
+from scrutiny.console.web import AuditorWeb
 from scrutiny.metadata import (
     BookieRegistration,
     LedgerMetadata,
@@ -155,7 +156,8 @@ def audited(bookies: Bookies, tmp_path: Path, scan_extra: dict[str, Any] | None 
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), token_file=str(token),
                                underreplication_interval_seconds=0, continuous_batch_seconds=0.3,
                                **(auditor_extra or {}))
-    a = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), engine=LocalEngine()).start()
+    a = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), web=AuditorWeb,
+                engine=LocalEngine()).start()
     wait_for(lambda: "full" in a.last and a.last["full"].report is not None, 60)
     port = a.http.port
     return Console(bookies.writer, bookies.holdings, bookies.agents, a,

@@ -31,6 +31,7 @@ from scrutiny.auditor.currentstate import Current
 from scrutiny.auditor.cursors import CURSORS
 from scrutiny.auditor.keptstate import CURRENT_STATE
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
+from scrutiny.console.web import AuditorWeb
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
@@ -67,7 +68,7 @@ class Cluster:
     registry: MetadataStore
 
     def auditor(self) -> Auditor:
-        return Auditor(self.scan, self.settings, metrics=MetricsSettings(listen="127.0.0.1:0"),
+        return Auditor(self.scan, self.settings, metrics=MetricsSettings(listen="127.0.0.1:0"), web=AuditorWeb,
                        engine=LocalEngine()).start()
 
 

@@ -26,6 +26,7 @@ from scrutiny.auditor import DEEP, Auditor
 from scrutiny.auditor.deeprecord import DEEP_PASS
 from scrutiny.auditor.runqueue import Ticket
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
+from scrutiny.console.web import AuditorWeb
 from scrutiny.deeppass import DeepPass, slices_for
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.errors import DataError
@@ -343,7 +344,7 @@ def test_the_auditors_deep_job_resumes_its_pass_after_a_leader_change(
     auditor_settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"),
                                        full_interval_seconds=0, underreplication_interval_seconds=0,
                                        deep_interval_seconds=3600, deep_pass_days=3 / 24, insecure_open_rescan=True)
-    first = Auditor(settings, auditor_settings, metrics=MetricsSettings(listen="127.0.0.1:0"),
+    first = Auditor(settings, auditor_settings, metrics=MetricsSettings(listen="127.0.0.1:0"), web=AuditorWeb,
                     engine=LocalEngine()).start()
     try:
         wait_for(lambda: first.leading.is_set())

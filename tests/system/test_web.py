@@ -16,6 +16,7 @@ from kazoo.client import KazooClient
 
 from scrutiny.auditor import Auditor
 from scrutiny.config import AuditorSettings, MetricsSettings, ScanSettings
+from scrutiny.console.web import AuditorWeb
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
 from scrutiny.testing.demo import DemoCluster, build_demo_cluster, demo_agents
@@ -38,7 +39,8 @@ def auditor(zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), token_file=str(token),
                                underreplication_interval_seconds=0)
     with demo_agents(demo, store_on(zk_client, uri)):
-        a = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), engine=LocalEngine()).start()
+        a = Auditor(scan, settings, metrics=MetricsSettings(listen="127.0.0.1:0"), web=AuditorWeb,
+                    engine=LocalEngine()).start()
         try:
             wait_for(lambda: "full" in a.last, 60)
             port = a.http.port
@@ -186,7 +188,7 @@ def test_a_standbys_page_names_the_leader_and_its_api_redirects(
     token.write_text(TOKEN)
     standby = Auditor(leader.config.scan, AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "r2"),
                                                           token_file=str(token)),
-                      metrics=MetricsSettings(listen="127.0.0.1:0"), engine=LocalEngine()).start()
+                      metrics=MetricsSettings(listen="127.0.0.1:0"), web=AuditorWeb, engine=LocalEngine()).start()
     try:
         wait_for(lambda: standby.leader_address() == leader.address)
         base = f"http://127.0.0.1:{standby.http.port}"
@@ -202,16 +204,23 @@ def test_a_standbys_page_names_the_leader_and_its_api_redirects(
 def test_with_status_requires_auth_the_pages_need_the_token_too() -> None:
     from scrutiny.auditor.currentstate import CurrentState
     from scrutiny.auditor.service import Authenticator, Status
-    from scrutiny.console.web import AuditorWeb
+    from scrutiny.errors import StoreError
     from scrutiny.httpserver import Request
 
-    class Cluster:
-        def run_history(self) -> list[Any]:
-            return []
-
-    class Api:
+    class Api:  # an auditor's face, not connected to its store yet (the run history: none)
         current = CurrentState()
-        cluster = Cluster()
+
+        def connected_store(self) -> Any:
+            raise StoreError("not connected to the metadata store yet")
+
+        def scan_settings(self) -> ScanSettings:
+            return ScanSettings()
+
+        def auditor_settings(self) -> AuditorSettings:
+            return AuditorSettings(status_requires_auth=True)
+
+        def authenticator(self) -> Authenticator:
+            return Authenticator(TOKEN, False, False)
 
         def status(self) -> Status:
             return Status(True, "a:1")
@@ -223,7 +232,7 @@ def test_with_status_requires_auth_the_pages_need_the_token_too() -> None:
             return {"continuous": False, "feeds": {}, "total": 0, "violations": [], "missed": 0,
                     "watching_since": None}
 
-    web = AuditorWeb(Api(), Authenticator(TOKEN, False, False), True, 5.0)  # type: ignore[arg-type]
+    web = AuditorWeb(Api())  # type: ignore[arg-type]
     for path in ("/", "/api/v1/status", "/findings"):
         refused = web(Request("GET", path, {}, {}))
         assert refused is not None and refused.status == 401
