@@ -97,12 +97,13 @@ class SoakResult:
 
 def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, Engine], seed: int = 1,
          recheck_delay: float = 0.5, bookies: int = 6, pulsar: bool = True, losses_every: float = 2.0,
-         min_runs: int = 0, min_pulsar_operations: int = 0) -> SoakResult:
+         min_runs: int = 0, min_pulsar_operations: int = 0, min_moments: tuple[str, ...] = ()) -> SoakResult:
     """Back-to-back scans on each engine in turn while the cluster churns (with Pulsar's topics on it, their
     own operations among the churn's) and loses a share every `losses_every` seconds (0: none); then the
     injected faults, once `seconds` have passed and at least `min_runs` runs and `min_pulsar_operations` of
-    Pulsar's operations were made (a loaded machine makes fewer). `client` writes the cluster (a KazooClient, or
-    an EtcdTree for Pulsar's layout on etcd) that `uri` names."""
+    Pulsar's operations were made (a loaded machine makes fewer), and the runs met each of `min_moments` (for at
+    most four times `seconds`: a moment never met is then the test's to report). `client` writes the cluster (a
+    KazooClient, or an EtcdTree for Pulsar's layout on etcd) that `uri` names."""
     cluster = ChurnCluster(client, root, uri, [f"127.0.4.{n}:3181" for n in range(1, bookies + 1)], recheck_delay,
                            random.Random(seed))
     if pulsar:
@@ -170,8 +171,11 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
         def pulsar_operations() -> int:  # (list(): a copy the churn's thread cannot change under it)
             return sum(n for op, n in list(cluster.ops.items()) if op.startswith("pulsar_"))
 
+        def moments_unmet() -> bool:
+            return any(not result.moments[m] for m in min_moments) and time.monotonic() - t0 < 4 * seconds
+
         while (time.monotonic() - t0 < seconds or result.runs < min_runs
-               or pulsar_operations() < min_pulsar_operations):
+               or pulsar_operations() < min_pulsar_operations or moments_unmet()):
             name = names[result.runs % len(names)]
             if result.runs % 3 == 1 or renewal_due:  # a run that starts while a bookie renews its session (its
                 # agent answers), until its first pass is over; when every bookie was restarted just now, the

@@ -32,7 +32,8 @@ def test_churn_soak_reports_nothing_then_finds_the_fault(zk_server: LocalZooKeep
     result = soak(zk_client, f"{zk_namespace}/ledgers", f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers",
                   seconds=30,
                   engines={"local": LocalEngine(), "spark": spark_engine}, seed=12,  # type: ignore[dict-item]
-                  min_runs=4)
+                  min_runs=4, min_moments=("potentially_faulty", "ledgers_with_residue_past_the_close",
+                                           "orphan_candidates", "lost_bookies", "pulsar_candidates"))
     summary = json.dumps(result.summary(), indent=1, default=str)  # a string: pytest would cut a dict short
     assert result.false_alarms == [], json.dumps(result.false_alarms[:5], indent=1)
     # the hand-off, armed, raced by the churn: every mark for a loss still standing, once; each repaired
@@ -86,8 +87,9 @@ def test_auditor_soak_threads_and_fds_stay_flat(zk_server: LocalZooKeeper, zk_cl
     assert len(samples) == 16
     # Each sample is taken with the auditor at rest (runs may still start): the last ones against the
     # most the process held once the first runs had opened what it keeps. A leak of one per run would
-    # stand about ten above it.
+    # stand about ten above it. Threads: the fewest of the last (a run starting at a sample adds its own for a
+    # while, a leak raises the floor).
     warm, last = samples[2:6], samples[-4:]
-    assert median(s.threads for s in last) <= max(s.threads for s in warm) + 2, samples
+    assert min(s.threads for s in last) <= max(s.threads for s in warm) + 2, samples
     assert median(s.fds for s in last) <= max(s.fds for s in warm) + 4, samples
     assert median(s.rss_mb for s in last) <= max(s.rss_mb for s in warm) + 30, samples
