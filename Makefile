@@ -135,7 +135,7 @@ image-test: setup
 	docker/dockerd.sh start
 	status=0; { docker/base-image.sh $(TEST_BASE_IMAGE) \
 	  && $(MAKE) image BASE_IMAGE=$(TEST_BASE_IMAGE) \
-	  && docker image prune -f >/dev/null `# vfs keeps every replaced build whole (GBs each)` \
+	  && docker image prune -f >/dev/null `# the replaced build (under vfs storage, GBs each)` \
 	  && SCRUTINY_IMAGE=$(IMAGE) $(VENV)/bin/pytest -m install tests/install $(PYTEST_ARGS); } || status=$$?; \
 	docker/dockerd.sh stop; exit $$status
 
