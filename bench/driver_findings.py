@@ -107,7 +107,7 @@ def run_size(count: int, session: Any = None) -> dict[str, Any]:
             t0 = time.perf_counter()
             report = ScrutinyRun(settings, SparkEngine(session=session)).execute()
             row["scan s"] = time.perf_counter() - t0
-            findings = report.counts[str(Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY)]
+            findings = report.counts[Category.LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY]
             assert report.complete and findings == count == len(report.violations), (report.errors[:3],
                                                                                        report.counts)
             row["findings"] = findings

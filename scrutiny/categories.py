@@ -351,6 +351,12 @@ assert set(REGISTRY) == set(Category), "every category needs its registry entry"
 CATEGORY_NAMES = frozenset(str(c) for c in REGISTRY)  # a summary from a newer auditor may name more
 
 
+def known_counts(counts: Mapping[str, int]) -> dict[Category, int]:
+    """Ledgers per category as a record gives them, keyed as every count here is: by the categories this
+    version knows (one from a newer auditor is left out)."""
+    return {Category(c): n for c, n in counts.items() if c in CATEGORY_NAMES}
+
+
 def worst_first() -> list[Category]:
     return sorted(REGISTRY, key=lambda c: REGISTRY[c].rank)
 

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass, replace
 
 from scrutiny.errors import DataError
+from scrutiny.runstats import DeepPassPosition
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,10 @@ class DeepPass:
 
     def stats(self) -> dict[str, int]:
         """For the report and the metrics."""
-        return {"deep_pass_slices": self.slices, "deep_pass_next_slice": self.next_slice,
-                "deep_pass_progress_permille": int(self.progress * 1000),
-                "deep_passes_completed": self.passes_completed, "deep_oldest_verified_ms": self.oldest_verified_ms}
+        return DeepPassPosition(deep_pass_slices=self.slices, deep_pass_next_slice=self.next_slice,
+                                deep_pass_progress_permille=int(self.progress * 1000),
+                                deep_passes_completed=self.passes_completed,
+                                deep_oldest_verified_ms=self.oldest_verified_ms).items()
 
     def to_bytes(self) -> bytes:
         return json.dumps({"slices": self.slices, "next_slice": self.next_slice, "verified_ms": self.verified_ms,

@@ -13,44 +13,7 @@ from scrutiny.checks.remedy import RepairContext, remedy
 from scrutiny.errors import EXIT_CLEAN, EXIT_INCOMPLETE, EXIT_VIOLATIONS
 from scrutiny.findings import Findings
 from scrutiny.pulsar.owners import Owner
-
-# The stats every report of its kind has, 0 when nothing happened: a script reads them without KeyError.
-RUN_STATS = ("underreplicated_marks", "first_pass_ms", "recheck_ms", "verify_ms", "potentially_faulty",
-             "rechecked_again", "left_unsettled_after_rechecks", "left_unsettled_after_rereads",
-             "reanalyzed_after_metadata_change",
-             "reanalyzed_after_rack_change", "relooked_after_registration_change", "relooked_after_agent_moved",
-             "dropped_marked_during_run",
-             "marks_gone_before_reporting", "dropped_offloaded", "ledgers_with_limbo_copies",
-             "ledgers_with_residue_past_the_close", "bookie_calls_failed", "lost_bookies",
-             "lost_bookie_ledgers_not_yet_due")
-# Deep runs add these. Units: ledgers (deep_ledgers_verified), copies of a ledger on one bookie
-# (deep_copies_unverified, deep_copies_digest_unchecked), entry copies (deep_entries_verified,
-# deep_entries_corrupt: an entry on two bookies counts twice), bytes (deep_bytes_read).
-DEEP_STATS = ("deep_ledgers_verified", "deep_entries_verified", "deep_bytes_read", "deep_entries_corrupt",
-              "deep_copies_unverified", "deep_copies_digest_unchecked")
-# Runs with the reverse check (whole-cluster runs) add these: bookies, and (bookie, ledger) pairs.
-HOLDINGS_STATS = ("orphan_bookies_listed", "orphan_bookies_not_listed", "orphan_candidates",
-                  "orphan_sightings_untracked")
-# Runs that hold Pulsar's record against BookKeeper's add these: topics and schemas read, findings before the
-# second look, Pulsar's ledgers named by nothing (any age), leaks reported and their bytes on the bookies.
-PULSAR_STATS = ("pulsar_topics", "pulsar_schemas", "pulsar_candidates", "pulsar_unnamed", "pulsar_leaked_ledgers",
-                "pulsar_leaked_bytes", "pulsar_store_reads", "pulsar_ms")
-# Deep runs that hold Pulsar's record add these: topics and ledgers validated in order, topics whose
-# validation stopped at a ledger not read whole (or not scrubbed in this run), restarts after a ledger the
-# record lists and BookKeeper lost, topics whose deduplication snapshot is not in its cursor's record,
-# deduplication snapshots judged and waiting for their horizon, entries validated as lost (no copy anywhere);
-# and, never findings, what the producers did legitimately in the ledgers this run validated.
-MESSAGES_STATS = ("pulsar_topics_validated", "pulsar_ledgers_validated", "pulsar_validation_stopped",
-                  "pulsar_restarts_after_a_lost_ledger",
-                  "pulsar_topics_without_dedup_snapshot", "pulsar_dedup_snapshots_judged",
-                  "pulsar_dedup_snapshots_waiting", "pulsar_messages_validated", "pulsar_sequence_gaps",
-                  "pulsar_producer_restarts", "pulsar_repeats", "pulsar_markers", "pulsar_entries_not_messages",
-                  "pulsar_entries_lost")
-MARKS_STATS = ("underreplicated_marks", "marks_gone_before_reporting")  # the periodic age check of the marks
-
-
-def with_every_stat(stats: dict[str, int], names: tuple[str, ...]) -> dict[str, int]:
-    return dict.fromkeys(names, 0) | stats
+from scrutiny.runstats import Deep
 
 
 @dataclass
@@ -62,7 +25,7 @@ class Report:
     ledgers: dict[str, int]
     violations: Findings  # on disk beyond a few MB: a report may have millions
     errors: list[str] = field(default_factory=list)
-    stats: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)  # the figures of its parts (runstats), flat
     # full runs: {"bookies": {id: figures}, "racks": {...}}, figures of what would fall below AQ were it down
     blast_radius: dict[str, dict[str, dict[str, int]]] | None = None
     repair: RepairContext = field(default_factory=RepairContext)  # what each finding's remedy depends on
@@ -74,10 +37,10 @@ class Report:
         return {**v.to_json(), "remedy": remedy(v, self.repair).to_json()}
 
     @property
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> dict[Category, int]:
         """Ledgers per category (a ledger counts once per category); every category present."""
         per = self.violations.counts()
-        return {str(c): per.get(c, 0) for c in REGISTRY}
+        return {c: per.get(c, 0) for c in REGISTRY}
 
     @property
     def owners(self) -> list[dict[str, Any]]:
@@ -158,12 +121,11 @@ class Report:
                 lines.append(f"  {o['kind']:<15} {what}: " + ", ".join(f"{c} {n}" for c, n in o["counts"].items()))
         lines.append("")
         lines.append("ledgers: " + ", ".join(f"{k} {v}" for k, v in self.ledgers.items()))
-        if "deep_ledgers_verified" in self.stats:
-            st = self.stats
-            lines.append(f"deep scrub: {st['deep_ledgers_verified']} ledgers, {st.get('deep_entries_verified', 0)} "
-                         f"entries ({st.get('deep_bytes_read', 0):,} bytes) verified, "
-                         f"{st.get('deep_entries_corrupt', 0)} corrupt copies, "
-                         f"{st.get('deep_copies_unverified', 0)} copies not verifiable")
+        deep = Deep.given(self.stats)
+        if deep is not None:
+            lines.append(f"deep scrub: {deep.deep_ledgers_verified} ledgers, {deep.deep_entries_verified} entries "
+                         f"({deep.deep_bytes_read:,} bytes) verified, {deep.deep_entries_corrupt} corrupt copies, "
+                         f"{deep.deep_copies_unverified} copies not verifiable")
         lines.append("")
         lines.append(f"{'category':<40} {'ledgers':>8}")
         for cat, n in self.counts.items():

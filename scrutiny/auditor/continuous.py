@@ -37,6 +37,7 @@ from scrutiny.metadata import TreeChange
 from scrutiny.pulsar.owners import topic_of_owner
 from scrutiny.pulsar.snapshot import PulsarRecord
 from scrutiny.report import Report
+from scrutiny.runstats import Scan
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.store import MetadataStore, TreeWatchHandle
@@ -323,7 +324,7 @@ class Continuous:
                                                    or b in v.details.get("lost_bookies", ())), first)
                for v in report.violations}
         self.state.looked_again_bookies(due, report.violations, self._ms(), how, LOOKED_AT)
-        if report.stats.get("lost_bookie_ledgers_not_yet_due"):  # its sighting is later than the watch's
+        if Scan.of(report.stats).lost_bookie_ledgers_not_yet_due:  # its sighting is later than the watch's
             for bookie in self._gone.among(due.keys()):
                 self._look_at_bookie(bookie, due[bookie].why, max(again, self.scan.lost_bookie_grace_period))
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scrutiny.categories import REGISTRY, Category, Fact, Phase, in_phase, severity_of
+from scrutiny.categories import REGISTRY, Category, Fact, Phase, in_phase, known_counts, severity_of
 from scrutiny.checks import Violation
 from scrutiny.checks.remedy import RepairContext, remedy
 from scrutiny.pulsar.owners import topic_of_owner
@@ -69,7 +69,7 @@ class CurrentState:
         self.missed = 0
         self.repair = RepairContext()  # the remedies' context, as the last full run read it
         self.version = 0  # one more at every change of the findings (the keeper writes them for the next leader)
-        self._beyond: Counter[str] = Counter()  # findings a last leader kept as counts only, until a full run
+        self._beyond: Counter[Category] = Counter()  # findings a last leader kept as counts only, until a full run
 
     def baseline(self) -> tuple[int, str, int]:
         """When the full run the state rests on started, its kind, and when the last one finished."""
@@ -81,7 +81,7 @@ class CurrentState:
         """The state a last leader kept (a new leader's, until its own runs and looks tell)."""
         with self._lock:
             self._found = {(c.violation.category, c.violation.ledger_id): c for c in found}
-            self._beyond = Counter(beyond)
+            self._beyond = Counter(known_counts(beyond))
             self.baseline_ms, self.baseline_kind, self.last_full_ms = baseline_ms, baseline_kind, last_full_ms
             self.version += 1
 
@@ -208,9 +208,9 @@ class CurrentState:
         with self._lock:
             return [r for r in reversed(self._resolved) if r.resolved_ms > since_ms]
 
-    def counts(self) -> Counter[str]:
+    def counts(self) -> Counter[Category]:
         with self._lock:
-            return Counter(str(k[0]) for k in self._found) + self._beyond
+            return Counter(k[0] for k in self._found) + self._beyond
 
     def findings(self, newest_first: bool = False) -> list[Current]:
         """Worst first, then the newest (or the newest first)."""

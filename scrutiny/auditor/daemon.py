@@ -20,7 +20,7 @@ from apscheduler.triggers.date import DateTrigger
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from scrutiny.auditor.collector import AuditorCollector
+from scrutiny.auditor.collector import collectors
 from scrutiny.auditor.continuous import Continuous
 from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.auditor.deeprecord import deep_pass
@@ -245,7 +245,8 @@ class Auditor:
             # the page and its API carry the token: HTTPS with the RPC's own certificate
             https = HttpsFiles(s.tls_cert, s.tls_key, s.tls_client_ca) if s.tls_cert or s.tls_key else None
             registry = CollectorRegistry(auto_describe=False)
-            registry.register(AuditorCollector(self.tallies, self.current, self.continuous))
+            for collector in collectors(self.tallies, self.current, self.continuous):
+                registry.register(collector)
             self.http, self._http_listen = HttpServer(listen, registry, https=https), listen
         if self.http is not None and self._web is not None:
             self.http.app = self._web(self)  # again at a reload: the token rule and the limits as reloaded

@@ -9,6 +9,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from scrutiny.categories import Category, known_counts
 from scrutiny.errors import DataError, one_line
 from scrutiny.records import LeaderRecord
 from scrutiny.store import MetadataStore
@@ -25,7 +26,7 @@ class RunPoint:
     finished_ms: int
     duration_ms: int
     ledgers_checked: int
-    counts: dict[str, int] = field(default_factory=dict)  # only the categories found
+    counts: dict[Category, int] = field(default_factory=dict)  # only the categories found
 
 
 def appended(points: list[RunPoint], point: RunPoint, kept: int = KEPT) -> list[RunPoint]:
@@ -47,7 +48,8 @@ def parse(data: bytes) -> list[RunPoint]:
         if doc.get("format") != FORMAT:
             raise ValueError(f"not format {FORMAT}")
         return [RunPoint(str(r["kind"]), str(r["run_id"]), int(r["finished_ms"]), int(r["duration_ms"]),
-                         int(r["ledgers_checked"]), {str(c): int(n) for c, n in dict(r["counts"]).items()})
+                         int(r["ledgers_checked"]),
+                         known_counts({str(c): int(n) for c, n in dict(r["counts"]).items()}))
                 for r in doc["runs"]]
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise DataError(f"the stored run history: {exc}") from None

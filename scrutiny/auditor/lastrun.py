@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from scrutiny.categories import Category
+from scrutiny.categories import Category, known_counts
 from scrutiny.errors import DataError, one_line
 from scrutiny.records import LeaderRecord
 from scrutiny.report import Report
@@ -35,7 +35,7 @@ class RunSummary:
     started_at: str  # ISO-8601 UTC, as in the report
     finished_ms: int  # epoch ms: the age the gauges export
     duration_ms: int
-    counts: dict[str, int]  # ledgers per category, for the categories the run looked at
+    counts: dict[Category, int]  # ledgers per category, for the categories the run looked at
     ledgers: dict[str, int] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
     unavailable: dict[str, int] = field(default_factory=dict)  # bookie -> ledgers it left unchecked
@@ -67,7 +67,7 @@ class RunSummary:
                 for b in v.bookies:
                     lost.setdefault(b, Counter()).update(ledgers=1, below_aq=int(bool(v.details["below_ack_quorum"])))
         return cls(kind, report.run_id, report.started_at, finished_ms, duration_ms,
-                   {str(c): counts[str(c)] for c in categories}, dict(report.ledgers), dict(report.stats),
+                   {c: counts[c] for c in categories}, dict(report.ledgers), dict(report.stats),
                    dict(sorted(unavailable.items())), tuple(sorted(set(unavailable) - down)), report.blast_radius,
                    ran_by, {b: dict(n) for b, n in sorted(orphans.items())},
                    {b: {"ledgers": n["ledgers"], "below_aq": n["below_aq"]} for b, n in sorted(lost.items())})
@@ -77,7 +77,7 @@ class RunSummary:
         return iso_seconds(self.finished_ms / 1000)
 
     def looked_at(self, category: Category) -> bool:
-        return str(category) in self.counts
+        return category in self.counts
 
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "kind": self.kind, "run_id": self.run_id, "started_at": self.started_at,
@@ -102,9 +102,10 @@ class RunSummary:
             raise DataError(f"{where}: format {doc.get('format')!r}, this auditor reads format {FORMAT}")
         try:
             return cls(_str(doc, "kind"), _str(doc, "run_id"), _str(doc, "started_at"), _int(doc, "finished_ms"),
-                       _int(doc, "duration_ms"), _ints(doc, "counts"), _ints(doc, "ledgers"), _ints(doc, "stats"),
-                       _ints(doc, "unavailable"), _strs(doc, "slow"), _blast(doc.get("blast_radius")),
-                       _str(doc, "ran_by"), _per_bookie(doc.get("orphans", {})), _per_bookie(doc.get("lost", {})))
+                       _int(doc, "duration_ms"), known_counts(_ints(doc, "counts")), _ints(doc, "ledgers"),
+                       _ints(doc, "stats"), _ints(doc, "unavailable"), _strs(doc, "slow"),
+                       _blast(doc.get("blast_radius")), _str(doc, "ran_by"), _per_bookie(doc.get("orphans", {})),
+                       _per_bookie(doc.get("lost", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"{where}: {exc}") from None
 

@@ -14,20 +14,16 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 import statsd
 
 from scrutiny.auditor.lastrun import RunSummary
 from scrutiny.categories import Category, bookkeeper_gauge
 from scrutiny.report import Report
-
-if TYPE_CHECKING:
-    pass
+from scrutiny.runstats import Deep, Scan, Timings
 
 log = logging.getLogger(__name__)
-
-PHASES = ("first_pass_ms", "recheck_ms", "verify_ms")  # the stats that time a run's phases
 
 
 @dataclass(frozen=True)
@@ -122,11 +118,11 @@ class StatsdSink(ReportSink):
                     pipe.incr(f"violations.{cat}", n)
                 _bookkeeper_gauges(pipe, run.summary.counts)
                 pipe.timing(f"run.{kind}.duration", run.duration_ms)
-                for phase in PHASES:
-                    if phase in report.stats:
-                        pipe.timing(f"run.{kind}.{phase.removesuffix('_ms')}", report.stats[phase])
+                timings = Timings.given(report.stats)
+                for phase, ms in timings.phases().items() if timings is not None else ():
+                    pipe.timing(f"run.{kind}.{phase}", ms)
                 pipe.incr("ledgers.checked", report.ledgers.get("checked", 0))
-                pipe.incr("bookie_calls.failed", report.stats.get("bookie_calls_failed", 0))
+                pipe.incr("bookie_calls.failed", Scan.of(report.stats).bookie_calls_failed)
                 pipe.incr(f"runs.{kind}.{'complete' if report.complete else 'incomplete'}")
         except OSError as exc:
             log.warning("StatsD: %s", exc)
@@ -163,9 +159,9 @@ class RunTallies(ReportSink):
             t = self._t
             t.runs[(run.kind, "complete" if report.complete else "incomplete")] += 1
             t.checked += report.ledgers.get("checked", 0)
-            t.calls_failed += report.stats.get("bookie_calls_failed", 0)
-            t.deep_bytes += report.stats.get("deep_bytes_read", 0)
-            t.reported.update({str(c): n for c, n in report.violations.counts().items()})
+            t.calls_failed += Scan.of(report.stats).bookie_calls_failed
+            t.deep_bytes += Deep.of(report.stats).deep_bytes_read
+            t.reported.update(report.violations.counts())
             if report.complete and run.whole_cluster:
                 t.last[run.kind] = run.summary
 
@@ -201,7 +197,7 @@ class Tallies:
     leading_since: float = field(default_factory=time.time)
     leaderships: int = 0
     last: dict[str, RunSummary] = field(default_factory=dict)  # kind -> its last complete whole-cluster run
-    reported: Counter[str] = field(default_factory=Counter)  # findings per category, every run
+    reported: Counter[Category] = field(default_factory=Counter)  # findings per category, every run
     runs: Counter[tuple[str, str]] = field(default_factory=Counter)  # (kind, outcome)
     skipped: Counter[tuple[str, str]] = field(default_factory=Counter)  # (kind, reason)
     checked: int = 0
@@ -213,7 +209,7 @@ class Tallies:
         return sorted(self.last.values(), key=lambda r: r.finished_ms)
 
 
-def _bookkeeper_gauges(pipe: Any, counts: Mapping[str, int]) -> None:
+def _bookkeeper_gauges(pipe: Any, counts: Mapping[Category, int]) -> None:
     """StatsD gauges under BookKeeper's auditor names, for the categories that have one."""
     for cat, n in counts.items():
         gauge = bookkeeper_gauge(cat)

@@ -239,13 +239,13 @@ def chart(points: Sequence[RunPoint]) -> Chart | None:
     runs = [p for p in points if p.kind in WHOLE_RUNS]
     if not runs:
         return None
-    shown = [c for c in worst_first() if any(p.counts.get(str(c)) for p in runs)]
-    most = max([1, *(p.counts.get(str(c), 0) for p in runs for c in shown)])
+    shown = [c for c in worst_first() if any(p.counts.get(c) for p in runs)]
+    most = max([1, *(p.counts.get(c, 0) for p in runs for c in shown)])
     step = (CHART_W - 2 * PAD) / max(1, len(runs) - 1)
     left = PAD if len(runs) > 1 else CHART_W / 2
     lines: dict[tuple[int, ...], list[str]] = {}
     for c in shown:
-        lines.setdefault(tuple(p.counts.get(str(c), 0) for p in runs), []).append(str(c))
+        lines.setdefault(tuple(p.counts.get(c, 0) for p in runs), []).append(str(c))
     series = []
     for counts, categories in lines.items():
         xy = [(left + i * step, CHART_H - PAD - (CHART_H - 2 * PAD) * n / most) for i, n in enumerate(counts)]

@@ -9,12 +9,13 @@ import io
 import json
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import jinja2
 
 from scrutiny.auditor.face import KINDS, RunSummary, Status
-from scrutiny.categories import CATEGORY_NAMES, REGISTRY, SEVERITIES, Category, severity_of, spec, worst_first
+from scrutiny.categories import REGISTRY, SEVERITIES, Category, severity_of, spec, worst_first
 from scrutiny.console import display
 from scrutiny.console.asking import Asking, HttpError, known_rack, ledger_id_of, link, page_of
 from scrutiny.console.ledgerview import finding_row, ledger_view
@@ -145,9 +146,8 @@ def html(code: int, template: str, title: str, **context: Any) -> Response:
     return Response(code, "text/html; charset=utf-8", page.encode())
 
 
-def worst_counts(counts: dict[str, int]) -> list[tuple[str, int]]:
-    return sorted(((c, n) for c, n in counts.items() if n),
-                  key=lambda cn: REGISTRY[Category(cn[0])].rank if cn[0] in CATEGORY_NAMES else 99)
+def worst_counts(counts: Mapping[Category, int]) -> list[tuple[Category, int]]:
+    return sorted(((c, n) for c, n in counts.items() if n), key=lambda cn: REGISTRY[cn[0]].rank)
 
 
 def leader_link(s: Status, req: Request) -> str:

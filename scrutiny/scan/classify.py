@@ -39,6 +39,7 @@ from scrutiny.checks.sequences import LedgerSequences
 from scrutiny.lostbookies import check_lost_bookie_recovery
 from scrutiny.metadata import LedgerMetadata, LedgerState
 from scrutiny.pulsar.owners import owner_from_custom_metadata
+from scrutiny.runstats import Deep, Scan
 from scrutiny.scan.context import Answers, DeepAnswers, Pass, RunContext
 from scrutiny.scan.result import BlastTally, RangeResult
 from scrutiny.store import LedgerRead
@@ -193,9 +194,8 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
         tally.depends(md, ctx.locations, owner)
         tally.would_have(md, blast_radius_marked(md, ctx.marked.get(md.ledger_id, ()), ctx.locations), owner)
     blast = tally.blast()
-    stats = {k: n for k, n in (("ledgers_with_limbo_copies", limbo),
-                               ("ledgers_with_residue_past_the_close", residue),
-                               ("lost_bookie_ledgers_not_yet_due", not_due)) if n}
+    stats = Scan(ledgers_with_limbo_copies=limbo, ledgers_with_residue_past_the_close=residue,
+                 lost_bookie_ledgers_not_yet_due=not_due).nonzero()
     return RangeResult(counts={"checked": checked}, violations=tuple(violations), potentially_faulty=faulty,
                        stats={**stats, **deep_stats(deep)} if deep is not None else stats, blast=blast,
                        unregistered=frozenset(unregistered), messages=tuple(messages))
@@ -208,20 +208,14 @@ def scrubbed(md: LedgerMetadata, deep: DeepAnswers) -> dict[str, DeepAnswer]:
 
 def deep_stats(deep: DeepAnswers) -> dict[str, int]:
     """What a deep run verified: ledgers with a copy verified, copies not verifiable, entries, bytes."""
-    out: Counter[str] = Counter()
-    verified: set[int] = set()
-    for per in deep.values():
-        for lid, a in per.items():
-            if a.verified is None:
-                out["deep_copies_unverified"] += 1
-                continue
-            verified.add(lid)
-            out["deep_entries_verified"] += int(a.verified.size)
-            out["deep_entries_corrupt"] += len(a.corrupt)
-            out["deep_bytes_read"] += a.bytes_read
-            out["deep_copies_digest_unchecked"] += not a.digest_checked
-    out["deep_ledgers_verified"] = len(verified)
-    return dict(out)
+    answers = [(lid, a) for per in deep.values() for lid, a in per.items()]
+    read = [(lid, a, a.verified) for lid, a in answers if a.verified is not None]
+    return Deep(deep_ledgers_verified=len({lid for lid, _, _ in read}),
+                deep_entries_verified=sum(int(verified.size) for _, _, verified in read),
+                deep_bytes_read=sum(a.bytes_read for _, a, _ in read),
+                deep_entries_corrupt=sum(len(a.corrupt) for _, a, _ in read),
+                deep_copies_unverified=len(answers) - len(read),
+                deep_copies_digest_unchecked=sum(not a.digest_checked for _, a, _ in read)).nonzero()
 
 
 def analyse(ctx: RunContext, mode: Pass, md: LedgerMetadata, answers: Answers, policy: PlacementPolicy,

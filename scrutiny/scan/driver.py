@@ -34,15 +34,18 @@ from scrutiny.orphans import LedgerIds
 from scrutiny.pulsar.ledgers import BookKeeperLedgers
 from scrutiny.pulsar.owners import UNKNOWN, owner_from_custom_metadata
 from scrutiny.pulsar.snapshot import PulsarRecord
-from scrutiny.report import (
-    DEEP_STATS,
-    HOLDINGS_STATS,
-    MARKS_STATS,
-    MESSAGES_STATS,
-    PULSAR_STATS,
-    RUN_STATS,
-    Report,
-    with_every_stat,
+from scrutiny.report import Report
+from scrutiny.runstats import (
+    EVERY_RUN,
+    MARKS_CHECK,
+    Deep,
+    Holdings,
+    Marks,
+    Messages,
+    PulsarRecordFigures,
+    RunFigures,
+    Scan,
+    Timings,
 )
 from scrutiny.scan.context import LEDGER_COUNTERS, NO_SILENCES, Pass, RunContext, Silences
 from scrutiny.scan.engines import Engine, Progress, make_engine
@@ -82,7 +85,7 @@ class PendingRun:
     counts: Counter[str] = field(default_factory=lambda: Counter({k: 0 for k in LEDGER_COUNTERS}))
     findings: Findings = field(default_factory=Findings)
     errors: list[str] = field(default_factory=list)
-    stats: Counter[str] = field(default_factory=Counter)
+    stats: RunFigures = field(default_factory=RunFigures)
     faulty: Silences = NO_SILENCES
     blast: dict[str, Blast] = field(default_factory=dict)
     enumerated: list[LedgerIds] = field(default_factory=list)  # every ledger id of the first pass (`holdings`)
@@ -104,8 +107,7 @@ class PendingRun:
             self.bookkeeper += result.bookkeeper
         else:
             self.counts["deleted_during_run"] += result.counts.get("deleted_during_run", 0)
-        for k, v in result.stats.items():
-            self.stats[k] = max(self.stats[k], v) if "peak" in k else self.stats[k] + v
+        self.stats.add(result.stats)
         self.unregistered |= result.unregistered
         self.messages.update((m.ledger_id, m) for m in result.messages)
         self.findings.add(result.violations)
@@ -206,12 +208,12 @@ class ScrutinyRun:
                                  racks_from_store, pulsar_topics=None if whole else tuple(s.topics),
                                  replication_disabled=facts.replication_disabled)
             pending.errors += problems
-            pending.stats["underreplicated_marks"] = len(marks)
+            pending.stats.add(Marks(underreplicated_marks=len(marks)))
             ranges = store.ranges_of(wanted) if scoped else store.ledger_ranges()
             log.info("%s run %s: %d ranges to check", self.kind, self.run_id, len(ranges))
             t0 = time.monotonic()
             pending.faulty = self._pass(pending, ctx, ranges, Pass.FIRST, progress=self.progress)
-            pending.stats["first_pass_ms"] = int((time.monotonic() - t0) * 1000)
+            pending.stats.add(Timings(first_pass_ms=int((time.monotonic() - t0) * 1000)))
             if only:
                 pending.scope = set(pending.marked_in_scope)
             return pending
@@ -251,10 +253,10 @@ class ScrutinyRun:
             run_id=self.run_id, started_at=iso(pending.started_ms), finished_at=iso(now_ms()),
             complete=not pending.errors, ledgers={k: pending.counts[k] for k in LEDGER_COUNTERS},
             violations=pending.findings, errors=pending.errors,
-            stats=with_every_stat(dict(pending.stats), RUN_STATS + (DEEP_STATS if self.settings.deep else ())
-                                  + (MESSAGES_STATS if self.settings.deep and pending.ctx.pulsar else ())
-                                  + (HOLDINGS_STATS if pending.ctx.holdings else ())
-                                  + (PULSAR_STATS if pending.ctx.pulsar else ())),
+            stats=pending.stats.report(EVERY_RUN + ((Deep,) if self.settings.deep else ())
+                                       + ((Messages,) if self.settings.deep and pending.ctx.pulsar else ())
+                                       + ((Holdings,) if pending.ctx.holdings else ())
+                                       + ((PulsarRecordFigures,) if pending.ctx.pulsar else ())),
             blast_radius=blast_radius_json(pending.blast) if pending.ctx.blast_radius else None,
             repair=RepairContext(self.settings.auditor_ledger_verification_percentage, pending.replication_disabled),
             unsettled=frozenset(pending.unsettled),
@@ -270,13 +272,13 @@ class ScrutinyRun:
     def _recheck_and_verify(self, pending: PendingRun) -> None:
         t0 = time.monotonic()
         self._recheck(pending, pending.faulty)
-        pending.stats["recheck_ms"] = int((time.monotonic() - t0) * 1000)
+        pending.stats.add(Timings(recheck_ms=int((time.monotonic() - t0) * 1000)))
         t0 = time.monotonic()
         self._verify(pending)
-        pending.stats["verify_ms"] = int((time.monotonic() - t0) * 1000)
+        pending.stats.add(Timings(verify_ms=int((time.monotonic() - t0) * 1000)))
 
     def _lost_bookies(self, pending: PendingRun) -> None:
-        pending.stats["lost_bookies"] = len(pending.unregistered)
+        pending.stats.add(Scan(lost_bookies=len(pending.unregistered)))
         if self.record_sightings:
             record_lost_bookies(pending, self.run_id)
 
@@ -292,13 +294,13 @@ class ScrutinyRun:
         gets its own delayed look. The caller waited the delay before the first look."""
         store, ctx = pending.store, pending.ctx
         if faulty:
-            pending.stats["potentially_faulty"] += len(faulty)
+            pending.stats.add(Scan(potentially_faulty=len(faulty)))
             log.info("run %s: re-checking %d potentially faulty ledgers", self.run_id, len(faulty))
         for look in range(self.settings.verify_rounds):
             if not faulty:
                 return
             if look:
-                pending.stats["rechecked_again"] += len(faulty)
+                pending.stats.add(Scan(rechecked_again=len(faulty)))
                 self.sleep(self.settings.recheck_delay)
             facts = ClusterFacts.read(store)  # an agent that came back may listen elsewhere now
             silent = faulty.silent()
@@ -312,7 +314,7 @@ class ScrutinyRun:
         if faulty:
             # Never a finding on a silence not yet confirmed: the next run looks again.
             pending.unsettled |= set(faulty.ledger_ids)
-            pending.stats["left_unsettled_after_rechecks"] += len(faulty)
+            pending.stats.add(Scan(left_unsettled_after_rechecks=len(faulty)))
             log.warning("run %s: %d ledgers still had newly silent bookies after %d looks; not reported",
                         self.run_id, len(faulty), self.settings.verify_rounds)
 
@@ -334,14 +336,14 @@ class ScrutinyRun:
                         pending.counts["deleted_during_run"] += 1
                     elif lid in marked:
                         gone.append(lid)
-                        pending.stats["dropped_marked_during_run"] += 1
+                        pending.stats.add(Scan(dropped_marked_during_run=1))
                     elif read.metadata is not None and versions[lid] != (read.metadata.znode_version,) * 2:
                         reanalyse.add(lid)  # includes metadata that was unreadable and now reads
                 findings.drop(gone)
             if not suspects:
                 return
             if reanalyse:
-                pending.stats["reanalyzed_after_metadata_change"] += len(reanalyse)
+                pending.stats.add(Scan(reanalyzed_after_metadata_change=len(reanalyse)))
             reanalyse |= self._racks_changed(pending)
             changed = registrations_changed(pending, self.settings.bookie_endpoints)
             relook = {lid: bookies for lid, bookies in changed.items() if lid not in reanalyse}
@@ -352,7 +354,7 @@ class ScrutinyRun:
                 # whole run incomplete; the next run (or continuous mode's look) settles it.
                 pending.unsettled |= reanalyse | set(relook)
                 findings.drop(reanalyse | set(relook))
-                pending.stats["left_unsettled_after_rereads"] += len(reanalyse | set(relook))
+                pending.stats.add(Scan(left_unsettled_after_rereads=len(reanalyse | set(relook))))
                 log.warning("run %s: the facts of %d findings kept changing after %d re-reads; not reported",
                             self.run_id, len(reanalyse | set(relook)), self.settings.verify_rounds)
                 return
@@ -403,7 +405,7 @@ class ScrutinyRun:
         moved = {b for b in set(racks) | set(pending.ctx.locations) if racks.get(b) != pending.ctx.locations.get(b)}
         pending.ctx = dataclasses.replace(pending.ctx, locations=racks)
         out = set(pending.findings.naming(moved, categories=_ON_RACKS, or_none=True))
-        pending.stats["reanalyzed_after_rack_change"] += len(out)
+        pending.stats.add(Scan(reanalyzed_after_rack_change=len(out)))
         return out
 
 
@@ -424,7 +426,7 @@ def attach_owners(pending: PendingRun, settings: ScanSettings) -> None:
     with pulsar_store(store, settings) as pulsar:
         record = PulsarRecord.decode(pulsar.pulsar_records(None if lacking else sorted(topics)))
     pending.errors += record.problems
-    pending.stats["dropped_offloaded"] += findings.drop(record.offloaded, only=_RECHECKED)
+    pending.stats.add(Scan(dropped_offloaded=findings.drop(record.offloaded, only=_RECHECKED)))
     named = record.owners()
     for chunk in findings.ledger_chunks(unowned=True):
         findings.set_owners({lid: named.get(lid, UNKNOWN) for lid, _, _ in chunk})
@@ -442,13 +444,13 @@ def registrations_changed(pending: PendingRun, explicit: Mapping[str, str]) -> d
     facts = ClusterFacts.read(pending.store)
     out = findings.naming(blamed - facts.registered, categories={Category.BOOKIE_UNAVAILABLE})
     out |= findings.naming(gone & facts.registered, lost=True)
-    pending.stats["relooked_after_registration_change"] += len(out)
+    pending.stats.add(Scan(relooked_after_registration_change=len(out)))
     moved: dict[int, tuple[str, ...]] = {}
     for b, asked in findings.agents_asked():
         now = facts.agent_addresses.get(b, asked)  # registered nowhere now: down, the silence stands
         if b not in explicit and now != asked:
             moved.update((lid, ()) for lid in findings.asked_at(b, asked) if lid not in out)
-    pending.stats["relooked_after_agent_moved"] += len(moved)
+    pending.stats.add(Scan(relooked_after_agent_moved=len(moved)))
     return out | moved
 
 
@@ -485,14 +487,14 @@ def blast_radius_json(blast: Mapping[str, Blast]) -> dict[str, dict[str, dict[st
 
 
 def aged_marks(store: MetadataStore, marks: Iterable[UnderreplicationMark], grace_seconds: int,
-               stats: Counter[str]) -> list[Violation]:
+               stats: RunFigures) -> list[Violation]:
     """Marks older than the grace period, each read again now: a mark removed meanwhile (a replication
     worker repaired the ledger) is no finding, one re-created is aged from its new ctime."""
     out = []
     for v in check_underreplication_age(marks, grace_seconds, now_ms()):
         mark = store.underreplication_mark(v.ledger_id)
         if mark is None:
-            stats["marks_gone_before_reporting"] += 1
+            stats.add(Marks(marks_gone_before_reporting=1))
             continue
         out += check_underreplication_age([mark], grace_seconds, now_ms())
     return out
@@ -501,14 +503,15 @@ def aged_marks(store: MetadataStore, marks: Iterable[UnderreplicationMark], grac
 def check_marks(settings: ScanSettings, run_id: str | None = None) -> Report:
     """The cheap periodic job: only the age of the under-replication marks."""
     started = now_ms()
-    stats: Counter[str] = Counter()
+    stats = RunFigures()
     with open_store(settings) as store:
         marks, problems = store.underreplication_marks()
+        stats.add(Marks(underreplicated_marks=len(marks)))
         found = aged_marks(store, marks.values(), settings.underreplicated_grace_period, stats)
         repair = RepairContext(settings.auditor_ledger_verification_percentage, store.replication_disabled())
     report = Report(run_id=run_id or uuid.uuid4().hex[:12], started_at=iso(started), finished_at=iso(now_ms()),
                     complete=not problems, ledgers={k: 0 for k in LEDGER_COUNTERS} | {"seen": len(marks)},
                     violations=Findings(found), errors=problems,
-                    stats=with_every_stat({"underreplicated_marks": len(marks), **stats}, MARKS_STATS), repair=repair)
+                    stats=stats.report(MARKS_CHECK), repair=repair)
     log.info("underreplication run %s counts %s", report.run_id, json.dumps(report.counts, sort_keys=True))
     return report

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import Counter
 from collections.abc import Mapping
 
 import numpy as np
@@ -18,6 +17,7 @@ from scrutiny.config import ScanSettings
 from scrutiny.orphans import SIGHTINGS as ORPHAN_SIGHTINGS
 from scrutiny.orphans import LedgerIds, not_enumerated, orphan
 from scrutiny.pulsar.owners import UNKNOWN
+from scrutiny.runstats import Holdings, RunFigures
 from scrutiny.scan.result import Blast
 from scrutiny.store import MetadataStore
 from scrutiny.store.facts import ClusterFacts
@@ -33,7 +33,7 @@ class HoldingsPhase:
     run_id: str
     record_sightings: bool = False
 
-    def run(self, enumerated: list[LedgerIds], stats: Counter[str], blast: dict[str, Blast] | None,
+    def run(self, enumerated: list[LedgerIds], stats: RunFigures, blast: dict[str, Blast] | None,
             locations: Mapping[str, str]) -> list[Violation]:
         """The orphans to report; `blast` (the run's blast radius, when it counts one) learns of every bookie
         that answered, so that one no ledger names counts 0, not unknown."""
@@ -55,9 +55,9 @@ class HoldingsPhase:
             candidates = {b: [lid for lid in ids.tolist() if lid in absent] for b, ids in held.items()}
             now = now_ms()
             sightings = ORPHAN_SIGHTINGS.read(store).seen(candidates, now)
-            stats.update(orphan_bookies_listed=len(held), orphan_bookies_not_listed=len(listed) - len(held),
-                         orphan_candidates=sum(map(len, candidates.values())),
-                         orphan_sightings_untracked=sightings.untracked)
+            stats.add(Holdings(orphan_bookies_listed=len(held), orphan_bookies_not_listed=len(listed) - len(held),
+                                   orphan_candidates=sum(map(len, candidates.values())),
+                                   orphan_sightings_untracked=sightings.untracked))
             due = {b: per for b, per in sightings.due(s.orphan_grace_period * 1000, now).items() if b in held}
             held_by: dict[int, dict[str, dict[str, int]]] = {}
             first_seen: dict[int, int] = {}

@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
 from scrutiny.checks import Violation
@@ -32,6 +31,7 @@ from scrutiny.pulsar.owners import Owner
 from scrutiny.pulsar.records import Position, url_encoded
 from scrutiny.pulsar.snapshot import PulsarRecord, TopicRecord
 from scrutiny.records import LeaderRecord
+from scrutiny.runstats import Messages, RunFigures
 from scrutiny.scan.cursorledgers import CursorLedgers
 from scrutiny.scan.topics import pulsar_store
 from scrutiny.store import MetadataStore
@@ -94,7 +94,7 @@ class MessagesPhase:
     record_checkpoints: bool = False  # the auditor's leader: go on from, and keep, each topic's checkpoint
     sleep: Callable[[float], None] = time.sleep
 
-    def run(self, read: Mapping[int, LedgerSequences], stats: Counter[str]) -> list[Violation]:
+    def run(self, read: Mapping[int, LedgerSequences], stats: RunFigures) -> list[Violation]:
         by_topic = stitched(read.values())
         if not by_topic:
             return []
@@ -109,17 +109,17 @@ class MessagesPhase:
                 v = self._validate(topic, t, by_topic[topic], dedups[topic], stats)
                 owner = Owner("topic", topic)
                 found += [dataclasses.replace(x, owner=owner) for x in v.violations]
-                stats.update(pulsar_topics_validated=1, pulsar_ledgers_validated=len(v.ledgers),
-                             pulsar_validation_stopped=v.stopped_at is not None,
-                             pulsar_topics_without_dedup_snapshot=dedups[topic] is None,
-                             pulsar_dedup_snapshots_waiting=v.checkpoint.waiting is not None)
+                stats.add(Messages(pulsar_topics_validated=1, pulsar_ledgers_validated=len(v.ledgers),
+                                   pulsar_validation_stopped=v.stopped_at is not None,
+                                   pulsar_topics_without_dedup_snapshot=dedups[topic] is None,
+                                   pulsar_dedup_snapshots_waiting=v.checkpoint.waiting is not None))
             if not found:
                 return []
             self.sleep(max(0.0, self.settings.recheck_delay - (time.monotonic() - read_at)))
             return self._again(pulsar, found, cursors)
 
     def _validate(self, topic: str, t: TopicRecord, ledgers: Mapping[int, LedgerSequences],
-                  dedup: DedupSnapshot | None, stats: Counter[str]) -> Validation:
+                  dedup: DedupSnapshot | None, stats: RunFigures) -> Validation:
         record = checkpoint_record(topic)
         before = record.read(self.store) if self.record_checkpoints else MessageCheckpoint()
         order = in_bookkeeper(t)
@@ -127,8 +127,8 @@ class MessagesPhase:
         unread = [lid for lid in order[order.index(done) + 1 if done in order else 0:] if lid not in ledgers]
         lost = {r.ledger_id for r in self.store.read_ledgers(unread) if r.deleted} if unread else set()
         v = validate(before, order, ledgers, dedup, lost)
-        stats.update({f"pulsar_{k}": n - before.stats.get(k, 0) for k, n in v.checkpoint.stats.items()
-                      if k != "checkpoint_resets"})
+        # the topic's own tallies, kept in its checkpoint (one from another version may name more: left out)
+        stats.add(Messages.of({f"pulsar_{k}": n - before.stats.get(k, 0) for k, n in v.checkpoint.stats.items()}))
         if self.record_checkpoints and v.checkpoint != before:
             try:
                 record.write(self.store, v.checkpoint)

@@ -14,6 +14,7 @@ from scrutiny.metadata import LedgerMetadata
 from scrutiny.orphans import LedgerIds
 from scrutiny.pulsar.ledgers import BookKeeperLedgers
 from scrutiny.pulsar.owners import Owner
+from scrutiny.runstats import RunFigures
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class RangeResult:
     deleted: tuple[int, ...] = ()
     marked_in_scope: tuple[int, ...] = ()  # only for a one-bookie run
     errors: tuple[str, ...] = ()
-    stats: Mapping[str, int] = field(default_factory=dict)  # keys with "peak" merge by max, others by sum
+    stats: Mapping[str, int] = field(default_factory=dict)  # figures (runstats): added up as RunFigures does
     # "bookie:<id>" / "rack:<name>" -> (ledgers below AQ, ledgers without a copy, their topics, ...) if it went down
     blast: Mapping[str, Blast] = field(default_factory=dict)
     enumerated: tuple[LedgerIds, ...] = ()  # the ledger ids of the ranges, when the run asked (`holdings`)
@@ -99,7 +100,7 @@ class RangeResult:
     @staticmethod
     def merge(results: Iterable[RangeResult]) -> RangeResult:
         counts: Counter[str] = Counter()
-        stats: Counter[str] = Counter()
+        stats = RunFigures()
         violations: list[Violation] = []
         faulty: dict[int, tuple[str, ...]] = {}
         deleted: list[int] = []
@@ -118,8 +119,7 @@ class RangeResult:
             for key, b in r.blast.items():
                 blast[key] = b.plus(blast[key]) if key in blast else b
             counts.update(r.counts)
-            for k, v in r.stats.items():
-                stats[k] = max(stats[k], v) if "peak" in k else stats[k] + v
+            stats.add(r.stats)
             violations += r.violations
             faulty.update(r.potentially_faulty)
             deleted += r.deleted

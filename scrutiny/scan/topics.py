@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 
 from scrutiny.bookieclient import BookieClient, HoldingsClient
@@ -26,6 +25,7 @@ from scrutiny.pulsar.owners import PULSAR_KINDS, Owner, owner_from_custom_metada
 from scrutiny.pulsar.records import COMPACTED_LEDGER_PROPERTY, COMPACTION_CURSOR
 from scrutiny.pulsar.snapshot import PulsarRecord
 from scrutiny.records import LeaderRecord
+from scrutiny.runstats import PulsarRecordFigures, RunFigures
 from scrutiny.scan.cursorledgers import CursorLedgers
 from scrutiny.store import LedgerRead, MetadataStore, open_store
 from scrutiny.store.facts import ClusterFacts
@@ -67,7 +67,7 @@ class TopicsPhase:
     sleep: Callable[[float], None] = time.sleep
 
     def run(self, bookkeeper: BookKeeperLedgers, topics: tuple[str, ...] | None,
-            stats: Counter[str]) -> tuple[list[Violation], list[str]]:
+            stats: RunFigures) -> tuple[list[Violation], list[str]]:
         """The findings, and the records that could not be decoded; `topics` None: every topic's record."""
         with pulsar_store(self.store, self.settings) as pulsar:
             t0 = time.monotonic()
@@ -78,15 +78,15 @@ class TopicsPhase:
             suspects = unnamed(first, bookkeeper)
             since = self._since(suspects)
             leaks = leaked(suspects, now_ms(), self.settings.leaked_ledger_grace_period, since)
-            stats.update(pulsar_topics=len(first.topics), pulsar_schemas=len(first.schemas),
-                         pulsar_candidates=len(found) + len(leaks), pulsar_unnamed=len(suspects))
+            stats.add(PulsarRecordFigures(pulsar_topics=len(first.topics), pulsar_schemas=len(first.schemas),
+                                          pulsar_candidates=len(found) + len(leaks), pulsar_unnamed=len(suspects)))
             confirmed: list[Violation] = []
             if found or leaks:
                 # a record's ledger is deleted a moment after the record drops it: look again no sooner than this
                 self.sleep(max(0.0, self.settings.recheck_delay - (time.monotonic() - read_at)))
                 confirmed = self._again(pulsar, found, bookkeeper) + self._leaks_again(pulsar, leaks, since, stats)
-            stats.update(pulsar_store_reads=pulsar.reads - reads_before,
-                         pulsar_ms=int((time.monotonic() - t0) * 1000))
+            stats.add(PulsarRecordFigures(pulsar_store_reads=pulsar.reads - reads_before,
+                                          pulsar_ms=int((time.monotonic() - t0) * 1000)))
         return confirmed, list(first.problems)
 
     def _missing_still(self, found: list[Violation]) -> list[Violation]:
@@ -133,7 +133,7 @@ class TopicsPhase:
         return [v for v in kept if _key(v) in still]
 
     def _leaks_again(self, pulsar: MetadataStore, leaks: list[LedgerFact], unnamed_since: dict[int, int],
-                     stats: Counter[str]) -> list[Violation]:
+                     stats: RunFigures) -> list[Violation]:
         """Each leak's ledger read again (still there, still Pulsar's), then the records its keys point to (still
         naming it nowhere); its bookies asked what they hold of it."""
         if not leaks:
@@ -163,7 +163,8 @@ class TopicsPhase:
                        "entries": md.last_entry_id + 1 if md.closed else None, "length": md.length,
                        "held_by": held_by, "bytes": sum(h.get("bytes", 0) for h in held_by.values())}
             out.append(Violation(Category.LEAKED_LEDGER, lid, tuple(sorted(held_by)), details, owner=owner))
-        stats.update(pulsar_leaked_ledgers=len(out), pulsar_leaked_bytes=sum(v.details["bytes"] for v in out))
+        stats.add(PulsarRecordFigures(pulsar_leaked_ledgers=len(out),
+                                      pulsar_leaked_bytes=sum(v.details["bytes"] for v in out)))
         return out
 
     def _compacted_live(self, record: PulsarRecord, candidates: dict[int, tuple[LedgerRead, Owner]]) -> set[int]:

@@ -17,6 +17,7 @@ from scrutiny.bookieclient import BookieClient
 from scrutiny.errors import DataError, StoreError
 from scrutiny.orphans import LedgerIds
 from scrutiny.pulsar.ledgers import BookKeeperLedgers
+from scrutiny.runstats import Scan, StoreUse
 from scrutiny.scan.classify import by_bookie, classify, select, wanted
 from scrutiny.scan.context import Pass, RunContext
 from scrutiny.scan.result import RangeResult
@@ -128,8 +129,8 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
             scrub = [md for md in selection.candidates if ctx.scrubs(md)] if s.deep or ctx.scrub else []
             deep = client.verify_many(by_bookie(scrub), s.deep_send_passwords) if s.deep or scrub else None
             checked = classify(ctx, mode, selection.candidates, answers, deep, selection.marked)
-            io_stats = {"bookie_calls_failed": client.failed_calls - failed_before,
-                        "store_reads": store.reads - reads_before, "store_peak_in_flight": store.peak_in_flight}
+            io_stats = {**Scan(bookie_calls_failed=client.failed_calls - failed_before).nonzero(),
+                        **StoreUse(store.reads - reads_before, store.peak_in_flight).nonzero()}
     except (StoreError, DataError) as exc:
         return RangeResult(errors=(f"range {rng.describe()}: {exc}",))
     return RangeResult.merge([

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from scrutiny.agent import AgentMetrics, BookieServicer
 from scrutiny.auditor import Auditor, AuditorSettings
-from scrutiny.auditor.collector import AuditorCollector
+from scrutiny.auditor.collector import collectors
 from scrutiny.auditor.sinks import FinishedRun, RunTallies
 from scrutiny.categories import REGISTRY, Category
 from scrutiny.checks import Violation
@@ -69,7 +69,8 @@ class Exported:
     def __init__(self, current: Any = None, continuous: Any = None) -> None:
         self.sink = RunTallies()
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(AuditorCollector(self.sink, current, continuous))
+        for collector in collectors(self.sink, current, continuous):
+            self.registry.register(collector)
         self.server = HttpServer("127.0.0.1:0", self.registry)
         self.port = self.server.port
 
@@ -167,25 +168,30 @@ def test_the_leader_exports_every_category_the_rules_name_at_0_when_none() -> No
         exported.close()
 
 
-def exported() -> set[str]:
-    """Every name the auditor and the agent export once they have something to say."""
+def leading_with_every_kind_of_run() -> tuple[RunTallies, Any, Any]:
+    """A leader's tallies after every kind of run, its current state and continuous scrutiny: each collector has
+    something to say."""
     from scrutiny.auditor.continuous import Continuous
     from scrutiny.auditor.currentstate import CurrentState
 
-    current = CurrentState()
-    exported = Exported(current, Continuous(ScanSettings(metadata_service_uri="zk://127.0.0.1:1/ledgers"),
-                                            AuditorSettings(), current, lambda why: None))
-    sink = exported.sink
-    try:
-        sink.leadership(True)
-        sink.published(a_run())
-        deep = a_run("deep")
-        deep.report.stats.update(DeepPass.fresh(4, 0).after_run(0, 1000).stats(), deep_bytes_read=10)
-        sink.published(deep)
-        sink.skipped("full", "still_running")
-        names = family_names(exported.registry)
-    finally:
-        exported.close()
+    current, sink = CurrentState(), RunTallies()
+    continuous = Continuous(ScanSettings(metadata_service_uri="zk://127.0.0.1:1/ledgers"), AuditorSettings(),
+                            current, lambda why: None)
+    sink.leadership(True)
+    sink.published(a_run())
+    deep = a_run("deep")
+    deep.report.stats.update(DeepPass.fresh(4, 0).after_run(0, 1000).stats(), deep_bytes_read=10)
+    sink.published(deep)
+    sink.skipped("full", "still_running")
+    return sink, current, continuous
+
+
+def exported() -> set[str]:
+    """Every name the auditor and the agent export once they have something to say."""
+    registry = CollectorRegistry(auto_describe=False)
+    for collector in collectors(*leading_with_every_kind_of_run()):
+        registry.register(collector)
+    names = family_names(registry)
     agent = BookieServicer(source=None, metrics=AgentMetrics())  # type: ignore[arg-type]
     agent.metrics.requests.labels("x").inc()
     agent.metrics.answers.labels("EOK").inc()
@@ -193,6 +199,19 @@ def exported() -> set[str]:
     agent.metrics.verified_bytes.inc(10)
     agent.metrics.corrupt.labels("bad-digest").inc()
     return names | family_names(agent.metrics.registry)
+
+
+def test_each_collector_describes_exactly_the_families_it_collects() -> None:
+    everything = collectors(*leading_with_every_kind_of_run())
+    for collector in everything:
+        described = [f.name for f in collector.describe()]
+        assert described and len(set(described)) == len(described), type(collector).__name__
+        assert {f.name for f in collector.collect()} == set(described), type(collector).__name__
+    registry = CollectorRegistry()  # describe() lets the registry refuse two collectors naming one family
+    for collector in everything:
+        registry.register(collector)
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        registry.register(everything[0])
 
 
 def test_the_contract_names_every_metric_family_exported() -> None:

@@ -27,7 +27,7 @@ from scrutiny.entrysources import DbLedgerStorageSource, SyntheticStore
 from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
 from scrutiny.orphans import LedgerIds, Sightings, not_enumerated
-from scrutiny.report import HOLDINGS_STATS
+from scrutiny.runstats import Holdings
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_on
@@ -150,7 +150,7 @@ def test_an_orphan_older_than_the_grace_is_found_and_a_just_deleted_ledger_is_no
     assert "ORPHAN_LEDGER" not in {c for c, _ in found(first)}  # first seen now
     assert first.stats["orphan_candidates"] == 6 and first.stats["orphan_bookies_listed"] == 4
     readme = (Path(__file__).resolve().parents[2] / "docs" / "report.md").read_text()
-    assert all(f"`{name}`" in readme and name in first.stats for name in HOLDINGS_STATS)
+    assert all(f"`{name}`" in readme and name in first.stats for name in Holdings.names())
     cluster.collect(6)
     time.sleep(2.2)
     cluster.writer.delete_ledger(5)  # deleted a moment ago, awaiting the bookies' garbage collection

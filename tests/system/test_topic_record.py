@@ -10,7 +10,6 @@ import random
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -22,6 +21,7 @@ from scrutiny.config import AuditorSettings, ScanSettings
 from scrutiny.pulsar import encode
 from scrutiny.pulsar.ledgers import BookKeeperLedgers
 from scrutiny.pulsar.records import LedgerInfo, schema_id_of
+from scrutiny.runstats import RunFigures
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.scan.topics import TopicsPhase
@@ -240,7 +240,7 @@ def topics_phase(place: Place, store: MetadataStore, sleep: Callable[[float], No
     """The phase's findings and problems, as if the first pass had listed no ledger (every one the records name
     created since)."""
     return TopicsPhase(settings(place.uri), store, "race", sleep=sleep).run(BookKeeperLedgers.of([]), None,
-                                                                           Counter())
+                                                                           RunFigures())
 
 
 def test_a_topic_deleted_between_the_second_looks_reads_is_no_finding(place: Place) -> None:
