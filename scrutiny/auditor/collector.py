@@ -48,16 +48,23 @@ def looked_at(category: Category) -> Callable[[RunSummary], bool]:
     return lambda run: run.looked_at(category)
 
 
-class LeadershipCollector(FamiliesCollector):
+class TalliesCollector(FamiliesCollector):
+    """A collector of what the runs left in the tallies (`RunTallies`), read afresh at every scrape."""
+
+    def __init__(self, tallies: RunTallies) -> None:
+        self.tallies = tallies
+
+    def newest_run(self, which: Callable[[RunSummary], bool]) -> RunSummary | None:
+        return newest(self.tallies.snapshot().newest(), which)
+
+
+class LeadershipCollector(TalliesCollector):
     LEADER = Family(Gauge, f"{PREFIX}leader", "1 while this auditor leads")
     LEADERSHIPS = Family(Count, f"{PREFIX}leaderships", "times this auditor became the leader (a lost session ends "
                          "a leadership)")
     HEAP = Family(Gauge, f"{PREFIX}python_allocated_blocks", "memory blocks the interpreter holds "
                   "(sys.getallocatedblocks): the Python heap, apart from native memory")
     families = (LEADER, LEADERSHIPS, HEAP)
-
-    def __init__(self, tallies: RunTallies) -> None:
-        self.tallies = tallies
 
     def collect(self) -> Iterator[Metric]:
         t = self.tallies.snapshot()
@@ -66,7 +73,7 @@ class LeadershipCollector(FamiliesCollector):
         yield self.HEAP.value(sys.getallocatedblocks())
 
 
-class ViolationsCollector(FamiliesCollector):
+class ViolationsCollector(TalliesCollector):
     """Ledgers per category now (with BookKeeper's auditor gauges), and the under-replication marks."""
 
     VIOLATIONS = Family(Gauge, f"{PREFIX}violations", "ledgers per category now: the last complete run's, updated "
@@ -78,7 +85,8 @@ class ViolationsCollector(FamiliesCollector):
     families = (VIOLATIONS, *BOOKKEEPER.values(), MARKS)
 
     def __init__(self, tallies: RunTallies, current: CurrentState | None) -> None:
-        self.tallies, self.current = tallies, current
+        super().__init__(tallies)
+        self.current = current
 
     def counts(self, t: Tallies) -> dict[Category, int]:
         """Every category some run looked at (0 is known there), each with its ledgers now; nothing before the
@@ -109,34 +117,28 @@ class ViolationsCollector(FamiliesCollector):
             yield self.MARKS.value(Marks.of(marked.stats).underreplicated_marks)
 
 
-class UnavailableCollector(FamiliesCollector):
+class UnavailableCollector(TalliesCollector):
     UNAVAILABLE = Family(Gauge, f"{PREFIX}bookie_unavailable_ledgers", "ledgers a silent, registered bookie left "
                          "unchecked, last full run (silence: slow, its agent answered its health check but not in "
                          "time; down, not even that)", ("bookie", "silence"))
     families = (UNAVAILABLE,)
 
-    def __init__(self, tallies: RunTallies) -> None:
-        self.tallies = tallies
-
     def collect(self) -> Iterator[Metric]:
-        run = newest(self.tallies.snapshot().newest(), looked_at(Category.BOOKIE_UNAVAILABLE))
+        run = self.newest_run(looked_at(Category.BOOKIE_UNAVAILABLE))
         unavailable, slow = (run.unavailable, run.slow) if run is not None else ({}, ())
         yield self.UNAVAILABLE.of(((bookie, "slow" if bookie in slow else "down"), n)
                                   for bookie, n in sorted(unavailable.items()))
 
 
-class BlastRadiusCollector(FamiliesCollector):
+class BlastRadiusCollector(TalliesCollector):
     LEDGERS = Family(Gauge, f"{PREFIX}blast_radius_ledgers", "ledgers that would fall below AQ (impact below_aq) or "
                      "lose every copy of an entry (no_copy) were this bookie or rack alone down, last full run",
                      ("scope", "name", "impact"))
     TOPICS = Family(Gauge, f"{PREFIX}blast_radius_topics", "the same, in topics", ("scope", "name", "impact"))
     families = (LEDGERS, TOPICS)
 
-    def __init__(self, tallies: RunTallies) -> None:
-        self.tallies = tallies
-
     def collect(self) -> Iterator[Metric]:
-        run = newest(self.tallies.snapshot().newest(), lambda r: r.blast_radius is not None)
+        run = self.newest_run(lambda r: r.blast_radius is not None)
         blast = (run.blast_radius or {}) if run is not None else {}
         rows = [(scope.removesuffix("s"), name, f) for scope, per in sorted(blast.items())
                 for name, f in sorted(per.items())]
@@ -148,7 +150,7 @@ class BlastRadiusCollector(FamiliesCollector):
                                             ((s, name, "no_copy"), f.get("topics_without_a_copy", 0))))
 
 
-class OrphanCollector(FamiliesCollector):
+class OrphanCollector(TalliesCollector):
     """The disk orphans hold on each bookie (ORPHAN_LEDGER, last whole-cluster run)."""
 
     LEDGERS = Family(Gauge, f"{PREFIX}orphan_ledgers", "ledgers this bookie holds that the metadata has not had for "
@@ -158,17 +160,14 @@ class OrphanCollector(FamiliesCollector):
                    "lower bound where some are unknown)", ("bookie",))
     families = (LEDGERS, ENTRIES, BYTES)
 
-    def __init__(self, tallies: RunTallies) -> None:
-        self.tallies = tallies
-
     def collect(self) -> Iterator[Metric]:
-        run = newest(self.tallies.snapshot().newest(), looked_at(Category.ORPHAN_LEDGER))
+        run = self.newest_run(looked_at(Category.ORPHAN_LEDGER))
         held = sorted(run.orphans.items()) if run is not None else []
         for family, key in ((self.LEDGERS, "ledgers"), (self.ENTRIES, "entries"), (self.BYTES, "bytes")):
             yield family.of(((bookie,), f.get(key, 0)) for bookie, f in held)
 
 
-class LostBookieCollector(FamiliesCollector):
+class LostBookieCollector(TalliesCollector):
     """The ledgers of each lost bookie that nobody marked (LOST_BOOKIE_RECOVERY_NOT_STARTED, last full run)."""
 
     LEDGERS = Family(Gauge, f"{PREFIX}lost_bookie_ledgers", "closed ledgers naming this bookie, gone from the "
@@ -178,28 +177,22 @@ class LostBookieCollector(FamiliesCollector):
                       "quorum on the bookies still registered", ("bookie",))
     families = (LEDGERS, BELOW_AQ)
 
-    def __init__(self, tallies: RunTallies) -> None:
-        self.tallies = tallies
-
     def collect(self) -> Iterator[Metric]:
-        run = newest(self.tallies.snapshot().newest(), looked_at(Category.LOST_BOOKIE_RECOVERY_NOT_STARTED))
+        run = self.newest_run(looked_at(Category.LOST_BOOKIE_RECOVERY_NOT_STARTED))
         lost = sorted(run.lost.items()) if run is not None else []
         yield self.LEDGERS.of(((bookie,), f.get("ledgers", 0)) for bookie, f in lost)
         yield self.BELOW_AQ.of(((bookie,), f.get("below_aq", 0)) for bookie, f in lost)
 
 
-class LeakCollector(FamiliesCollector):
+class LeakCollector(TalliesCollector):
     LEDGERS = Family(Gauge, f"{PREFIX}leaked_ledgers", "ledgers Pulsar created that no topic, cursor, schema or "
                      "compaction names, older than the grace, last full run")
     BYTES = Family(Gauge, f"{PREFIX}leaked_bytes", "the bytes their bookies store for them (DbLedgerStorage agents; "
                    "a lower bound where some are unknown), last full run")
     families = (LEDGERS, BYTES)
 
-    def __init__(self, tallies: RunTallies) -> None:
-        self.tallies = tallies
-
     def collect(self) -> Iterator[Metric]:
-        run = newest(self.tallies.snapshot().newest(), lambda r: r.looked_at(Category.LEAKED_LEDGER)
+        run = self.newest_run(lambda r: r.looked_at(Category.LEAKED_LEDGER)
                      and PulsarRecordFigures.given(r.stats) is not None)
         if run is not None:
             pulsar = PulsarRecordFigures.of(run.stats)
@@ -207,7 +200,7 @@ class LeakCollector(FamiliesCollector):
             yield self.BYTES.value(pulsar.pulsar_leaked_bytes)
 
 
-class ContinuousCollector(FamiliesCollector):
+class ContinuousCollector(TalliesCollector):
     """Continuous scrutiny on the leader: whether it watches, its feeds, its gaps, what it missed."""
 
     WATCHING = Family(Gauge, f"{PREFIX}continuous_watching", "1 while continuous scrutiny has seen every change "
@@ -229,7 +222,8 @@ class ContinuousCollector(FamiliesCollector):
     families = (WATCHING, FEEDS, GAPS, PENDING, DEGRADED, CHECKED, MISSED, READS)
 
     def __init__(self, tallies: RunTallies, current: CurrentState | None, continuous: Continuous | None) -> None:
-        self.tallies, self.current, self.continuous = tallies, current, continuous
+        super().__init__(tallies)
+        self.current, self.continuous = current, continuous
 
     def collect(self) -> Iterator[Metric]:
         current, continuous = self.current, self.continuous
@@ -247,7 +241,7 @@ class ContinuousCollector(FamiliesCollector):
         yield self.READS.of(((part,), continuous.fact_reads[part]) for part in PARTS)
 
 
-class RunCountersCollector(FamiliesCollector):
+class RunCountersCollector(TalliesCollector):
     """What every run added up, whole cluster or not, since this auditor started."""
 
     REPORTED = Family(Count, f"{PREFIX}violations_reported", "findings reported, every run", ("category",))
@@ -257,9 +251,6 @@ class RunCountersCollector(FamiliesCollector):
     CALLS_FAILED = Family(Count, f"{PREFIX}bookie_calls_failed", "calls to bookie agents that failed")
     DEEP_BYTES = Family(Count, f"{PREFIX}deep_read_bytes", "entry-log bytes the agents read for deep scrubs")
     families = (REPORTED, RUNS, SKIPPED, CHECKED, CALLS_FAILED, DEEP_BYTES)
-
-    def __init__(self, tallies: RunTallies) -> None:
-        self.tallies = tallies
 
     def collect(self) -> Iterator[Metric]:
         t = self.tallies.snapshot()
@@ -271,18 +262,15 @@ class RunCountersCollector(FamiliesCollector):
         yield self.DEEP_BYTES.value(t.deep_bytes)
 
 
-class DeepPassCollector(FamiliesCollector):
+class DeepPassCollector(TalliesCollector):
     PROGRESS = Family(Gauge, f"{PREFIX}deep_pass_progress_ratio", "share of the current deep pass done")
     COMPLETED = Family(Gauge, f"{PREFIX}deep_passes_completed", "deep passes completed")
     DEBT = Family(Gauge, f"{PREFIX}deep_unverified_age_seconds", "debt: since the oldest deep verification of any "
                   "ledger (or since the pass began, for ledgers never verified)")
     families = (PROGRESS, COMPLETED, DEBT)
 
-    def __init__(self, tallies: RunTallies) -> None:
-        self.tallies = tallies
-
     def collect(self) -> Iterator[Metric]:
-        run = newest(self.tallies.snapshot().newest(), lambda r: DeepPassPosition.given(r.stats) is not None)
+        run = self.newest_run(lambda r: DeepPassPosition.given(r.stats) is not None)
         if run is None:
             return
         at = DeepPassPosition.of(run.stats)
@@ -291,15 +279,12 @@ class DeepPassCollector(FamiliesCollector):
         yield self.DEBT.value(time.time() - at.deep_oldest_verified_ms / 1000)
 
 
-class LastRunCollector(FamiliesCollector):
+class LastRunCollector(TalliesCollector):
     DURATION = Family(Gauge, f"{PREFIX}last_run_duration_seconds", "last complete run", ("kind",))
     PHASES = Family(Gauge, f"{PREFIX}last_run_phase_seconds", "phases of the last complete run", ("kind", "phase"))
     AGE = Family(Gauge, f"{PREFIX}last_complete_run_age_seconds", "since the last complete run of the kind, "
                  "whichever auditor ran it (while leading: since leading, before the first)", ("kind",))
     families = (DURATION, PHASES, AGE)
-
-    def __init__(self, tallies: RunTallies) -> None:
-        self.tallies = tallies
 
     def collect(self) -> Iterator[Metric]:
         t = self.tallies.snapshot()
