@@ -300,14 +300,19 @@ class ChurnCluster:
         copies collected): a moment to measure the auditor without the cluster's own comings and goings."""
         self._quiet.set()
         try:
-            with self._stepping:  # the step under way ends first
-                pass
-            deadline = time.monotonic() + timeout
-            for t in list(self._timers):
-                t.join(max(0.0, deadline - time.monotonic()))
+            self.settle(timeout)
             yield
         finally:
             self._quiet.clear()
+
+    def settle(self, timeout: float) -> None:
+        """Wait (`timeout` at most) until the step under way and what the churn set going ended: restarted
+        bookies back, copies collected (a loaded machine runs those timers late)."""
+        with self._stepping:
+            pass
+        deadline = time.monotonic() + timeout
+        for t in list(self._timers):
+            t.join(max(0.0, deadline - time.monotonic()))
 
     def step(self) -> None:
         with self._stepping:

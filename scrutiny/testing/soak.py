@@ -215,7 +215,8 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
             t.join()
         result.handoff_wrong, result.handoff = judge(journal, cluster.losses)
         result.handoff_wrong = [w + _held(state, w) for w in result.handoff_wrong]
-        time.sleep(recheck_delay * 4)  # every pending garbage collection and restart is done
+        cluster.settle(timeout=60)  # every pending garbage collection and restart is done
+        time.sleep(recheck_delay * 4)  # ... and the agents' feeds told continuous mode
         result.continuous_false_alarms += _unexplained(state, cluster, recheck_delay)
         faults = cluster.inject_faults()
         result.faults = sorted(f"{c} {lid}" for c, lid in faults)
