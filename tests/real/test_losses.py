@@ -17,6 +17,7 @@ import pytest
 
 from scrutiny import entrylog
 from scrutiny.auditor import Auditor
+from scrutiny.changefeed import Kind
 from scrutiny.checks import expected_share
 from scrutiny.codec import Availability
 from scrutiny.config import AuditorSettings
@@ -84,13 +85,26 @@ def test_a_wiped_bookie_back_is_found_at_once_and_by_every_full_run(bookkeeper: 
     def found_now() -> set[tuple[str, int]]:
         return {(str(f.violation.category), f.violation.ledger_id) for f in watched.current.findings()}
 
-    wait_for(lambda: want <= found_now(), 60, lambda: f"{found_now()}")
+    wait_for(lambda: want <= found_now(), 60, lambda: detection_state(watched, agents, wiped))
     assert time.monotonic() - lost <= DETECTION_GOAL_SECONDS
     full = scan(c)
     assert findings(full) == want
     for v in full.violations:
         assert v.bookies == (wiped.bookie_id,)
         assert sum(r["entries"] for r in v.details["under_covered"]) == len(share(mds[v.ledger_id], wiped.bookie_id))
+
+
+def detection_state(auditor: Auditor, agents: Agents, bookie: RealBookie) -> str:
+    """What each part saw, for a detection that did not come in time: the auditor's findings, continuous
+    scrutiny's feeds, figures and backlog, the last runs, and the changes the bookie's agent saw by kind."""
+    c = auditor.continuous
+    assert c is not None
+    registry = agents.agents[bookie.bookie_id].servicer.metrics.registry
+    seen = {str(k): registry.get_sample_value("scrutiny_agent_changes_total", {"kind": str(k)}) for k in Kind}
+    found = sorted((str(f.violation.category), f.violation.ledger_id) for f in auditor.current.findings())
+    runs = {kind: (t.run_id, t.finished_ms) for kind, t in auditor.last.items()}
+    return (f"found {found}; continuous: feeds {dict(c.feeds)}, figures {dict(c.stats)}, {c.pending()} pending; "
+            f"last runs {runs}; the agent of {bookie.bookie_id} saw {seen}")
 
 
 def finished_log(bookie: RealBookie) -> tuple[int, Path]:
@@ -124,7 +138,7 @@ def test_an_entry_log_removed_under_a_running_bookie(bookkeeper: RealBookKeeper,
         return {(str(f.violation.category), f.violation.ledger_id) for f in watched.current.findings()}
 
     removed = time.monotonic()
-    wait_for(lambda: want <= found_now(), 60, lambda: f"{found_now()}")
+    wait_for(lambda: want <= found_now(), 60, lambda: detection_state(watched, agents, bookie))
     assert time.monotonic() - removed <= DETECTION_GOAL_SECONDS
     full = scan(c)
     assert findings(full) == want
