@@ -124,7 +124,6 @@ def test_pulsar_operations_racing_the_runs_raise_no_alarm(zk_server: LocalZooKee
     result = soak(zk_client, f"{zk_namespace}/ledgers", f"zk+hierarchical://{zk_server.hosts}{zk_namespace}/ledgers",
                   seconds=12, engines={"local": LocalEngine()}, seed=7, recheck_delay=0.3, losses_every=0,
                   min_pulsar_operations=51, min_moments=("pulsar_candidates",))
-    print("SUMMARY", json.dumps(result.summary()))
     assert result.false_alarms == [] and result.incomplete_runs == 0
     assert result.moments["pulsar_candidates"] > 0  # some finding of a first look was gone at the second
     assert result.fault_found and result.fault_report_extra == []
