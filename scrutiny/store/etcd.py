@@ -148,7 +148,7 @@ class EtcdStore(TreeStore):
 
     def present(self, path: str) -> bool:
         prefix = f"{path}/".encode()
-        return self.kv.get(path.encode()) is not None or self.kv.first(prefix, prefix_end(prefix)) is not None
+        return self.kv.first(prefix, prefix_end(prefix)) is not None or self.kv.get(path.encode()) is not None
 
     def put(self, path: str, data: bytes) -> None:
         self.kv.put(path.encode(), data)
