@@ -228,9 +228,10 @@ class MetadataStore(ABC):
         """Does this store keep any of Pulsar's records (a managed ledger, a schema)?"""
 
     @abstractmethod
-    def pulsar_records(self, topics: Iterable[str] | None = None) -> StoredRecords:
-        """Pulsar's records as stored (every topic's, or these topics'): the managed ledgers, their cursors,
-        the schemas; empty where Pulsar keeps none here. Decoded by `scrutiny.pulsar.snapshot`."""
+    def pulsar_records(self, topics: Iterable[str] | None = None, under: Iterable[str] = ()) -> StoredRecords:
+        """Pulsar's records as stored (every topic's; or these topics' and those of every topic below each of
+        `under`, a tenant or a `tenant/namespace`): the managed ledgers, their cursors, the schemas; empty where
+        Pulsar keeps none here. Decoded by `scrutiny.pulsar.snapshot`."""
 
     # -- the auditor ------------------------------------------------------------------------------
 

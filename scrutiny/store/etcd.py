@@ -248,30 +248,30 @@ class EtcdStore(TreeStore):
             # etcd has no creation or modification time (Pulsar's Stat says 0: unknown); version 1 is Stat's 0
             yield LedgerRead.of(lid, found[0], version=found[1] - 1)
 
-    def pulsar_records(self, topics: Iterable[str] | None = None) -> StoredRecords:
+    def pulsar_records(self, topics: Iterable[str] | None = None, under: Iterable[str] = ()) -> StoredRecords:
         """Managed ledgers are the keys whose parent is a `persistent` domain, cursors their children;
         schemas the keys three levels below /schemas."""
         base, schemas_base = self.uri.managed_ledgers_path, self.uri.schemas_path
-        wanted = None if topics is None else {managed_ledger_of(t) for t in topics}
+        named, below = sorted({managed_ledger_of(t) for t in topics or ()}), list(under)
+        whole = topics is None and not below
         records: dict[str, bytes] = {}
         cursors: dict[str, dict[str, bytes]] = {}
-        scopes = [base] if wanted is None else [f"{base}/{name}" for name in sorted(wanted)]
-        for scope in scopes:
-            if wanted is not None and (value := self.value(scope)) is not None:
-                records[scope.removeprefix(f"{base}/")] = value
-            for rest, value in self._below(scope):
-                name = f"{scope}/{rest}".removeprefix(f"{base}/")
-                parts = name.split("/")
+        for name in named:
+            if (value := self.value(f"{base}/{name}")) is not None:
+                records[name] = value
+        for scope in named + below if not whole else [""]:  # a topic's cursors below it; a scope's topics too
+            for rest, value in self._below(f"{base}/{scope}".rstrip("/")):
+                parts = f"{scope}/{rest}".strip("/").split("/")
                 if len(parts) >= 2 and parts[-2] == "persistent":
-                    records[name] = value
+                    records["/".join(parts)] = value
                 elif len(parts) >= 3 and parts[-3] == "persistent":
                     cursors.setdefault("/".join(parts[:-1]), {})[parts[-1]] = value
-        if topics is None:
-            schemas = {rest: value for rest, value in self._below(schemas_base) if rest.count("/") == 2}
-        else:
-            ids = sorted({schema_id_of(t) for t in topics})
-            schemas = {sid: value for sid in ids if (value := self.value(f"{schemas_base}/{sid}")) is not None}
-        return StoredRecords(dict(sorted(records.items())), cursors, schemas, whole=topics is None)
+        ids = sorted({schema_id_of(t) for t in topics or ()})
+        schemas = {sid: value for sid in ids if (value := self.value(f"{schemas_base}/{sid}")) is not None}
+        for scope in below if not whole else [""]:  # a schema's id is tenant/namespace/topic
+            schemas |= {sid: value for rest, value in self._below(f"{schemas_base}/{scope}".rstrip("/"))
+                        if (sid := f"{scope}/{rest}".strip("/")).count("/") == 2}
+        return StoredRecords(dict(sorted(records.items())), cursors, schemas, whole=whole)
 
     # -- session and election -----------------------------------------------------------------------
 

@@ -213,24 +213,27 @@ class ZooKeeperStore(ZooKeeperRequests, TreeStore):
             yield (LedgerRead(lid, deleted=True) if got is None
                    else LedgerRead.of(lid, got[0], got[1].ctime, got[1].version, got[1].mtime))
 
-    def pulsar_records(self, topics: Iterable[str] | None = None) -> StoredRecords:
+    def pulsar_records(self, topics: Iterable[str] | None = None, under: Iterable[str] = ()) -> StoredRecords:
         base, schemas_base = self.uri.managed_ledgers_path, self.uri.schemas_path
-        paths: list[str] = []
-        schema_paths: list[str] = []
-        if topics is not None:
-            paths = [f"{base}/{managed_ledger_of(topic)}" for topic in topics]
-            schema_paths = sorted({f"{schemas_base}/{schema_id_of(topic)}" for topic in topics})
-        else:  # every managed ledger: the znodes whose parent is a `persistent` domain
-            level = [base]
-            for _ in range(5):
-                deeper: list[str] = []
-                for path, kids in self.children_many(level):  # a namespace lists all its topics
-                    for k in kids or []:
-                        (paths if path.rsplit("/", 1)[1] == "persistent" else deeper).append(f"{path}/{k}")
-                level = deeper
-            schema_paths = [schemas_base]
-            for _ in range(3):  # tenant, namespace, topic
-                schema_paths = [f"{p}/{k}" for p, kids in self.children_many(schema_paths) for k in kids or []]
+        named, scopes = list(topics or ()), list(under)
+        whole = topics is None and not scopes
+        paths = [f"{base}/{managed_ledger_of(topic)}" for topic in named]
+        schema_paths = sorted({f"{schemas_base}/{schema_id_of(topic)}" for topic in named})
+        scopes = [""] if whole else scopes
+        # every managed ledger below a scope: the znodes whose parent is a `persistent` domain
+        level = [f"{base}/{scope}".rstrip("/") for scope in scopes]
+        for _ in range(5):
+            deeper: list[str] = []
+            for path, kids in self.children_many(level):  # a namespace lists all its topics
+                for k in kids or []:
+                    (paths if path.rsplit("/", 1)[1] == "persistent" else deeper).append(f"{path}/{k}")
+            level = deeper
+        for scope in scopes:  # a schema's id is tenant/namespace/topic
+            found = [f"{schemas_base}/{scope}".rstrip("/")]
+            for _ in range(3 - len([part for part in scope.split("/") if part])):
+                found = [f"{p}/{k}" for p, kids in self.children_many(found) for k in kids or []]
+            schema_paths += found
+        paths, schema_paths = list(dict.fromkeys(paths)), list(dict.fromkeys(schema_paths))  # a topic named and below
         # a topic's cursors, and a cursor's record: a few dozen bytes each, learned apart from the tree's
         cursor_paths = [f"{p}/{c}" for p, kids in self.children_many(paths, small=True) for c in kids or []]
         cursors: dict[str, dict[str, bytes]] = {}
@@ -243,7 +246,7 @@ class ZooKeeperStore(ZooKeeperRequests, TreeStore):
         records = {path.removeprefix(f"{base}/"): got for path, got in self.values(paths) if got is not None}
         schemas = {path.removeprefix(f"{schemas_base}/"): got for path, got in self.values(schema_paths)
                    if got is not None}
-        return StoredRecords(records, cursors, schemas, whole=topics is None)
+        return StoredRecords(records, cursors, schemas, whole=whole)
 
     # -- session and election ---------------------------------------------------------------------
 
