@@ -104,6 +104,10 @@ def _scan_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ledger", action="append", type=int, metavar="ID", help="scan only these (repeatable)")
     p.add_argument("--topic", action="append", metavar="persistent://TENANT/NS/NAME",
                    help="scan only this Pulsar topic's ledgers: data, cursors, compacted (repeatable)")
+    p.add_argument("--tenant", action="append", metavar="TENANT",
+                   help="scan only the ledgers of this Pulsar tenant's topics, as --topic (repeatable)")
+    p.add_argument("--namespace", action="append", metavar="TENANT/NS",
+                   help="scan only the ledgers of this Pulsar namespace's topics, as --topic (repeatable)")
     p.add_argument("--deep", action="store_true", default=None,
                    help="deep scrub: the agents read every listed entry's bytes and verify size, ids and digest")
     p.add_argument("--deep-slice", type=_slice, metavar="K/N",
@@ -127,7 +131,8 @@ def scan_settings(args: argparse.Namespace) -> ScanSettings:
     flags["bookie_endpoints"] = dict(args.bookie_endpoint) if args.bookie_endpoint else None
     flags["racks"] = dict(args.rack) if args.rack else None
     flags["ledgers"] = tuple(args.ledger) if args.ledger else None
-    flags["topics"] = tuple(args.topic) if getattr(args, "topic", None) else None
+    for flag, key in (("topic", "topics"), ("tenant", "tenants"), ("namespace", "namespaces")):
+        flags[key] = tuple(getattr(args, flag)) if getattr(args, flag, None) else None
     flags["spark_conf"] = dict(args.spark_conf) if args.spark_conf else None
     if getattr(args, "deep_slice", None):
         flags["deep_slice"], flags["deep_slices"] = args.deep_slice

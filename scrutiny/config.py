@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import types
 import typing
@@ -110,6 +111,8 @@ class ScanSettings(ClusterSettings):
     # scope and output
     ledgers: tuple[int, ...] = ()
     topics: tuple[str, ...] = ()  # Pulsar topics (persistent://tenant/ns/name): their data, cursor, compacted ledgers
+    tenants: tuple[str, ...] = ()  # Pulsar tenants: every topic of theirs, as `topics`
+    namespaces: tuple[str, ...] = ()  # Pulsar namespaces (tenant/ns): every topic of theirs, as `topics`
     format: str = "text"
     output: str = ""
     # engine
@@ -166,6 +169,8 @@ class ScanSettings(ClusterSettings):
             (self.verify_rounds >= 1, "verify_rounds", "at least 1"),
             (all(i >= 0 for i in self.ledgers), "ledgers", "non-negative ledger ids"),
             (all(t.startswith("persistent://") for t in self.topics), "topics", "persistent://tenant/namespace/name"),
+            (all(_names(t, 1) for t in self.tenants), "tenants", "a tenant's name (no /)"),
+            (all(_names(n, 2) for n in self.namespaces), "namespaces", "tenant/namespace"),
         ]
         for ok, key, want in checks:
             if not ok:
@@ -186,6 +191,15 @@ class ScanSettings(ClusterSettings):
 
 
 S = TypeVar("S")
+
+
+_PULSAR_NAME = re.compile(r"[-=:.\w]+")  # what Pulsar's NamedEntity allows in a tenant's or namespace's name
+
+
+def _names(text: str, parts: int) -> bool:
+    """`parts` of Pulsar's names joined by `/` (a tenant: 1; a namespace: 2)."""
+    names = text.split("/")
+    return len(names) == parts and all(_PULSAR_NAME.fullmatch(n) for n in names)
 
 
 def _coerce(key: str, hint: Any, value: Any, where: str) -> Any:

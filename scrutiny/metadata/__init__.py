@@ -57,7 +57,13 @@ from scrutiny.metadata.paths import (
     parse_layout,
     tree_change,
 )
-from scrutiny.metadata.uri import PULSAR_STORE_PREFIX, MetadataServiceUri, parse_host_port, parse_metadata_service_uri
+from scrutiny.metadata.uri import (
+    PULSAR_STORE_PREFIX,
+    MetadataServiceUri,
+    parse_host_port,
+    parse_metadata_service_uri,
+    store_scheme,
+)
 
 __all__ = [
     "DEFAULT_RACK",
@@ -100,6 +106,7 @@ __all__ = [
     "parse_layout",
     "parse_metadata_service_uri",
     "snapshot",
+    "store_scheme",
     "tree_change",
     "ur_mark_path",
 ]

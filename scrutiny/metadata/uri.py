@@ -60,9 +60,19 @@ _PULSAR_ZK = re.compile(r"^metadata-store:zk:(?P<servers>[^/?]+)(?P<chroot>/[^?]
 PULSAR_STORE_PREFIX = "metadata-store:"
 
 
+def store_scheme(uri: str) -> str:
+    """The store a metadata service URI names, as the stores' registry keys it: `zk` (BookKeeper's
+    `zk+<layout>://`), `metadata-store:<store>` (Pulsar's, PIP-45), else whatever precedes `://`."""
+    text = uri.strip()
+    if text.startswith(PULSAR_STORE_PREFIX):
+        return PULSAR_STORE_PREFIX + text[len(PULSAR_STORE_PREFIX):].split(":", 1)[0]
+    return text.split("://", 1)[0].split("+", 1)[0]
+
+
 def parse_metadata_service_uri(uri: str) -> MetadataServiceUri:
-    if uri.strip().startswith(PULSAR_STORE_PREFIX):
-        return _parse_pulsar_store_uri(uri.strip())
+    scheme = store_scheme(uri)
+    if scheme.startswith(PULSAR_STORE_PREFIX):
+        return _parse_pulsar_store_uri(uri.strip(), scheme.removeprefix(PULSAR_STORE_PREFIX))
     m = _URI.match(uri.strip())
     if not m:
         raise MetadataError(f"metadata service URI {uri!r} is not of the form zk+<layout>://host:port;.../root "
@@ -79,8 +89,7 @@ def parse_metadata_service_uri(uri: str) -> MetadataServiceUri:
     return MetadataServiceUri(servers, root, layouts[kind])
 
 
-def _parse_pulsar_store_uri(uri: str) -> MetadataServiceUri:
-    store = uri[len(PULSAR_STORE_PREFIX):].split(":", 1)[0]
+def _parse_pulsar_store_uri(uri: str, store: str) -> MetadataServiceUri:
     if store == "etcd":
         return _parse_pulsar_etcd_uri(uri)
     m = _PULSAR_ZK.match(uri)

@@ -168,7 +168,9 @@ class ScrutinyRun:
         try:
             wanted = list(ledger_ids) if ledger_ids is not None else list(s.ledgers)
             # a run over a few ledgers (not some bookies', nor a topic's yet to be listed) reads only their marks
-            few = bool(wanted) and not (only_bookies or without or without_racks or (s.topics and ledger_ids is None))
+            under = (*s.tenants, *s.namespaces)
+            topic_run = bool(s.topics or under) and ledger_ids is None
+            few = bool(wanted) and not (only_bookies or without or without_racks or topic_run)
             marks, problems = store.marks_of(wanted) if few else store.underreplication_marks()
             locations = dict(s.racks)
             racks_from_store = not locations and (s.placement_policy != "none" or bool(without_racks)
@@ -182,30 +184,35 @@ class ScrutinyRun:
                 problems.append(f"what-if: no bookie is on the racks {sorted(without_racks)}")
             only = frozenset(only_bookies) | gone
             scoped = bool(wanted)
-            whole = not (scoped or only or s.topics)
+            whole = not (scoped or only or s.topics or under)
             lost = lost_bookies(store, facts, s) if s.lost_bookie_check and not gone else None
             blast = whole and s.blast_radius  # a marked ledger counts there as if its mark's bookies held nothing
             marked = {lid: m.replicas for lid, m in marks.items()} if blast else dict.fromkeys(marks, ())
-            topic_run = bool(s.topics) and ledger_ids is None
+            topics = s.topics
             held = False
             closed_since: frozenset[int] = frozenset()
             if topic_run or (s.pulsar_check and whole):
                 with pulsar_store(store, s) as pulsar:
                     held = s.pulsar_check and pulsar.pulsar_present()
                     if topic_run:
-                        record = PulsarRecord.decode(pulsar.pulsar_records(s.topics))
+                        record = PulsarRecord.decode(pulsar.pulsar_records(s.topics, under=under))
                         if self.topics_read is not None:
                             self.topics_read(record)
                         problems += record.problems
-                        wanted += sorted(lid for t in s.topics for lid in record.topic_ledgers(t))
+                        # a tenant's or namespace's topics as they are now
+                        topics = tuple(dict.fromkeys((*s.topics, *sorted(t.topic for t in record.topics.values()))))
+                        for u in under:
+                            if not any(t.startswith(f"persistent://{u}/") for t in topics):  # a typo, or empty
+                                log.warning("%s run %s: no Pulsar topic under %r", self.kind, self.run_id, u)
+                        wanted += sorted(lid for t in topics for lid in record.topic_ledgers(t))
                         scoped = True
                         if self.checkpoints and held:
-                            closed_since = unvalidated(store, record, s.topics)
+                            closed_since = unvalidated(store, record, topics)
             ctx = RunContext(s, locations, marked, facts.agent_addresses, started, only, without=gone,
                              blast_radius=blast, holdings=whole and s.orphan_check, lost=lost, pulsar=held,
                              scrub=closed_since)
             pending = PendingRun(store, started, ctx, marks, set(wanted) if scoped else None, facts.registered,
-                                 racks_from_store, pulsar_topics=None if whole else tuple(s.topics),
+                                 racks_from_store, pulsar_topics=None if whole else topics,
                                  replication_disabled=facts.replication_disabled)
             pending.errors += problems
             pending.stats.add(Marks(underreplicated_marks=len(marks)))

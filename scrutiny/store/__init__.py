@@ -5,8 +5,9 @@ enumeration of ledgers as opaque range tokens, ledger reads, under-replication m
 registrations, racks, the bookie agents' registry, and for the auditor its election, cadence, last
 complete runs, deep-scrub cursor and orphan sightings.
 ZooKeeper (`scrutiny.store.zookeeper`) and etcd as Pulsar's metadata store keeps it (`scrutiny.store.etcd`,
-PIP-45) implement it; another store (Oxia) is one new module implementing this class plus its URI scheme
-in `BACKENDS`.
+PIP-45) implement it as `TreeStore`s (`scrutiny.store.tree`: what a path holds, written once over each
+backend's primitives); another store (Oxia) is one new module doing the same, plus its URI scheme in
+`BACKENDS`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from scrutiny.metadata import (
     MetadataError,
     TreeChange,
     UnderreplicationMark,
+    decode_ledger_metadata,
     decode_ur_mark,
+    store_scheme,
 )
 from scrutiny.pulsar.snapshot import StoredRecords
 
@@ -70,6 +73,18 @@ class LedgerRead(NamedTuple):  # one per ledger of a scan: a tuple is the cheape
     metadata: LedgerMetadata | None = None
     error: str | None = None  # undecodable or inconsistent metadata
     deleted: bool = False  # gone between enumeration and read
+
+    @classmethod
+    def of(cls, ledger_id: int, data: bytes | None, ctime: int = -1, version: int = -1, mtime: int = -1
+           ) -> LedgerRead:
+        """What a store read at the ledger's path (None: nothing, deleted), decoded; metadata that cannot be
+        decoded is an error named, never a stop."""
+        if data is None:
+            return cls(ledger_id, deleted=True)
+        try:
+            return cls(ledger_id, decode_ledger_metadata(ledger_id, data, ctime, version, znode_mtime=mtime))
+        except MetadataError as exc:
+            return cls(ledger_id, error=str(exc))
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,9 +228,10 @@ class MetadataStore(ABC):
         """Does this store keep any of Pulsar's records (a managed ledger, a schema)?"""
 
     @abstractmethod
-    def pulsar_records(self, topics: Iterable[str] | None = None) -> StoredRecords:
-        """Pulsar's records as stored (every topic's, or these topics'): the managed ledgers, their cursors,
-        the schemas; empty where Pulsar keeps none here. Decoded by `scrutiny.pulsar.snapshot`."""
+    def pulsar_records(self, topics: Iterable[str] | None = None, under: Iterable[str] = ()) -> StoredRecords:
+        """Pulsar's records as stored (every topic's; or these topics' and those of every topic below each of
+        `under`, a tenant or a `tenant/namespace`): the managed ledgers, their cursors, the schemas; empty where
+        Pulsar keeps none here. Decoded by `scrutiny.pulsar.snapshot`."""
 
     # -- the auditor ------------------------------------------------------------------------------
 
@@ -283,9 +299,7 @@ def parse_recovery_delay(data: bytes | None) -> int | None:
 def open_store(settings: ClusterSettings) -> MetadataStore:
     """The store named by `metadata_service_uri`'s scheme, connected with the settings' one policy
     for TLS, authentication, bounds and retries. Raises MetadataStoreUnavailable."""
-    uri = settings.metadata_service_uri.strip()
-    scheme = (f"metadata-store:{uri.split(':', 2)[1]}" if uri.startswith("metadata-store:")
-              else uri.split("://", 1)[0].split("+", 1)[0])
+    scheme = store_scheme(settings.metadata_service_uri)
     if scheme not in BACKENDS:
         hint = ("; BookKeeper's own etcd driver keeps another layout (no under-replication, no auditor) and is "
                 "not read" if scheme == "etcd" else "")

@@ -26,43 +26,25 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from scrutiny.errors import Fenced, StoreError
+from scrutiny.errors import StoreError
 from scrutiny.metadata import (
     SHORT_PATH_LIMIT,
-    BookieRegistration,
     Layout,
-    MetadataError,
     MetadataServiceUri,
-    TreeChange,
-    UnderreplicationMark,
-    decode_agent_registration,
-    decode_bookie_service_info,
-    decode_ledger_metadata,
-    decode_racks,
-    decode_ur_mark,
-    encode_agent_registration,
-    encode_ur_mark,
-    ledger_id_of_mark,
     ledger_path,
     parse_metadata_service_uri,
-    tree_change,
-    ur_mark_path,
 )
-from scrutiny.pulsar.records import managed_ledger_of, schema_id_of, topic_of_path
+from scrutiny.pulsar.records import managed_ledger_of, schema_id_of
 from scrutiny.pulsar.snapshot import StoredRecords
 from scrutiny.store import (
     Election,
     Fence,
     LedgerRange,
     LedgerRead,
-    MetadataStore,
     Registration,
-    Registrations,
-    Watches,
-    decode_marks,
-    parse_recovery_delay,
 )
 from scrutiny.store.etcdkv import EtcdKV, Session, prefix_end
+from scrutiny.store.tree import TreeStore
 
 if TYPE_CHECKING:
     from scrutiny.config import ClusterSettings
@@ -112,12 +94,10 @@ def open_store(settings: ClusterSettings) -> EtcdStore:
     return EtcdStore(kv, uri, lease_ttl=settings.etcd_lease_ttl)
 
 
-class EtcdStore(MetadataStore):
+class EtcdStore(TreeStore):
     def __init__(self, kv: EtcdKV, uri: MetadataServiceUri | str, lease_ttl: int = 30) -> None:
+        super().__init__(uri)
         self.kv = kv
-        self.uri = parse_metadata_service_uri(uri) if isinstance(uri, str) else uri
-        self.root = self.uri.root
-        self._auditor = f"{self.uri.scrutiny_path}/auditor"
         self._lease_ttl = lease_ttl
         self._session: Session | None = None
         self._session_lock = threading.Lock()
@@ -141,20 +121,54 @@ class EtcdStore(MetadataStore):
         finally:
             self.kv.close()
 
-    def _get(self, path: str) -> bytes | None:
+    # -- the primitives ---------------------------------------------------------------------------
+
+    def value(self, path: str) -> bytes | None:
         got = self.kv.get(path.encode())
         return None if got is None else got.value
 
-    def _put(self, path: str, data: bytes) -> None:
-        self.kv.put(path.encode(), data)
+    def values(self, paths: Iterable[str]) -> Iterator[tuple[str, bytes | None]]:
+        return ((key.decode(), None if got is None else got.value)
+                for key, got in self.kv.get_many([p.encode() for p in paths]))
 
-    def _children(self, path: str) -> Iterator[tuple[str, bytes]]:
-        """(rest of the key, value) of every key below `path/`."""
+    def children(self, path: str) -> list[str]:
+        prefix = f"{path}/".encode()
+        return sorted({kv.key[len(prefix):].decode("utf-8", "replace").split("/", 1)[0]
+                       for kv in self.kv.scan_prefix(prefix, keys_only=True)})
+
+    def values_below(self, path: str, depth: int) -> Iterator[tuple[str, bytes]]:
+        """One range read (etcd has no directories: a key may sit below another, or alone below nothing)."""
+        return ((rest, value) for rest, value in self._below(path) if rest.count("/") == depth - 1)
+
+    def _below(self, path: str) -> Iterator[tuple[str, bytes]]:
+        """(rest of the key, value) of every key below `path/`, at any depth."""
         prefix = f"{path}/".encode()
         for kv in self.kv.scan_prefix(prefix):
             yield kv.key[len(prefix):].decode("utf-8", "replace"), kv.value
 
-    # -- ledgers --------------------------------------------------------------------------------
+    def present(self, path: str) -> bool:
+        prefix = f"{path}/".encode()
+        return self.kv.first(prefix, prefix_end(prefix)) is not None or self.kv.get(path.encode()) is not None
+
+    def put(self, path: str, data: bytes) -> None:
+        self.kv.put(path.encode(), data)
+
+    def create_unless_changed(self, path: str, data: bytes, guard: str, guard_version: int,
+                              fence: Fence | None) -> bool | None:
+        # no parent keys: Pulsar's etcd store lists children by prefix; its version counts from 1 (Stat's 0)
+        return self.kv.create_if_unchanged(path.encode(), data, guard.encode(), guard_version + 1,
+                                           (fence.key.encode(), fence.version) if fence is not None else None)
+
+    def ephemeral(self, path: str, data: bytes) -> Registration:
+        return EphemeralKey(self.session, path, data)
+
+    def watch_below(self, root: str, on_event: Callable[[str, str], None], on_gap: Callable[[str], None],
+                    resume: str = "") -> EtcdTreeWatch:
+        """etcd's watch, from the revision after `resume` (or now): ordered and gap-free while etcd keeps
+        that history; a broken stream resumes from the last revision seen, a compacted one is a gap."""
+        return EtcdTreeWatch(self.kv, root, on_event, on_gap, int(resume) if resume.isdigit() else 0)
+
+    # -- enumeration --------------------------------------------------------------------------------
 
     def ledger_ranges(self) -> list[LedgerRange]:
         """The buckets of the ledger tree (tokens as ZooKeeper's store makes them: `00/0000`,
@@ -231,161 +245,38 @@ class EtcdStore(MetadataStore):
             if found is None:
                 yield LedgerRead(lid, deleted=True)
                 continue
-            try:  # etcd has no creation or modification time (Pulsar's Stat says 0: unknown); version 1 is Stat's 0
-                yield LedgerRead(lid, decode_ledger_metadata(lid, found[0], -1, found[1] - 1))
-            except MetadataError as exc:
-                yield LedgerRead(lid, error=str(exc))
+            # etcd has no creation or modification time (Pulsar's Stat says 0: unknown); version 1 is Stat's 0
+            yield LedgerRead.of(lid, found[0], version=found[1] - 1)
 
-    # -- under-replication --------------------------------------------------------------------------
-
-    def underreplication_marks(self) -> tuple[dict[int, UnderreplicationMark], list[str]]:
-        found = ((ledger_id_of_mark(rest.rsplit("/", 1)[-1]), rest, value)
-                 for rest, value in self._children(f"{self.root}/underreplication/ledgers"))
-        # (not the lock keys, nor a stray key)
-        return decode_marks((lid, value) for lid, rest, value in found if lid is not None and rest.count("/") == 4)
-
-    def marks_of(self, ledger_ids: Iterable[int]) -> tuple[dict[int, UnderreplicationMark], list[str]]:
-        keys = {ur_mark_path(self.root, lid).encode(): lid for lid in ledger_ids}
-        return decode_marks((keys[key], got.value) for key, got in self.kv.get_many(list(keys)) if got is not None)
-
-    def underreplication_mark(self, ledger_id: int) -> UnderreplicationMark | None:
-        got = self._get(ur_mark_path(self.root, ledger_id))
-        if got is None:
-            return None
-        try:
-            return decode_ur_mark(ledger_id, got)
-        except MetadataError:
-            return UnderreplicationMark(ledger_id, (), None)  # a mark we cannot read is still a mark
-
-    def marked(self, ledger_ids: Iterable[int]) -> set[int]:
-        keys = {ur_mark_path(self.root, lid).encode(): lid for lid in ledger_ids}
-        return {keys[k] for k, got in self.kv.get_many(list(keys)) if got is not None}
-
-    def replication_disabled(self) -> bool:
-        return self._get(f"{self.root}/underreplication/disable") is not None
-
-    def mark_underreplicated(self, mark: UnderreplicationMark, metadata_version: int, fence: Fence | None = None
-                             ) -> bool:
-        # no parent keys: Pulsar's etcd store lists children by prefix; its version counts from 1 (Stat's 0)
-        done = self.kv.create_if_unchanged(ur_mark_path(self.root, mark.ledger_id).encode(), encode_ur_mark(mark),
-                                           ledger_path(Layout.HIERARCHICAL, self.root, mark.ledger_id).encode(),
-                                           metadata_version + 1,
-                                           (fence.key.encode(), fence.version) if fence is not None else None)
-        if done is None and fence is not None:
-            raise Fenced(f"ledger {mark.ledger_id} not marked: {fence.key} is gone (this process leads no more)")
-        return bool(done)
-
-    def lost_bookie_recovery_delay(self) -> int | None:
-        return parse_recovery_delay(self._get(f"{self.root}/underreplication/lostBookieRecoveryDelay"))
-
-    # -- bookies ------------------------------------------------------------------------------------
-
-    def registrations(self) -> Registrations:
-        found: dict[bool, dict[str, BookieRegistration]] = {False: {}, True: {}}
-        problems: list[str] = []
-        for rest, value in self._children(f"{self.root}/available"):
-            readonly = rest.startswith("readonly/")
-            bookie = rest.removeprefix("readonly/") if readonly else rest
-            if "/" in bookie or bookie == "readonly":
-                continue
-            try:
-                found[readonly][bookie] = decode_bookie_service_info(bookie, readonly, value)
-            except MetadataError as exc:
-                problems.append(str(exc))
-                found[readonly][bookie] = BookieRegistration(bookie, readonly)
-        cookies = frozenset(rest for rest, _ in self._children(f"{self.root}/cookies") if "/" not in rest)
-        return Registrations(found[False], found[True], cookies, tuple(problems))
-
-    def racks(self, where: str = "") -> tuple[dict[str, str], list[str]]:
-        path = where or self.uri.racks_path
-        got = self._get(path)
-        if got is None:
-            return {}, []
-        try:
-            return decode_racks(got, path)
-        except MetadataError as exc:
-            return {}, [str(exc)]
-
-    def agent_addresses(self) -> dict[str, str]:
-        out = {}
-        base = f"{self.uri.scrutiny_path}/agents"
-        for rest, value in self._children(base):
-            try:
-                bookie_id, address = decode_agent_registration(f"{base}/{rest}", value)
-            except MetadataError as exc:
-                log.warning("ignoring %s", exc)
-                continue
-            out[bookie_id] = address
-        return out
-
-    def register_agent(self, bookie_id: str, address: str) -> Registration:
-        return EphemeralKey(self.session, f"{self.uri.scrutiny_path}/agents/{bookie_id}",
-                            encode_agent_registration(bookie_id, address))
-
-    # -- Pulsar -------------------------------------------------------------------------------------
-
-    def pulsar_present(self) -> bool:
-        return any(self.kv.first(p, prefix_end(p)) is not None
-                   for p in (f"{self.uri.managed_ledgers_path}/".encode(), f"{self.uri.schemas_path}/".encode()))
-
-    def pulsar_records(self, topics: Iterable[str] | None = None) -> StoredRecords:
+    def pulsar_records(self, topics: Iterable[str] | None = None, under: Iterable[str] = ()) -> StoredRecords:
         """Managed ledgers are the keys whose parent is a `persistent` domain, cursors their children;
         schemas the keys three levels below /schemas."""
         base, schemas_base = self.uri.managed_ledgers_path, self.uri.schemas_path
-        wanted = None if topics is None else {managed_ledger_of(t) for t in topics}
+        named, below = sorted({managed_ledger_of(t) for t in topics or ()}), list(under)
+        whole = topics is None and not below
         records: dict[str, bytes] = {}
         cursors: dict[str, dict[str, bytes]] = {}
-        scopes = [base] if wanted is None else [f"{base}/{name}" for name in sorted(wanted)]
-        for scope in scopes:
-            if wanted is not None and (value := self._get(scope)) is not None:
-                records[scope.removeprefix(f"{base}/")] = value
-            for rest, value in self._children(scope):
-                name = f"{scope}/{rest}".removeprefix(f"{base}/")
-                parts = name.split("/")
+        for name in named:
+            if (value := self.value(f"{base}/{name}")) is not None:
+                records[name] = value
+        for scope in named + below if not whole else [""]:  # a topic's cursors below it; a scope's topics too
+            for rest, value in self._below(f"{base}/{scope}".rstrip("/")):
+                parts = f"{scope}/{rest}".strip("/").split("/")
                 if len(parts) >= 2 and parts[-2] == "persistent":
-                    records[name] = value
+                    records["/".join(parts)] = value
                 elif len(parts) >= 3 and parts[-3] == "persistent":
                     cursors.setdefault("/".join(parts[:-1]), {})[parts[-1]] = value
-        if topics is None:
-            schemas = {rest: value for rest, value in self._children(schemas_base) if rest.count("/") == 2}
-        else:
-            ids = sorted({schema_id_of(t) for t in topics})
-            schemas = {sid: value for sid in ids if (value := self._get(f"{schemas_base}/{sid}")) is not None}
-        return StoredRecords(dict(sorted(records.items())), cursors, schemas, whole=topics is None)
+        ids = sorted({schema_id_of(t) for t in topics or ()})
+        schemas = {sid: value for sid in ids if (value := self.value(f"{schemas_base}/{sid}")) is not None}
+        for scope in below if not whole else [""]:  # a schema's id is tenant/namespace/topic
+            schemas |= {sid: value for rest, value in self._below(f"{schemas_base}/{scope}".rstrip("/"))
+                        if (sid := f"{scope}/{rest}".strip("/")).count("/") == 2}
+        return StoredRecords(dict(sorted(records.items())), cursors, schemas, whole=whole)
 
-    # -- the auditor --------------------------------------------------------------------------------
+    # -- session and election -----------------------------------------------------------------------
 
     def election(self, identifier: str, name: str = "") -> Election:
         return EtcdElection(self, name or f"{self._auditor}/election", identifier)
-
-    def auditor_record(self, name: str) -> bytes | None:
-        return self._get(f"{self._auditor}/{name}")
-
-    def set_auditor_record(self, name: str, data: bytes) -> None:
-        self._put(f"{self._auditor}/{name}", data)
-
-    def watch_tree(self, on_change: Callable[[TreeChange], None], on_gap: Callable[[str], None],
-                   resume: str = "") -> EtcdTreeWatch:
-        """etcd's watch, from the revision after `resume` (or now): ordered and gap-free while etcd keeps
-        that history; a broken stream resumes from the last revision seen, a compacted one is a gap."""
-        root = self.root
-
-        def event(kind: str, key: str) -> None:
-            change = tree_change(root, kind, key)
-            if change is not None:
-                on_change(change)
-
-        return EtcdTreeWatch(self.kv, root, event, on_gap, int(resume) if resume.isdigit() else 0)
-
-    def watch_topics(self, on_topic: Callable[[str], None], on_gap: Callable[[str], None]) -> Watches:
-        ml, schemas = self.uri.managed_ledgers_path, self.uri.schemas_path
-
-        def event(kind: str, key: str) -> None:
-            topic = topic_of_path(ml, schemas, key)
-            if topic is not None:
-                on_topic(topic)
-
-        return Watches([EtcdTreeWatch(self.kv, prefix, event, on_gap, 0) for prefix in (ml, schemas)])
 
     def on_session_lost(self, callback: Callable[[], None]) -> None:
         self.session.on_lost(callback)

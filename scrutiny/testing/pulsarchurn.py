@@ -100,9 +100,9 @@ class PulsarChurn:
 
     # -- Pulsar's operations --------------------------------------------------------------------------
 
-    def create_topic(self) -> Topic:
+    def create_topic(self, name: str = "") -> Topic:
         self._made += 1
-        t = Topic(f"persistent://public/default/churn-{self._made}")
+        t = Topic(name or f"persistent://public/default/churn-{self._made}")
         self.cluster.writer.write_managed_ledger(t.managed_ledger, b"")  # createIfMissing writes 0 bytes first
         t.ledgers.append(LedgerInfo(self._ledger(encode.ledger_keys("topic", t.name))))
         self.write_record(t)

@@ -31,6 +31,7 @@ from scrutiny.metadata import (
     ledger_path,
     parse_layout,
     parse_metadata_service_uri,
+    store_scheme,
     tree_change,
     ur_mark_path,
 )
@@ -216,6 +217,15 @@ def test_pulsars_metadata_store_uri_on_zookeeper() -> None:
                        ("metadata-store:zk:zk1/chroot", "not HOST:PORT")]:
         with pytest.raises(MetadataError, match=words):
             parse_metadata_service_uri(bad)
+
+
+def test_the_store_a_uri_names_is_read_in_one_place() -> None:
+    """The stores' registry key: BookKeeper's scheme before any layout, Pulsar's store after its prefix."""
+    cases = {"zk+hierarchical://h:1/ledgers": "zk", "zk://h:1": "zk", " metadata-store:zk:h:1/c ": "metadata-store:zk",
+             "metadata-store:etcd:http://h:2379": "metadata-store:etcd",
+             "metadata-store:oxia://o:6648/ns": "metadata-store:oxia", "etcd://h:2379/ledgers": "etcd",
+             "mem://c1": "mem"}
+    assert {uri: store_scheme(uri) for uri in cases} == cases
 
 
 def test_underreplication_mark_path_and_payload() -> None:

@@ -152,8 +152,8 @@ class MemoryStore(MetadataStore):
     def pulsar_present(self) -> bool:
         return False  # this store keeps no Pulsar records
 
-    def pulsar_records(self, topics: Iterable[str] | None = None) -> StoredRecords:
-        return StoredRecords(whole=topics is None)
+    def pulsar_records(self, topics: Iterable[str] | None = None, under: Iterable[str] = ()) -> StoredRecords:
+        return StoredRecords(whole=topics is None and not list(under))
 
     def election(self, identifier: str, name: str = "") -> Election:
         return _FirstComer(identifier)

@@ -88,6 +88,39 @@ def test_each_class_is_found_and_each_legal_case_is_not(place: Place) -> None:
     assert report.exit_status() == 1
 
 
+def test_a_tenants_or_a_namespaces_run_checks_every_topic_of_theirs_alone(place: Place) -> None:
+    """`--tenant` and `--namespace`: every topic their records list when the run starts, each as `--topic`."""
+    cluster = ChurnCluster(place.client, place.root, place.uri, BOOKIES, 0.2, random.Random(6))
+    try:
+        pulsar = PulsarChurn(cluster, topics=0)
+        acme = {(ns, n): pulsar.create_topic(f"persistent://acme/{ns}/t-{n}") for ns in ("orders", "prices")
+                for n in range(2)}
+        ours = pulsar.create_topic()  # public/default
+        for t in (*acme.values(), ours):
+            for _ in range(2):
+                pulsar.publish(t)
+                pulsar.rollover(t)
+        lost = {t.name: t.ledgers[0].ledger_id for t in (acme["orders", 1], ours)}
+        for lid in lost.values():
+            pulsar.delete_ledger(lid)  # still listed by its topic's record
+        runs = [ScrutinyRun(settings(place.uri, **scope), LocalEngine()).execute()  # type: ignore[arg-type]
+                for scope in ({"tenants": ("acme",)}, {"namespaces": ("acme/prices",)},
+                              {"namespaces": ("public/default", "acme/orders")}, {"tenants": ("nobody",)})]
+    finally:
+        cluster.close()
+    tenant, prices, two, nobody = runs
+    assert all(r.complete for r in runs), [r.errors for r in runs]
+    assert found(tenant) == {("TOPIC_LEDGER_MISSING", lost["persistent://acme/orders/t-1"])}
+    assert tenant.stats["pulsar_topics"] == 4 and tenant.ledgers["seen"] == 4 * 3  # 3 data ledgers a topic
+    assert found(prices) == set() and prices.stats["pulsar_topics"] == 2
+    assert found(two) == {("TOPIC_LEDGER_MISSING", lid) for lid in lost.values()} and two.stats["pulsar_topics"] == 3
+    assert nobody.ledgers["seen"] == 0 and found(nobody) == set()
+    for flag, bad in (("--tenant", "a/b"), ("--namespace", "acme"), ("--namespace", "acme/x/y")):
+        out = subprocess.run([sys.executable, "-m", "scrutiny.cli", "scan", "--metadata-service-uri", place.uri,
+                              flag, bad], capture_output=True, text=True)
+        assert out.returncode == 2 and ("tenants" if flag == "--tenant" else "namespaces") in out.stderr, out.stderr
+
+
 def test_the_record_in_a_store_of_its_own(zk_server: LocalZooKeeper, zk_client: KazooClient,
                                           zk_namespace: str) -> None:
     """Brokers whose metadataStoreUrl is not the bookies' metadataServiceUri: the record read from there."""
