@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import shutil
 import signal
 import socket
@@ -25,10 +26,30 @@ class LocalZooKeeperError(RuntimeError):
     pass
 
 
+_PICK = random.SystemRandom()  # never the tests' seeded sequence: two workers would pick alike
+
+
+def _ephemeral_start() -> int:
+    """Where the kernel's range of ports for outgoing connections starts."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now, below the kernel's ephemeral range: a server started again on it later (a broker, a
+    bookie, ZooKeeper) finds it free, where an ephemeral port may by then be some connection's own end."""
+    top = _ephemeral_start()
+    for _ in range(200):
+        port = _PICK.randrange(10_000, top) if top > 11_000 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise LocalZooKeeperError("no free port below the ephemeral range")
 
 
 def _answers(port: int) -> bool:
