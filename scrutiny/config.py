@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import tomllib
 import types
 import typing
@@ -24,6 +23,7 @@ import yaml
 from scrutiny.checks import PlacementPolicy
 from scrutiny.errors import ConfigError, MetadataError
 from scrutiny.metadata import parse_host_port, parse_metadata_service_uri
+from scrutiny.pulsar.scope import is_scope
 
 DEFAULT_AGENT_PORT = 3191
 DEFAULT_AUDITOR_PORT = 3192
@@ -169,8 +169,8 @@ class ScanSettings(ClusterSettings):
             (self.verify_rounds >= 1, "verify_rounds", "at least 1"),
             (all(i >= 0 for i in self.ledgers), "ledgers", "non-negative ledger ids"),
             (all(t.startswith("persistent://") for t in self.topics), "topics", "persistent://tenant/namespace/name"),
-            (all(_names(t, 1) for t in self.tenants), "tenants", "a tenant's name (no /)"),
-            (all(_names(n, 2) for n in self.namespaces), "namespaces", "tenant/namespace"),
+            (all(is_scope(t, "tenant") for t in self.tenants), "tenants", "a tenant's name (no /)"),
+            (all(is_scope(n, "namespace") for n in self.namespaces), "namespaces", "tenant/namespace"),
         ]
         for ok, key, want in checks:
             if not ok:
@@ -191,15 +191,6 @@ class ScanSettings(ClusterSettings):
 
 
 S = TypeVar("S")
-
-
-_PULSAR_NAME = re.compile(r"[-=:.\w]+")  # what Pulsar's NamedEntity allows in a tenant's or namespace's name
-
-
-def _names(text: str, parts: int) -> bool:
-    """`parts` of Pulsar's names joined by `/` (a tenant: 1; a namespace: 2)."""
-    names = text.split("/")
-    return len(names) == parts and all(_PULSAR_NAME.fullmatch(n) for n in names)
 
 
 def _coerce(key: str, hint: Any, value: Any, where: str) -> Any:

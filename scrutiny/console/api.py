@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 from scrutiny.auditor.face import RunSummary, Ticket, status_json
 from scrutiny.console import display
 from scrutiny.console.asking import MAX_LEDGER_ID, Asking, HttpError, WebApi, body_of, ledger_id_of, page_of
 from scrutiny.console.ledgerview import ledger_view, metadata_json
+from scrutiny.console.scopeview import scope_of, scope_view
 from scrutiny.console.topicview import topic_name_of, topic_view
 from scrutiny.errors import RequestError
 from scrutiny.httpserver import Request, Response
@@ -59,6 +61,10 @@ class ConsoleApi(Asking):
 
     def api_topic(self, req: Request) -> Response:
         return json_response(200, topic_view(self.api, topic_name_of(req.query.get("name", ""))))
+
+    def api_scope(self, kind: str) -> Callable[[Request], Response]:
+        """GET /api/v1/tenants?name=T, /api/v1/namespaces?name=T/NS."""
+        return lambda req: json_response(200, scope_view(self.api, scope_of(kind, req.query.get("name", ""))))
 
     def api_blast(self, req: Request) -> Response:
         _, run = self.run(req)

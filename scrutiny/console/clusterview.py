@@ -1,6 +1,7 @@
 """What the console asks the cluster live, apart from the runs: the run history the leaders keep in the
 store, the bookies registered now and their racks, one ledger's metadata, what each of its bookies holds
-of it now (one short call each), and one topic's record in Pulsar's metadata store."""
+of it now (one short call each), and one topic's record, or a tenant's or namespace's, in Pulsar's metadata
+store."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from scrutiny.checks.sequences import MessageCheckpoint
 from scrutiny.config import ScanSettings
 from scrutiny.errors import StoreError
 from scrutiny.metadata import LedgerMetadata
+from scrutiny.pulsar.scope import Scope
 from scrutiny.pulsar.snapshot import PulsarRecord
 from scrutiny.scan.messages import checkpoint_record
 from scrutiny.scan.topics import pulsar_store
@@ -60,3 +62,8 @@ class ClusterView:
             record = PulsarRecord.decode(pulsar.pulsar_records([topic]))
         ids = sorted({n.ledger_id for n in record.needs()})
         return record, {r.ledger_id: r for r in store.read_ledgers(ids)}
+
+    def topics_in(self, scope: Scope) -> PulsarRecord:
+        """The records of every topic of a tenant or namespace, as they are now."""
+        with pulsar_store(self._store(), self._scan()) as pulsar:
+            return PulsarRecord.decode(pulsar.pulsar_records([], under=[scope.name]))

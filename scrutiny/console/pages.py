@@ -9,7 +9,7 @@ import io
 import json
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jinja2
@@ -19,6 +19,7 @@ from scrutiny.categories import REGISTRY, SEVERITIES, Category, severity_of, spe
 from scrutiny.console import display
 from scrutiny.console.asking import Asking, HttpError, known_rack, ledger_id_of, link, page_of
 from scrutiny.console.ledgerview import finding_row, ledger_view
+from scrutiny.console.scopeview import scope_of, scope_view
 from scrutiny.console.topicview import topic_name_of, topic_view
 from scrutiny.httpserver import Request, Response
 from scrutiny.report import Report
@@ -98,6 +99,13 @@ class ConsolePages(Asking):
     def page_topic(self, req: Request) -> Response:
         view = topic_view(self.api, topic_name_of(req.query.get("name", "")))
         return html(200, "topic", view["topic"], **view)
+
+    def page_scope(self, kind: str) -> Callable[[Request], Response]:
+        """/tenants?name=T, /namespaces?name=T/NS."""
+        def page(req: Request) -> Response:
+            view = scope_view(self.api, scope_of(kind, req.query.get("name", "")))
+            return html(200, "scope", f"{kind} {view[kind]}", kind=kind, name=view[kind], **view)
+        return page
 
     def page_handoffs(self, req: Request) -> Response:
         h = self.api.auditor.handoff

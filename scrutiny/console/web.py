@@ -44,6 +44,9 @@ class AuditorWeb:
             ("GET", "/api/v1/history"): json_api.api_history, ("GET", "/topics"): pages.page_topic,
             ("GET", "/api/v1/topics"): json_api.api_topic, ("GET", "/api/v1/handoffs"): json_api.api_handoffs,
             ("GET", "/handoffs"): pages.page_handoffs,
+            ("GET", "/tenants"): pages.page_scope("tenant"), ("GET", "/namespaces"): pages.page_scope("namespace"),
+            ("GET", "/api/v1/tenants"): json_api.api_scope("tenant"),
+            ("GET", "/api/v1/namespaces"): json_api.api_scope("namespace"),
             ("POST", "/api/v1/rescan"): json_api.api_rescan, ("POST", "/api/v1/whatif"): json_api.api_whatif}
         self.ledger_page, self.ledger_api = pages.page_ledger, json_api.api_ledger
 
@@ -60,8 +63,8 @@ class AuditorWeb:
                     raise HttpError(405, f"{req.method} is not served at {path} (only {', '.join(allow)})", allow)
                 if path.startswith("/api/") or path == "/ledgers":
                     raise HttpError(404, f"no such call: {path} (the API: /api/v1/status, report, current, "
-                                         "ledgers/<id>, topics?name=, bookies, history, blast-radius, handoffs; "
-                                         "POST rescan, whatif)")
+                                         "ledgers/<id>, topics?name=, tenants?name=, namespaces?name=, bookies, "
+                                         "history, blast-radius, handoffs; POST rescan, whatif)")
                 return None
             if req.method == "POST" or self.reads_need_token:  # the pages too: they show what the API does
                 self._authenticate(req)

@@ -54,8 +54,8 @@ TOKEN = "console-token"
 
 
 def md(lid: int, ensemble: tuple[str, ...] = (B1, B2, B3), state: LedgerState = LedgerState.CLOSED,
-       last: int = 29) -> LedgerMetadata:
-    topic = f"public/console/persistent/t{lid % 2}".encode()
+       last: int = 29, managed_ledger: str = "") -> LedgerMetadata:
+    topic = (managed_ledger or f"public/console/persistent/t{lid % 2}").encode()
     return LedgerMetadata(lid, state, 3, 2, 2, last, 3000, (Segment(0, ensemble),), custom_metadata=(
         ("application", b"pulsar"), ("component", b"managed-ledger"), ("pulsar/managed-ledger", topic)))
 
@@ -510,6 +510,61 @@ def test_a_topics_page_lists_its_ledgers_healthy_at_fault_or_missing(healthy: Co
     assert c.get("/api/v1/topics?name=persistent://public/console/nothing-here")[0] == 404
     status, doc = c.get("/api/v1/topics?name=persistent://only-a-tenant")
     assert status == 400 and "not persistent://tenant/namespace/name" in doc["error"]
+
+
+def test_a_tenants_and_a_namespaces_page_their_topics_bytes_risks_and_leaks(
+        zk_server: LocalZooKeeper, zk_client: KazooClient, zk_namespace: str, tmp_path: Path) -> None:
+    """Two tenants: acme (orders/a with ledgers 1-2 and a leaked ledger 7; prices/b with 3-4, one copy of 3
+    lost) and beta (ns/c with 5-6, healthy). Each tenant's and namespace's view names its own topics alone,
+    with what their records say they store, what is at risk now and the leaks; bad names are 400s, a
+    tenant nothing knows a 404."""
+    names = {1: "acme/orders/persistent/a", 2: "acme/orders/persistent/a", 7: "acme/orders/persistent/a",
+             3: "acme/prices/persistent/b", 4: "acme/prices/persistent/b",
+             5: "beta/ns/persistent/c", 6: "beta/ns/persistent/c"}
+    root = f"{zk_namespace}/ledgers"
+    bookies = start_bookies(zk_client, root, f"zk+hierarchical://{zk_server.hosts}{root}",
+                            [md(lid, managed_ledger=ml) for lid, ml in names.items()], (B1, B2, B3), (B1, B2, B3))
+    for ml in dict.fromkeys(names.values()):
+        bookies.writer.write_managed_ledger(ml, encode.managed_ledger(
+            [LedgerInfo(lid, 30, 3000) for lid, m in names.items() if m == ml and lid != 7]))
+    c = audited(bookies, tmp_path, scan_extra={"leaked_ledger_grace_period": 0})
+    try:
+        c.holdings[B2].drop(3)
+        c.full_run()
+        status, acme = c.get("/api/v1/tenants?name=acme")
+        assert status == 200 and acme["tenant"] == "acme", acme
+        rows = {r["topic"]: r for r in acme["topics"]}
+        assert list(rows) == ["persistent://acme/prices/b", "persistent://acme/orders/a"]  # worst first
+        b, a = rows.values()
+        assert (b["ledgers"], b["entries"], b["bytes_stored"], b["ledgers_at_risk"]) == (2, 60, 6000, {"critical": 1})
+        assert b["categories"] == {"LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY": 1} and b["leaked"] == []
+        assert (a["ledgers"], a["ledgers_at_risk"], a["leaked"], a["leaked_bytes"]) == (2, {"warning": 1}, [7], 0)
+        assert acme["totals"] == {"topics": 2, "ledgers": 4, "entries": 120, "bytes_stored": 12000,
+                                  "ledgers_at_risk": {"critical": 1, "warning": 1}, "leaked_ledgers": 1,
+                                  "leaked_bytes": 0}
+        assert acme["verdict"]["level"] == "HEALTH_ERR"
+        assert {(f["category"], f["ledger_id"], f["topic"]) for f in acme["findings"]} == {
+            ("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 3, "persistent://acme/prices/b"),
+            ("LEAKED_LEDGER", 7, "persistent://acme/orders/a")}
+        status, orders = c.get("/api/v1/namespaces?name=acme/orders")
+        assert status == 200 and [r["topic"] for r in orders["topics"]] == ["persistent://acme/orders/a"]
+        assert orders["verdict"]["level"] == "HEALTH_WARN" and orders["totals"]["leaked_ledgers"] == 1
+        status, beta = c.get("/api/v1/tenants?name=beta")
+        assert status == 200 and beta["verdict"]["level"] == "HEALTH_OK" and beta["findings"] == []
+        assert beta["totals"]["ledgers_at_risk"] == {} and [r["ledgers"] for r in beta["topics"]] == [2]
+        status, page = c.get("/tenants?name=acme", html=True)
+        assert status == 200 and 'class="verdict HEALTH_ERR"' in page and 'href="/ledgers/7"' in page
+        assert 'href="/topics?name=persistent%3A%2F%2Facme%2Fprices%2Fb"' in page and "sev-critical" in page
+        assert "beta" not in page
+        _, page = c.get("/topics?name=acme/prices/b", html=True)
+        assert 'href="/namespaces?name=acme%2Fprices"' in page and 'href="/tenants?name=acme"' in page
+        for path, status_wanted in (("/api/v1/tenants?name=acme/orders", 400), ("/api/v1/namespaces?name=acme", 400),
+                                    ("/api/v1/namespaces?name=acme/x/y", 400), ("/api/v1/tenants?name=nobody", 404)):
+            status, doc = c.get(path)
+            assert status == status_wanted and doc["error"], (path, doc)
+        assert c.get("/namespaces?name=a%20b", html=True)[0] == 400
+    finally:
+        c.stop()
 
 
 def test_the_history_chart_draws_equal_series_once_and_one_run_in_the_middle() -> None:
