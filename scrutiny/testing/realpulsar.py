@@ -151,9 +151,14 @@ class RealPulsar:
         """`pulsar-admin topics unload`: the topic closed (its head, its cursors) and loaded again when next used."""
         self.admin("PUT", f"/admin/v2/{_rest(topic)}/unload")
 
-    def namespace(self, name: str, **policies: object) -> str:
-        """A namespace of tenant `public`, with policies (each `PUT/POST /admin/v2/namespaces/<ns>/<policy>`)."""
-        ns = f"public/{name}"
+    def tenant(self, name: str) -> str:
+        """A tenant of the cluster (`pulsar-admin tenants create`): `public` is there from the start."""
+        self.admin("PUT", f"/admin/v2/tenants/{name}", {"adminRoles": [], "allowedClusters": [CLUSTER]})
+        return name
+
+    def namespace(self, name: str, tenant: str = "public", **policies: object) -> str:
+        """A namespace of the tenant, with policies (each `PUT/POST /admin/v2/namespaces/<ns>/<policy>`)."""
+        ns = f"{tenant}/{name}"
         self.admin("PUT", f"/admin/v2/namespaces/{ns}", {"replication_clusters": [CLUSTER]})
         for policy, value in policies.items():
             self.admin("POST", f"/admin/v2/namespaces/{ns}/{policy}", value)

@@ -6,8 +6,12 @@ broker is then killed, as in the reports."""
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest
@@ -15,13 +19,18 @@ from kazoo.client import KazooClient
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 from pulsar.schema import JsonSchema
 
+from scrutiny.auditor import Auditor
+from scrutiny.config import AuditorSettings, MetricsSettings
+from scrutiny.console.web import AuditorWeb
 from scrutiny.metadata import Layout, ledger_path
 from scrutiny.pulsar.owners import owner_from_custom_metadata
+from scrutiny.pulsar.scope import Scope
 from scrutiny.pulsar.snapshot import PulsarRecord
+from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing import store_at
 from scrutiny.testing.realbookkeeper import RealBookKeeper, RealBookKeeperError
 from scrutiny.testing.realpulsar import Order, RealPulsar
-from tests.real.conftest import PulsarOn, scan
+from tests.real.conftest import PulsarOn, scan, scan_settings
 
 
 def refuse(zk: KazooClient, path: str, **refused: bool) -> None:
@@ -55,8 +64,8 @@ def lossy(pulsar_on: PulsarOn) -> Iterator[tuple[RealBookKeeper, RealPulsar]]:
     yield cluster, start()
 
 
-def test_the_losses_pulsar_users_report_are_found_with_their_owners(lossy: tuple[RealBookKeeper, RealPulsar]
-                                                                    ) -> None:
+def test_the_losses_pulsar_users_report_are_found_with_their_owners(lossy: tuple[RealBookKeeper, RealPulsar],
+                                                                    tmp_path: Path) -> None:
     cluster, broker = lossy
     zk = cluster.zk
     plain, doomed, dedup = broker.namespace("plain"), broker.namespace("doomed"), \
@@ -64,6 +73,7 @@ def test_the_losses_pulsar_users_report_are_found_with_their_owners(lossy: tuple
     ml = f"{broker.chroot}/managed-ledgers"
     listed, typed, leaky = (f"persistent://{plain}/{t}" for t in ("listed", "typed", "leaky"))
     cut, tail = f"persistent://{doomed}/cut", f"persistent://{dedup}/tail"
+    orders = f"persistent://{broker.namespace('shop', tenant=broker.tenant('acme'))}/orders"  # a tenant unharmed
     client = broker.client()
     consumer = client.subscribe(listed, "audit", initial_position=pulsar.InitialPosition.Earliest)
     produce(client, listed, 12)
@@ -74,6 +84,7 @@ def test_the_losses_pulsar_users_report_are_found_with_their_owners(lossy: tuple
     typed_producer.send(Order(item="one"))
     typed_producer.close()
     produce(client, leaky, 3)
+    produce(client, orders, 12)
     produce(client, cut, 7)
     produce(client, tail, 15, name="tailer")  # three full ledgers: deduplication's snapshot at the third's end
     stats = {t: broker.stats_internal(t) for t in (listed, typed, cut, tail)}
@@ -167,3 +178,45 @@ def test_the_losses_pulsar_users_report_are_found_with_their_owners(lossy: tuple
     broker.admin("DELETE", f"/admin/v2/persistent/{doomed}/cut?force=true")
     again = scan(cluster)
     assert not [v for v in again.violations if v.owner is not None and v.owner.name == cut]
+
+    # 5. each tenant alone: a run of its topics, and its view in the console
+    public_run, acme_run = (scan(cluster, tenants=(t,)) for t in ("public", "acme"))
+    warnings = {"TOPIC_HEAD_LEDGER_CLOSED"}  # as after the whole run above
+    assert {str(v.category) for v in acme_run.violations} <= warnings and acme_run.stats["pulsar_topics"] == 1
+    mine = {(str(v.category), v.ledger_id) for v in public_run.violations}
+    assert {("TOPIC_LEDGER_MISSING", data_ledger), ("NO_REPLICA_OF_AN_ENTRY", tail_last)} <= mine
+    assert all(v.owner is not None and Scope("tenant", "public").owns(v.owner) for v in public_run.violations)
+    full_run = set(expected) - {("PULSAR_DEDUP_STATE_AHEAD_OF_DATA", tail_last)}  # a deep run's
+    full_run -= {("TOPIC_LEDGER_MISSING", lid) for lid in named}  # deleted again
+    still = leaked()
+    full_run -= {("LEAKED_LEDGER", lid) for lid in lost_track - still}
+    tenant_views(cluster, tmp_path, {"public": {"findings": full_run, "leaked": sorted(still)},
+                                     "acme": {"topics": [orders], "findings": set(), "leaked": []}})
+
+
+def tenant_views(cluster: RealBookKeeper, tmp_path: Path, want: dict[str, dict[str, Any]]) -> None:
+    """An auditor over the cluster: once its first full run is done, each tenant's view in its console names
+    its own findings (a deep run's aside: the view is the current state) and leaks, and nothing of another's."""
+    settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), continuous=False,
+                               underreplication_interval_seconds=0)
+    auditor = Auditor(scan_settings(cluster, leaked_ledger_grace_period=0), settings,
+                      metrics=MetricsSettings(listen="127.0.0.1:0"), web=AuditorWeb, engine=LocalEngine()).start()
+    try:
+        wait_for("the auditor's first full run",
+                 lambda: "full" in auditor.last and auditor.last["full"].report is not None, 120)
+        for tenant, wanted in want.items():
+            with urllib.request.urlopen(f"http://127.0.0.1:{auditor.http.port}/api/v1/tenants?name={tenant}",
+                                        timeout=60) as got:
+                view = json.loads(got.read())
+            found = {(f["category"], f["ledger_id"]) for f in view["findings"]}
+            assert wanted["findings"] <= found, (tenant, found)
+            assert {c for c, _ in found - wanted["findings"]} <= {"TOPIC_HEAD_LEDGER_CLOSED"}, (tenant, found)
+            assert (view["verdict"]["level"] == "HEALTH_ERR") == bool(wanted["findings"]), view["verdict"]
+            assert all(f["topic"].startswith(f"persistent://{tenant}/") for f in view["findings"])
+            assert [lid for t in view["topics"] for lid in t["leaked"]] == wanted["leaked"], view["topics"]
+            assert view["totals"]["leaked_ledgers"] == len(wanted["leaked"])
+            if "topics" in wanted:
+                assert [t["topic"] for t in view["topics"]] == wanted["topics"]
+                assert view["totals"]["entries"] >= 10 and view["totals"]["bytes_stored"] > 0, view["totals"]
+    finally:
+        auditor.stop()
