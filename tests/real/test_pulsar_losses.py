@@ -198,7 +198,7 @@ def tenant_views(cluster: RealBookKeeper, tmp_path: Path, want: dict[str, dict[s
     """An auditor over the cluster: once its first full run is done, each tenant's view in its console names
     its own findings (a deep run's aside: the view is the current state) and leaks, and nothing of another's."""
     settings = AuditorSettings(listen="127.0.0.1:0", reports_dir=str(tmp_path / "reports"), continuous=False,
-                               underreplication_interval_seconds=0)
+                               underreplication_interval_seconds=0, insecure_open_rescan=True)
     auditor = Auditor(scan_settings(cluster, leaked_ledger_grace_period=0), settings,
                       metrics=MetricsSettings(listen="127.0.0.1:0"), web=AuditorWeb, engine=LocalEngine()).start()
     try:
