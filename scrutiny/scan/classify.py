@@ -41,6 +41,7 @@ from scrutiny.metadata import LedgerMetadata, LedgerState
 from scrutiny.pulsar.owners import owner_from_custom_metadata
 from scrutiny.runstats import Deep, Scan
 from scrutiny.scan.context import Answers, DeepAnswers, Pass, RunContext
+from scrutiny.scan.healthy import check_healthy
 from scrutiny.scan.result import BlastTally, RangeResult
 from scrutiny.store import LedgerRead
 
@@ -126,11 +127,13 @@ def answers_for(md: LedgerMetadata, answers: Answers) -> dict[str, BookieAnswer]
 
 
 def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], answers: Answers,
-             deep: DeepAnswers | None = None, marked: Sequence[LedgerMetadata] = ()) -> RangeResult:
+             deep: DeepAnswers | None = None, marked: Sequence[LedgerMetadata] = (),
+             grouped: bool = True) -> RangeResult:
     """The checks of every candidate ledger, from the bookies' answers. A bookie is reported only
     when it was silent at two looks a delay apart and is registered; its copies count as gone only
     when it was unregistered at every look; anything else gets another delayed look. The ledgers `marked`
-    under-replicated are not checked; they count in the blast radius (`blast_radius_marked`)."""
+    under-replicated are not checked; they count in the blast radius (`blast_radius_marked`). The healthy
+    majority is checked a group at a time (`check_healthy`) unless `grouped` is False (the reference path)."""
     policy = ctx.settings.placement()
     grace_ms = int(ctx.settings.write_cache_grace_seconds * 1000)
     violations: list[Violation] = []
@@ -143,9 +146,14 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     healthy = (held_exactly_their_shares(ledgers, encoded) if encoded and deep is None and not ctx.without
                else [False] * len(ledgers))
     checked = not_due = 0
+    rest: Iterable[int] = range(len(ledgers))
+    if grouped and deep is None and not ctx.without and any(healthy):
+        groups = check_healthy(ctx, mode, ledgers, healthy, tally)
+        checked, rest = groups.checked, groups.rest
     unregistered: set[str] = set()
     messages: list[LedgerSequences] = []
-    for md, held in zip(ledgers, healthy, strict=True):
+    for i in rest:
+        md, held = ledgers[i], healthy[i]
         found: list[Violation] = []
         if md.last_entry_id < 0:
             if deep is not None and md.state is LedgerState.CLOSED and (owner := owner_from_custom_metadata(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from scrutiny.checks import (
@@ -39,24 +39,33 @@ class Blast:
                 "ledgers": self.ledgers, "topics": len(self.topics)}
 
 
+TOPIC_OWNERS = ("topic", "cursor", "compacted-topic")  # owners whose topic a bookie's or rack's loss would touch
+
+
 class BlastTally:
     """A range's blast radius as its ledgers are checked: per (scope, name), the ledgers (and topics) that depend
     on the bookie or rack, and those that would fall below their ack quorum, or lose every copy of an entry,
-    were it alone down. Keys are counted once, at the end: cheaper than a Counter per key."""
+    were it alone down. Keys are counted once, at the end: cheaper than a Counter per key. The healthy
+    majority comes counted already (`add`)."""
 
     def __init__(self) -> None:
         self._depend: list[tuple[str, str]] = []
         self._below: list[tuple[str, str]] = []
         self._without: list[tuple[str, str]] = []
+        self._grouped: dict[str, Counter[tuple[str, str]]] = {"depend": Counter(), "below": Counter(),
+                                                              "without": Counter()}
         self._topics: dict[str, dict[tuple[str, str], set[str]]] = {"depend": {}, "below": {}, "without": {}}
 
     def _topic(self, kind: str, key: tuple[str, str], owner: Owner | None) -> None:
-        if owner is not None and owner.kind in ("topic", "cursor", "compacted-topic"):
+        if owner is not None and owner.kind in TOPIC_OWNERS:
             self._topics[kind].setdefault(key, set()).add(owner.name)
 
+    @staticmethod
+    def _depend_keys(md: LedgerMetadata, locations: Mapping[str, str]) -> set[tuple[str, str]]:
+        return {("bookie", b) for b in md.bookies} | {("rack", locations[b]) for b in md.bookies if b in locations}
+
     def depends(self, md: LedgerMetadata, locations: Mapping[str, str], owner: Owner | None) -> None:
-        for key in {("bookie", b) for b in md.bookies} | {("rack", locations[b]) for b in md.bookies
-                                                          if b in locations}:
+        for key in self._depend_keys(md, locations):
             self._depend.append(key)
             self._topic("depend", key, owner)
 
@@ -69,8 +78,18 @@ class BlastTally:
                     self._without.append(key)
                     self._topic("without", key, owner)
 
+    def add(self, kind: str, ledgers: Mapping[tuple[str, str], int],
+            topics: Mapping[tuple[str, str], Collection[str]]) -> None:
+        """Ledgers counted elsewhere, per key (`kind`: "depend", "below" or "without"), and their topics."""
+        self._grouped[kind].update(ledgers)
+        for key, names in topics.items():
+            self._topics[kind].setdefault(key, set()).update(names)
+
     def blast(self) -> dict[str, Blast]:
-        below, without, depend = Counter(self._below), Counter(self._without), Counter(self._depend)
+        grouped = self._grouped
+        below = Counter(self._below) + grouped["below"]
+        without = Counter(self._without) + grouped["without"]
+        depend = Counter(self._depend) + grouped["depend"]
         topics = self._topics
         return {f"{scope}:{name}": Blast(below[scope, name], without[scope, name],
                                          frozenset(topics["below"].get((scope, name), ())),

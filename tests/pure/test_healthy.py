@@ -1,0 +1,104 @@
+"""The healthy majority checked a group at a time (`check_healthy`) against each ledger checked alone."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scrutiny.checks import BookieAnswers, expected_share, held_exactly_their_shares
+from scrutiny.codec import Availability, encode, encode_groups
+from scrutiny.config import ScanSettings
+from scrutiny.lostbookies import LostBookies
+from scrutiny.metadata import LedgerMetadata, LedgerState, Segment
+from scrutiny.scan.classify import classify
+from scrutiny.scan.context import Pass, RunContext, Silences
+from scrutiny.scan.healthy import check_healthy
+from scrutiny.scan.result import BlastTally
+
+B = [f"b{i}:3181" for i in range(9)]
+URI = "zk+hierarchical://127.0.0.1:2181/ledgers"
+OWNERS = ((), (("application", b"pulsar"), ("component", b"managed-ledger"), ("pulsar/managed-ledger", b"t/a")),
+          (("application", b"pulsar"), ("component", b"managed-ledger"), ("pulsar/managed-ledger", b"t/b"),
+           ("pulsar/cursor", b"sub")),
+          (("application", b"pulsar"), ("component", b"schema"), ("pulsar/schemaId", b"t/a")),
+          (("application", b"pulsar"), ("component", b"compacted-ledger"), ("pulsar/compactedTopic", b"t/c")))
+
+
+def cluster(rng: random.Random, count: int) -> tuple[list[LedgerMetadata], dict[str, BookieAnswers]]:
+    """Ledgers on a few ensembles (so that groups form), most held exactly, some short, some of two
+    segments, some with a bookie's share short."""
+    pool = []
+    for _ in range(rng.randint(1, 6)):
+        e = rng.randint(1, 5)
+        wq = rng.randint(1, e)
+        pool.append((tuple(rng.sample(B, e)), wq, rng.randint(1, wq)))
+    mds: list[LedgerMetadata] = []
+    answers: dict[str, BookieAnswers] = {}
+    for lid in range(count):
+        ensemble, wq, aq = rng.choice(pool)
+        e = len(ensemble)
+        last = rng.choice((e - 1, e, 3 * e, rng.randint(0, 200), 0))
+        segments = [Segment(0, ensemble)]
+        if rng.random() < 0.1 and last > 2:
+            segments.append(Segment(rng.randint(1, last), tuple(rng.sample(B, e))))
+        md = LedgerMetadata(lid, LedgerState.CLOSED, e, wq, aq, last, 0, tuple(segments),
+                            custom_metadata=rng.choice(OWNERS))
+        mds.append(md)
+        for b in md.bookies:
+            share = expected_share(md, b)
+            got = answers.setdefault(b, BookieAnswers(b))
+            if rng.random() < 0.05:
+                ids = Availability.of(share).entry_ids()
+                got.encoded[lid] = encode(ids[ids % 3 != 1])  # short of its share
+            elif rng.random() > 0.02:
+                got.encoded[lid] = encode_groups(share)
+    return mds, answers
+
+
+def context(rng: random.Random, mds: list[LedgerMetadata]) -> RunContext:
+    racks = {b: f"/r{i % rng.randint(1, 4)}" for i, b in enumerate(B) if rng.random() < 0.9}
+    kind = rng.choice(("rackaware", "rackaware", "none", "regionaware", "zoneaware"))
+    if kind == "zoneaware":
+        racks = {b: f"/z{i % 3}/ud{i % 2}" for i, b in enumerate(B)}
+    settings = ScanSettings(metadata_service_uri=URI, placement_policy=kind, enforce_min_racks=rng.random() < 0.2,
+                            min_write_quorum=rng.randint(1, 2), min_ack_quorum=rng.randint(1, 2))
+    registered = frozenset(b for b in B if rng.random() < 0.9)
+    lost = LostBookies(registered, {b: 0 for b in B}, 0, 0) if rng.random() < 0.3 else None
+    return RunContext(settings, racks, {}, {}, 10**13, placement=rng.random() < 0.8,
+                      blast_radius=rng.random() < 0.8, lost=lost, registered=registered,
+                      silent_before=Silences.of({md.ledger_id: tuple(sorted(md.bookies)) for md in mds}))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), mode=st.sampled_from(list(Pass)))
+def test_groups_and_ledger_by_ledger_find_the_same(seed: int, mode: Pass) -> None:
+    """Every finding, its order, every count, every ledger left for another look, the blast radius and its topics."""
+    rng = random.Random(seed)
+    mds, answers = cluster(rng, rng.randint(1, 150))
+    ctx = context(rng, mds)
+    assert classify(ctx, mode, mds, answers) == classify(ctx, mode, mds, answers, grouped=False)
+
+
+def test_a_healthy_cluster_is_checked_in_groups_and_a_group_with_a_finding_is_not() -> None:
+    rng = random.Random(5)
+    ensembles = [tuple(rng.sample(B, 3)) for _ in range(4)]
+    mds = [LedgerMetadata(lid, LedgerState.CLOSED, 3, 2, 2, 50, 0, (Segment(0, ensembles[lid % 4]),))
+           for lid in range(200)]
+    answers: dict[str, BookieAnswers] = {}
+    for md in mds:
+        for b in md.bookies:
+            answers.setdefault(b, BookieAnswers(b)).encoded[md.ledger_id] = encode_groups(expected_share(md, b))
+    held = held_exactly_their_shares(mds, {b: a.encoded for b, a in answers.items()})
+    assert all(held)
+    # every bookie on its own rack but those of ensemble 0, whose write sets then span one rack
+    racks = {b: ("/same" if b in ensembles[0] else f"/r{i}") for i, b in enumerate(B)}
+    ctx = RunContext(ScanSettings(metadata_service_uri=URI), racks, {}, {}, 10**13, blast_radius=True)
+    groups = check_healthy(ctx, Pass.FIRST, mds, held, BlastTally())
+    assert groups.checked == 150 and groups.rest == list(range(0, 200, 4))
+    result = classify(ctx, Pass.FIRST, mds, answers)
+    assert result == classify(ctx, Pass.FIRST, mds, answers, grouped=False)
+    assert result.counts == {"checked": 200}
+    assert [v.ledger_id for v in result.violations] == list(range(0, 200, 4))
+    assert sum(b.ledgers for key, b in result.blast.items() if key.startswith("bookie:")) == 200 * 3
