@@ -1,7 +1,7 @@
 """Where a scan's time goes beyond the floor: cProfile of the executor-side work (`check_range`) over
 a synthetic cluster, in one process, with the agents in their own processes, grouped by component.
 
-    python -m bench.profile_scan [--ledgers 20000]
+    python -m bench.profile_scan [--ledgers 20000] [--cumulative]
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ COMPONENTS = (("kazoo", "ZooKeeper client (kazoo)"), ("grpc", "gRPC client"), ("
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--ledgers", type=int, default=20_000)
-    count = p.parse_args().ledgers
+    p.add_argument("--cumulative", action="store_true", help="the functions by cumulative time too")
+    args = p.parse_args()
+    count = args.ledgers
     with tempfile.TemporaryDirectory() as tmp, LocalZooKeeper(heap="1g") as zk:
         client = KazooClient(hosts=zk.hosts)
         client.start()
@@ -74,6 +76,8 @@ def main() -> None:
                  for k, v in sorted(own.items(), key=lambda kv: -kv[1])]))
     print()
     stats.sort_stats("tottime").print_stats(15)
+    if args.cumulative:
+        stats.sort_stats("cumulative").print_stats(40)
 
 
 if __name__ == "__main__":

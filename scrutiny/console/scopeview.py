@@ -77,23 +77,21 @@ def scope_view(api: WebApi, scope: Scope) -> dict[str, Any]:
     record = api.cluster.topics_in(scope)
     topics = topic_rows(record)
     current: CurrentState = api.auditor.current
-    found = [c for c in current.findings() if scope.owns(c.violation.owner)]
-    for c in found:
-        assert c.violation.owner is not None
-        topic = topic_of_owner(c.violation.owner)
+    found = [(c, topic_of_owner(owner)) for c in current.findings()
+             if scope.owns(owner := c.violation.owner) and owner is not None]
+    for c, topic in found:
         topics.setdefault(topic, TopicRow(topic)).found.append(c.violation)
     if not topics:
         raise HttpError(404, f"no such {scope.kind}: {scope.name} has no topic in Pulsar's metadata store, and no "
                              "finding names one")
     rows = sorted((t.to_json() for t in topics.values()), key=_worst_first)
-    verdict = display.verdict((c.violation for c in found), bool(current.baseline_ms))
-    findings = [{**finding_row(c.violation, c, current.repair), "topic": topic_of_owner(c.violation.owner)}
-                for c in found if c.violation.owner is not None]
+    verdict = display.verdict((c.violation for c, _ in found), bool(current.baseline_ms))
+    findings = [{**finding_row(c.violation, c, current.repair), "topic": topic} for c, topic in found]
     return {scope.kind: scope.name, "topics": rows, "problems": list(record.problems),
             "verdict": {"level": verdict.level, "words": verdict.words, "by_severity": verdict.by_severity},
             "totals": {"topics": sum(r["recorded"] for r in rows), "ledgers": sum(r["ledgers"] for r in rows),
                        "entries": sum(r["entries"] for r in rows), "bytes_stored": sum(r["bytes_stored"] for r in rows),
-                       "ledgers_at_risk": at_risk([c.violation for c in found]),
+                       "ledgers_at_risk": at_risk([c.violation for c, _ in found]),
                        "leaked_ledgers": sum(len(r["leaked"]) for r in rows),
                        "leaked_bytes": sum(r["leaked_bytes"] for r in rows)},
             "findings": sorted(findings, key=lambda f: (SEVERITY_RANK[f["severity"]], f["topic"], f["ledger_id"]))}

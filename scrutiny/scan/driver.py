@@ -33,6 +33,7 @@ from scrutiny.metadata import UnderreplicationMark
 from scrutiny.orphans import LedgerIds
 from scrutiny.pulsar.ledgers import BookKeeperLedgers
 from scrutiny.pulsar.owners import UNKNOWN, owner_from_custom_metadata
+from scrutiny.pulsar.scope import Scope
 from scrutiny.pulsar.snapshot import PulsarRecord
 from scrutiny.report import Report
 from scrutiny.runstats import (
@@ -201,9 +202,10 @@ class ScrutinyRun:
                         problems += record.problems
                         # a tenant's or namespace's topics as they are now
                         topics = tuple(dict.fromkeys((*s.topics, *sorted(t.topic for t in record.topics.values()))))
-                        for u in under:
-                            if not any(t.startswith(f"persistent://{u}/") for t in topics):  # a typo, or empty
-                                log.warning("%s run %s: no Pulsar topic under %r", self.kind, self.run_id, u)
+                        for scope in (*(Scope("tenant", t) for t in s.tenants),
+                                      *(Scope("namespace", n) for n in s.namespaces)):
+                            if not any(scope.holds(t) for t in topics):  # a typo, or empty
+                                log.warning("%s run %s: no Pulsar topic under %r", self.kind, self.run_id, scope.name)
                         wanted += sorted(lid for t in topics for lid in record.topic_ledgers(t))
                         scoped = True
                         if self.checkpoints and held:
