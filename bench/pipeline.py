@@ -1,9 +1,10 @@
 """An executor's CPU per ledger without I/O: metadata decoded from znode bytes, the agents' stream
 messages read, the range classified (blast radius on), over the scale benchmark's synthetic ledgers.
 
-Two ways in the same run: answers kept encoded and shares compared in bulk (what a scan does), and
-the baseline, every answer decoded as it arrives and every ledger checked alone. CPU time of this
-process, the best of --repeats (the machine is shared and noisy; the best is the least disturbed).
+Three ways in the same run: the baseline, every answer decoded as it arrives and every ledger checked alone;
+answers kept encoded and shares compared in bulk, each ledger then checked alone; and what a scan does, the
+same with the healthy ledgers checked a group at a time (`check_healthy`). CPU time of this process, the best
+of --repeats (the machine is shared and noisy; the best is the least disturbed).
 
     python -m bench.pipeline --ledgers 20000
 """
@@ -70,23 +71,24 @@ def run(count: int, repeats: int = 5) -> list[dict[str, object]]:
     young, *older = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *older)  # as an executor runs
 
-    def once(read_answers: Callable[[str, list[bytes]], Any]) -> tuple[float, float, float]:
+    def once(read_answers: Callable[[str, list[bytes]], Any], grouped: bool) -> tuple[float, float, float]:
         t0 = time.process_time()
         reads = [LedgerRead(i, decode_ledger_metadata(i, z, 1, 0, znode_mtime=1)) for i, z in enumerate(znodes)]
         candidates = select(ctx, reads).candidates
         t1 = time.process_time()
         answers = {b: read_answers(b, messages[b]) for b in wanted(candidates)}
         t2 = time.process_time()
-        result = classify(ctx, Pass.FIRST, candidates, answers)
+        result = classify(ctx, Pass.FIRST, candidates, answers, grouped=grouped)
         t3 = time.process_time()
         assert len(candidates) == count and not result.violations and not result.potentially_faulty
         return t1 - t0, t2 - t1, t3 - t2
 
     rows: list[dict[str, object]] = []
     try:
-        for name, read_answers in (("answers decoded, each ledger alone (baseline)", _decoded),
-                                   ("answers kept encoded, shares compared in bulk", _encoded)):
-            best = [min(t) for t in zip(*(once(read_answers) for _ in range(repeats)), strict=True)]
+        for name, read_answers, grouped in (("answers decoded, each ledger alone (baseline)", _decoded, False),
+                                            ("answers kept encoded, shares compared in bulk", _encoded, False),
+                                            ("the same, healthy ledgers a group at a time", _encoded, True)):
+            best = [min(t) for t in zip(*(once(read_answers, grouped) for _ in range(repeats)), strict=True)]
             us = [t / count * 1e6 for t in best]
             rows.append({"how": name, "ledgers": count, "metadata us": us[0], "answers us": us[1],
                          "classify us": us[2], "us per ledger": sum(us)})
