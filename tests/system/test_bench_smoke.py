@@ -73,9 +73,9 @@ def test_messages_bench_compares_the_pulsar_parse_with_the_plain_scrub() -> None
     assert len(rows) == 5 and rows[2]["checkpoint bytes"] > 0
 
 
-def test_pipeline_bench_runs_both_ways() -> None:
-    rows = pipeline.run(300, repeats=1)
-    assert [r["how"].split(",")[0] for r in rows] == ["answers decoded", "answers kept encoded"]
+def test_pipeline_bench_runs_every_way() -> None:
+    rows = pipeline.run(300, repeats=1)  # it asserts each way finds the range healthy
+    assert [r["how"].split(",")[0] for r in rows] == ["answers decoded", "answers kept encoded", "the same"]
 
 
 def test_agent_index_bench_runs_against_its_native_floor() -> None:
