@@ -60,12 +60,9 @@ class BlastTally:
         if owner is not None and owner.kind in TOPIC_OWNERS:
             self._topics[kind].setdefault(key, set()).add(owner.name)
 
-    @staticmethod
-    def _depend_keys(md: LedgerMetadata, locations: Mapping[str, str]) -> set[tuple[str, str]]:
-        return {("bookie", b) for b in md.bookies} | {("rack", locations[b]) for b in md.bookies if b in locations}
-
     def depends(self, md: LedgerMetadata, locations: Mapping[str, str], owner: Owner | None) -> None:
-        for key in self._depend_keys(md, locations):
+        for key in {("bookie", b) for b in md.bookies} | {("rack", locations[b]) for b in md.bookies
+                                                          if b in locations}:
             self._depend.append(key)
             self._topic("depend", key, owner)
 
