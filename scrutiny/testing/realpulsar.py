@@ -73,7 +73,9 @@ class RealPulsar:
             "brokerShutdownTimeoutMs": 5000, "allowAutoTopicCreationType": "non-partitioned",
             # every cursor's position persisted at once (by default at most once a second, the rest flushed within
             # managedLedgerCursorPositionFlushSeconds, 60): a compaction's ledger named durably when it is done
-            "managedLedgerDefaultMarkDeleteRateLimit": 0, **settings}
+            "managedLedgerDefaultMarkDeleteRateLimit": 0,
+            # Pulsar 3.0's load balancer refuses to start where it cannot read the NIC's speed (as here)
+            "loadBalancerOverrideBrokerNicSpeedGbps": 1, **settings}
         self.conf = self.workdir / "broker.conf"
         self.process: Process | None = None
         self._setup()
