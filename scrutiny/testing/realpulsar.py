@@ -133,7 +133,7 @@ class RealPulsar:
         req = urllib.request.Request(self.web + path, data=data, method=method,
                                      headers={"Content-Type": "application/json", "Accept": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as got:
+            with _ADMIN.open(req, timeout=timeout) as got:
                 text = got.read().decode()
         except urllib.error.HTTPError as exc:
             raise RealBookKeeperError(f"{method} {path}: {exc.code} {exc.read().decode()[:500]}") from None
@@ -175,6 +175,21 @@ class RealPulsar:
     def close(self) -> None:
         if self.process is not None:
             self.process.stop(grace=10)
+
+
+class _SameRequestRedirect(urllib.request.HTTPRedirectHandler):
+    """A 307 or 308 followed with its method and body, as `pulsar-admin` follows them: a broker that does not own
+    a topic's bundle sends its admin calls (a DELETE, say) to the one that does; urllib follows only a GET's."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        if code in (307, 308):
+            return urllib.request.Request(newurl, data=req.data, method=req.get_method(),
+                                          headers=dict(req.header_items()))
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_ADMIN = urllib.request.build_opener(_SameRequestRedirect)
 
 
 def _rest(topic: str) -> str:
