@@ -136,7 +136,8 @@ class RealPulsar:
             with _ADMIN.open(req, timeout=timeout) as got:
                 text = got.read().decode()
         except urllib.error.HTTPError as exc:
-            raise RealBookKeeperError(f"{method} {path}: {exc.code} {exc.read().decode()[:500]}") from None
+            where = f" (to {exc.headers['Location']})" if exc.headers.get("Location") else ""
+            raise RealBookKeeperError(f"{method} {path}: {exc.code}{where} {exc.read().decode()[:500]}") from None
         if not text:
             return None
         try:
