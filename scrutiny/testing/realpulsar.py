@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pulsar
+from kazoo.client import KazooClient
 from pulsar.schema import Record, String
 
 from scrutiny.testing.localzk import free_port
@@ -29,6 +30,7 @@ JVM_FLAGS = ("--add-opens", "java.base/sun.net=ALL-UNNAMED",
              "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED")
 CLUSTER = "scrutiny"
 STARTUP_SECONDS = 120.0
+SESSION_EXPIRY_SECONDS = 90.0  # the broker's ZooKeeper session: metadataStoreSessionTimeoutMillis, 30 s, and a margin
 # Pulsar's codecs, by the names of the broker's settings, as the client names them
 CODECS = {"NONE": pulsar.CompressionType.NONE, "LZ4": pulsar.CompressionType.LZ4,
           "ZLIB": pulsar.CompressionType.ZLib, "ZSTD": pulsar.CompressionType.ZSTD,
@@ -73,9 +75,12 @@ class RealPulsar:
             "brokerShutdownTimeoutMs": 5000, "allowAutoTopicCreationType": "non-partitioned",
             # every cursor's position persisted at once (by default at most once a second, the rest flushed within
             # managedLedgerCursorPositionFlushSeconds, 60): a compaction's ledger named durably when it is done
-            "managedLedgerDefaultMarkDeleteRateLimit": 0, **settings}
+            "managedLedgerDefaultMarkDeleteRateLimit": 0,
+            # Pulsar 3.0's load balancer refuses to start where it cannot read the NIC's speed (as here)
+            "loadBalancerOverrideBrokerNicSpeedGbps": 1, **settings}
         self.conf = self.workdir / "broker.conf"
         self.process: Process | None = None
+        self._killed = False
         self._setup()
         self.start()
 
@@ -98,8 +103,12 @@ class RealPulsar:
         return self.process is not None and self.process.running
 
     def start(self, **settings: object) -> RealPulsar:
-        """Started with `settings` over the broker's, and serving (its health check answers) within two minutes."""
+        """Started with `settings` over the broker's, and serving (its health check answers) within two minutes.
+        After `kill`, once the killed broker's ZooKeeper session has expired (its registration gone): Pulsar 3.0.7
+        started at the same address before then answers every admin call about a bundle the dead session still
+        owns with a redirect to itself, until it expires (pulsar-admin gives up after five)."""
         self.settings.update(settings)
+        self._wait_for_the_killed_session()
         write_conf(self.conf, self.settings)
         log = self.workdir / "broker.log"
         self.process = Process(self._java("org.apache.pulsar.PulsarBrokerStarter", "-c", str(self.conf), log=log,
@@ -124,6 +133,24 @@ class RealPulsar:
         """SIGKILL: what the broker was doing stops where it was."""
         if self.process is not None:
             self.process.kill()
+            self._killed = True
+
+    def _wait_for_the_killed_session(self) -> None:
+        if not self._killed:
+            return
+        zk = KazooClient(hosts=f"{self.bookkeeper.zk_hosts}{self.chroot}")
+        zk.start(timeout=30)
+        try:
+            registration = f"/loadbalance/brokers/127.0.0.1:{self.web_port}"  # ephemeral, the broker's session's
+            deadline = time.monotonic() + SESSION_EXPIRY_SECONDS
+            while zk.exists(registration) is not None:
+                if time.monotonic() > deadline:
+                    raise RealBookKeeperError(f"the killed broker's registration {registration} outlived its session")
+                time.sleep(0.5)
+        finally:
+            zk.stop()
+            zk.close()
+        self._killed = False
 
     def admin(self, method: str, path: str, body: object = None, timeout: float = 60.0) -> Any:
         """The admin REST API (what `pulsar-admin` calls): the answer's JSON, its text, or None."""
@@ -131,10 +158,11 @@ class RealPulsar:
         req = urllib.request.Request(self.web + path, data=data, method=method,
                                      headers={"Content-Type": "application/json", "Accept": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as got:
+            with _ADMIN.open(req, timeout=timeout) as got:
                 text = got.read().decode()
         except urllib.error.HTTPError as exc:
-            raise RealBookKeeperError(f"{method} {path}: {exc.code} {exc.read().decode()[:500]}") from None
+            where = f" (to {exc.headers['Location']})" if exc.headers.get("Location") else ""
+            raise RealBookKeeperError(f"{method} {path}: {exc.code}{where} {exc.read().decode()[:500]}") from None
         if not text:
             return None
         try:
@@ -173,6 +201,21 @@ class RealPulsar:
     def close(self) -> None:
         if self.process is not None:
             self.process.stop(grace=10)
+
+
+class _SameRequestRedirect(urllib.request.HTTPRedirectHandler):
+    """A 307 or 308 followed with its method and body, as `pulsar-admin` follows them: a broker that does not own
+    a topic's bundle sends its admin calls (a DELETE, say) to the one that does; urllib follows only a GET's."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        if code in (307, 308):
+            return urllib.request.Request(newurl, data=req.data, method=req.get_method(),
+                                          headers=dict(req.header_items()))
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_ADMIN = urllib.request.build_opener(_SameRequestRedirect)
 
 
 def _rest(topic: str) -> str:
