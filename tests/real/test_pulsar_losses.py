@@ -67,7 +67,8 @@ def lossy(pulsar_on: PulsarOn) -> Iterator[tuple[RealBookKeeper, RealPulsar]]:
 def test_the_losses_pulsar_users_report_are_found_with_their_owners(lossy: tuple[RealBookKeeper, RealPulsar],
                                                                     tmp_path: Path) -> None:
     cluster, broker = lossy
-    zk = cluster.zk
+    zk = cluster.tree  # its ACLs: where the broker must fail at one step
+    assert isinstance(zk, KazooClient)
     plain, doomed, dedup = broker.namespace("plain"), broker.namespace("doomed"), \
         broker.namespace("dedup", deduplication=True)
     ml = f"{broker.chroot}/managed-ledgers"
