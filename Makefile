@@ -61,7 +61,7 @@ BOOKKEEPER_LINES := $(shell awk '$$1 == "bookkeeper" {print $$2}' tests/peers/ve
 PULSAR_LINES := $(shell awk '$$1 == "pulsar" {print $$2}' tests/peers/versions)
 MVN_PEERS := mvn -q -B -Dstyle.color=never -s tests/peers/settings.xml
 
-peers: $(BOOKKEEPER_LINES:%=$(PEERS)/bookkeeper-%/.fetched) $(PULSAR_LINES:%=$(PEERS)/pulsar-%/.fetched)
+peers: $(BOOKKEEPER_LINES:%=$(PEERS)/bookkeeper-%/.fetched) $(PULSAR_LINES:%=$(PEERS)/pulsar-%/.compiled)
 
 $(PEERS)/bookkeeper-%/.fetched: tests/peers/pom.xml tests/peers/versions $(wildcard tests/peers/src/scrutiny/peers/*.java)
 	rm -rf $(PEERS)/bookkeeper-$*
@@ -75,6 +75,12 @@ $(PEERS)/pulsar-%/.fetched: tests/peers/pulsar/pom.xml tests/peers/versions
 	rm -rf $(PEERS)/pulsar-$*
 	$(MVN_PEERS) -f tests/peers/pulsar/pom.xml dependency:copy-dependencies -Dpulsar.version=$* -DincludeScope=runtime \
 	  -DoutputDirectory=$(CURDIR)/$(PEERS)/pulsar-$*/lib
+	touch $@
+
+# The tests' tools on Pulsar's own client (transactions: the Python client has none), built against the release
+$(PEERS)/pulsar-%/.compiled: $(PEERS)/pulsar-%/.fetched $(wildcard tests/peers/pulsar/src/scrutiny/peers/*.java)
+	rm -rf $(PEERS)/pulsar-$*/classes
+	javac -nowarn -d $(PEERS)/pulsar-$*/classes -cp '$(PEERS)/pulsar-$*/lib/*' tests/peers/pulsar/src/scrutiny/peers/*.java
 	touch $@
 
 # Generated code is not committed: protos/ is the one source. build_support/protogen.py is the one

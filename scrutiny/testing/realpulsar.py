@@ -184,6 +184,18 @@ class RealPulsar:
             self.admin("POST", f"/admin/v2/namespaces/{ns}/{policy}", value)
         return ns
 
+    def transactions(self, command: str, *args: object) -> dict[str, Any]:
+        """Pulsar's own Java client writing or acknowledging in transactions (the Python client has none):
+        `tests/peers/pulsar/src/scrutiny/peers/TransactionTool.java`'s command on this broker, and its answer."""
+        cmd = self._java("scrutiny.peers.TransactionTool", command, self.url, *map(str, args),
+                         log=self.workdir / "transactions.log")
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        if done.returncode != 0:
+            raise RealBookKeeperError(f"transactions {command}: exit {done.returncode}: "
+                                      f"{(done.stdout + done.stderr)[-2000:]}")
+        answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return answer
+
     def client(self) -> pulsar.Client:
         """A client of the Python `pulsar-client` wheel, logging warnings only."""
         quiet = logging.getLogger("pulsar-client")
