@@ -16,13 +16,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from scrutiny.pulsar.owners import owner_from_custom_metadata
+from scrutiny.pulsar.owners import Owner, owner_from_custom_metadata
+from scrutiny.pulsar.records import COMPACTED_LEDGER_PROPERTY, COMPACTION_CURSOR
 from scrutiny.pulsar.snapshot import PulsarRecord
 from scrutiny.report import Report
+from scrutiny.scan.cursorledgers import CursorLedgers
 from scrutiny.testing import store_at
 from scrutiny.testing.realbookkeeper import RealBookKeeper
 from scrutiny.testing.realpulsar import RealPulsar
-from tests.real.conftest import PulsarOn, scan
+from tests.real.conftest import PulsarOn, scan, scan_settings
 
 SNAPSHOTS = "__transaction_buffer_snapshot"  # each namespace's system topic of its buffers' snapshots
 
@@ -37,9 +39,18 @@ def orphan_schemas(cluster: RealBookKeeper) -> set[int]:
     """Every ledger whose own metadata names its owner is the ledger the broker's record names for that owner,
     but the snapshot topics' schema ledgers that lost the locator's race (named by none)."""
     with store_at(cluster.uri) as store:
-        record = PulsarRecord.decode(store.pulsar_records())
-        assert record.problems == ()
-        owners = record.owners()
+        cursors = CursorLedgers(scan_settings(cluster), store)
+        try:
+            record = PulsarRecord.decode(store.pulsar_records())
+            assert record.problems == ()
+            owners = record.owners()
+            for t in record.topics.values():  # a live compaction's ledger (the snapshot topics are compacted)
+                compaction = t.cursors.get(COMPACTION_CURSOR)
+                if compaction is not None and compaction.ledger_id >= 0 and \
+                        (live := cursors.mark_delete(t.topic, compaction)):
+                    owners.setdefault(live[1][COMPACTED_LEDGER_PROPERTY], Owner("compacted-topic", t.topic))
+        finally:
+            cursors.close()
         tagged = {r.ledger_id: o for r in store.read_ledgers(range(0, 400))
                   if r.metadata is not None and (o := owner_from_custom_metadata(r.metadata.custom_metadata))}
     orphans = set()
