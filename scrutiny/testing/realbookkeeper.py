@@ -343,6 +343,18 @@ class RealBookKeeper:
         self.bookies.append(bookie)
         return bookie.start() if start else bookie
 
+    def lose_ledger(self, ledger_id: int) -> None:
+        """The ledger's copies lost on every bookie of its ensembles (`RealBookie.lose_entries`, each in turn)."""
+        from scrutiny.testing import store_at
+
+        with store_at(self.uri) as store:
+            md = next(iter(store.read_ledgers([ledger_id]))).metadata
+        if md is None:
+            raise RealBookKeeperError(f"ledger {ledger_id} has no metadata")
+        for bookie in self.bookies:
+            if bookie.bookie_id in md.bookies:
+                bookie.lose_entries(ledger_id)
+
     def autorecovery(self, percentage: int = 0, **settings: object) -> AutoRecovery:
         recovery = AutoRecovery(self, f"autorecovery{len(self.recoveries) + 1}",
                                 {"auditorLedgerVerificationPercentage": percentage, **settings})
