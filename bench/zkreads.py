@@ -13,6 +13,7 @@ from kazoo.client import KazooClient
 
 from bench.common import table
 from scrutiny.metadata import Layout, LedgerMetadata, LedgerState, Segment, ledger_path
+from scrutiny.store.zookeeper import ZooKeeperStore
 from scrutiny.testing import store_at
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
@@ -42,6 +43,7 @@ def run(ledgers: int) -> list[dict[str, object]]:
         client.stop()
         for bound in (16, 256):
             with store_at(f"zk+hierarchical://{zk.hosts}/ledgers", zk_max_in_flight=bound) as store:
+                assert isinstance(store, ZooKeeperStore)
                 t0 = time.perf_counter()
                 got = sum(1 for _ in store.get_many(paths))
                 dt = time.perf_counter() - t0

@@ -153,7 +153,11 @@ class Messages(Figures):
     pulsar_topics_without_dedup_snapshot: int = 0
     pulsar_dedup_snapshots_judged: int = 0
     pulsar_dedup_snapshots_waiting: int = 0
-    pulsar_messages_validated: int = 0
+    pulsar_messages_validated: int = 0  # a transaction's once it committed
+    pulsar_messages_aborted: int = 0  # in transactions aborted: stored, never received
+    pulsar_messages_in_open_transactions: int = 0  # read without their transaction's outcome yet
+    pulsar_transactions_committed: int = 0
+    pulsar_transactions_aborted: int = 0
     pulsar_sequence_gaps: int = 0
     pulsar_producer_restarts: int = 0
     pulsar_repeats: int = 0

@@ -9,7 +9,9 @@ Two steps, so that a ledger closed since the last look is validated alone:
 
 Only what cannot be legitimate is a finding: deduplication's snapshot ahead of the data (acknowledged
 messages gone), and a repeat the broker's deduplication would have dropped. Gaps, restarts, repeats without
-deduplication and markers are statistics (`docs/formats.md` 20). Pure."""
+deduplication and markers are statistics (`docs/formats.md` 20). A transaction's messages count once its
+commit marker is read (what consumers receive), apart once its abort marker is; until then they are held in
+the checkpoint, open. Pure."""
 
 from __future__ import annotations
 
@@ -31,9 +33,12 @@ from scrutiny.pulsar.records import Position
 MAX_REPEATS_KEPT = 20  # per producer and ledger: the positions a finding names
 MAX_STANDING = 50  # per topic checkpoint: the findings it keeps standing (the latest)
 MAX_PRODUCERS_KEPT = 1000  # per topic checkpoint: the producers seen last (a forgotten one is only unseen)
+MAX_OPEN_TRANSACTIONS_KEPT = 10000  # per topic checkpoint: the transactions without an outcome, the latest
+TXN_COMMIT, TXN_ABORT = 21, 22  # MarkerType: a transaction's outcome, written on each partition it wrote on
 DEDUP_CURSOR = "pulsar.dedup"
 _EXCUSED = int(Stamp.CHUNK | Stamp.TRANSACTION | Stamp.REPLICATED)  # a repeat that may be legitimate
 _SKIPPED = int(Stamp.MARKER | Stamp.UNREADABLE)
+_TRANSACTION = int(Stamp.TRANSACTION)
 _CHUNK = int(Stamp.CHUNK)
 
 
@@ -67,6 +72,8 @@ class LedgerSequences:
     markers: int = 0
     not_messages: int = 0
     lost: int = 0
+    transactional: Mapping[tuple[int, int], int] = field(default_factory=dict)  # a transaction's messages here
+    outcomes: Mapping[tuple[int, int], bool] = field(default_factory=dict)  # markers here: committed, or aborted
 
     @staticmethod
     def of(ledger_id: int, topic: str, last_entry_id: int, deep: Mapping[str, DeepAnswer],
@@ -75,20 +82,28 @@ class LedgerSequences:
         `rest_lost`: the entries without a verified copy are lost."""
         envs = [a.envelopes for _, a in sorted(deep.items()) if a.envelopes is not None and a.envelopes.entry_ids.size]
         ids, producer, first, last, messages, stamps, names = _union(envs)
+        txns = {eid: t for e in envs for eid, t in e.transactions.items()}  # a copy's are every copy's
+        transactional: Counter[tuple[int, int]] = Counter()
+        outcomes: dict[tuple[int, int], bool] = {}
         entries = last_entry_id + 1
         complete = rest_lost or (ids.size == entries and (entries == 0 or int(ids[-1]) == last_entry_id))
         runs: dict[str, ProducerRun] = {}
         markers = not_messages = 0
         for i in range(ids.size):
             s = int(stamps[i])
+            txn = txns.get(int(ids[i])) if s & _TRANSACTION else None
             if s & _SKIPPED:
                 markers += bool(s & int(Stamp.MARKER))
                 not_messages += bool(s & int(Stamp.UNREADABLE))
+                if txn is not None and txn[2] in (TXN_COMMIT, TXN_ABORT):
+                    outcomes[txn[:2]] = txn[2] == TXN_COMMIT
                 continue
+            if txn is not None:
+                transactional[txn[:2]] += int(messages[i])
             name = names[int(producer[i])]
             runs[name] = _step(runs.get(name), int(ids[i]), int(first[i]), int(last[i]), int(messages[i]), s)
         return LedgerSequences(ledger_id, topic, entries, complete, runs, markers, not_messages,
-                               entries - int(ids.size) if rest_lost else 0)
+                               entries - int(ids.size) if rest_lost else 0, dict(transactional), outcomes)
 
 
 def _union(envs: Sequence[LedgerEnvelopes]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
@@ -174,21 +189,24 @@ class DedupSnapshot:
 class MessageCheckpoint:
     """Where a topic's validation stands: validated through `position` (a closed ledger's last entry), with
     each producer's state there, the statistics so far, the findings the validation made, which stand while
-    their ledger is the topic's (a ledger is validated once), and the deduplication snapshot `waiting` for the
-    validation to reach its horizon. Kept by the leaders, one record a topic."""
+    their ledger is the topic's (a ledger is validated once), the deduplication snapshot `waiting` for the
+    validation to reach its horizon, and the transactions read without their outcome yet (their messages). Kept by
+    the leaders, one record a topic."""
 
     position: Position | None = None
     producers: Mapping[str, ProducerState] = field(default_factory=dict)
     stats: Mapping[str, int] = field(default_factory=dict)
     standing: tuple[Violation, ...] = ()
     waiting: DedupSnapshot | None = None
+    transactions: Mapping[tuple[int, int], int] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         return json.dumps({"position": list(self.position) if self.position else None,
                            "producers": {p: [s.highest, s.last_id, *s.seen_at] for p, s in self.producers.items()},
                            "stats": dict(self.stats),
                            "standing": [[str(v.category), v.ledger_id, dict(v.details)] for v in self.standing],
-                           "waiting": self.waiting.to_json() if self.waiting else None},
+                           "waiting": self.waiting.to_json() if self.waiting else None,
+                           "transactions": [[*t, n] for t, n in self.transactions.items()]},
                           sort_keys=True).encode()
 
     @staticmethod
@@ -200,8 +218,10 @@ class MessageCheckpoint:
                          for p, v in doc["producers"].items()}
             standing = tuple(Violation(Category(c), int(lid), (), dict(d)) for c, lid, d in doc.get("standing", []))
             waiting = DedupSnapshot.from_json(doc["waiting"]) if doc.get("waiting") else None
+            open_ = {(int(most), int(least)): int(n) for most, least, n in doc.get("transactions", [])}
             return MessageCheckpoint(Position(int(pos[0]), int(pos[1])) if pos else None, producers,
-                                     {str(k): int(v) for k, v in doc.get("stats", {}).items()}, standing, waiting)
+                                     {str(k): int(v) for k, v in doc.get("stats", {}).items()}, standing, waiting,
+                                     open_)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             raise DataError(f"{where}: unreadable ({type(exc).__name__}: {exc})") from None
 
@@ -232,6 +252,7 @@ def validate(checkpoint: MessageCheckpoint, order: Sequence[int], read: Mapping[
         checkpoint = MessageCheckpoint(stats={**checkpoint.stats, "checkpoint_resets": 1 + checkpoint.stats.get(
             "checkpoint_resets", 0)}, standing=checkpoint.standing, waiting=checkpoint.waiting)
     state = dict(checkpoint.producers)
+    open_ = dict(checkpoint.transactions)
     stats: Counter[str] = Counter(checkpoint.stats)
     found = [v for v in checkpoint.standing if v.ledger_id in order]
     position = checkpoint.position
@@ -256,6 +277,7 @@ def validate(checkpoint: MessageCheckpoint, order: Sequence[int], read: Mapping[
     for lid in order[start:]:
         if lid in lost:
             state.clear()
+            open_.clear()  # their outcomes may have been in it
             stats["restarts_after_a_lost_ledger"] += 1
             position = Position(lid, -1)
             continue
@@ -264,20 +286,34 @@ def validate(checkpoint: MessageCheckpoint, order: Sequence[int], read: Mapping[
             stopped = lid
             break
         found += _fold(led, state, stats, dedup)
+        _settle(led, open_, stats)
         done.append(lid)
         position = Position(lid, led.entries - 1)
         judge()
     if len(state) > MAX_PRODUCERS_KEPT:
         state = dict(sorted(state.items(), key=lambda kv: kv[1].seen_at)[-MAX_PRODUCERS_KEPT:])
+    if len(open_) > MAX_OPEN_TRANSACTIONS_KEPT:
+        open_ = dict(list(open_.items())[-MAX_OPEN_TRANSACTIONS_KEPT:])
     kept = MessageCheckpoint(position, state, dict(stats), tuple(found[-MAX_STANDING:]),
-                             waiting[0] if waiting else None)
+                             waiting[0] if waiting else None, open_)
     return Validation(kept, tuple(found), tuple(done), stopped)
+
+
+def _settle(led: LedgerSequences, open_: dict[tuple[int, int], int], stats: Counter[str]) -> None:
+    """A ledger's transactional messages held open, then the outcomes its markers say: a committed transaction's
+    messages validated, an aborted one's apart (consumers never receive them)."""
+    for txn, n in led.transactional.items():
+        open_[txn] = open_.get(txn, 0) + n
+    for txn, committed in led.outcomes.items():
+        n = open_.pop(txn, 0)
+        stats.update({"messages_validated" if committed else "messages_aborted": n,
+                      "transactions_committed" if committed else "transactions_aborted": 1})
 
 
 def _fold(led: LedgerSequences, state: dict[str, ProducerState], stats: Counter[str],
           dedup: DedupSnapshot | None) -> list[Violation]:
-    stats.update(messages_validated=sum(r.messages for r in led.producers.values()), markers=led.markers,
-                 entries_not_messages=led.not_messages, entries_lost=led.lost)
+    stats.update(messages_validated=sum(r.messages for r in led.producers.values()) - sum(led.transactional.values()),
+                 markers=led.markers, entries_not_messages=led.not_messages, entries_lost=led.lost)
     repeats: list[dict[str, object]] = []
     for name, run in sorted(led.producers.items()):
         before = state.get(name)

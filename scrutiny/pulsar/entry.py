@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import google_crc32c
@@ -64,6 +64,8 @@ class Envelope(NamedTuple):
     messages: int  # a batch's; a chunked message counts at its last chunk
     stamps: int  # Stamp flags
     detail: str = ""  # why UNREADABLE or CHECKSUM_BAD
+    transaction: tuple[int, int] | None = None  # a transaction's message or marker: its id (most, least bits)
+    marker: int = 0  # a marker's type (MarkerType: TXN_COMMIT, TXN_ABORT, ...)
 
     @property
     def is_message(self) -> bool:
@@ -138,14 +140,18 @@ def envelope(framed: Framed) -> Envelope:
     producer, first = meta.producer_name, meta.sequence_id
     if not producer or not meta.HasField("sequence_id"):
         return unreadable("MessageMetadata without producer_name or sequence_id", stamps)
+    marker = 0
     if meta.HasField("marker_type") or producer == MARKER_PRODUCER:
         stamps |= _MARKER
+        marker = meta.marker_type
     n = max(meta.num_messages_in_batch, 1)
     if meta.num_chunks_from_msg > 1:
         stamps |= _CHUNK
         n = int(meta.chunk_id == meta.num_chunks_from_msg - 1)  # one message, counted at its last chunk
+    transaction = None
     if meta.HasField("txnid_most_bits"):
         stamps |= _TRANSACTION
+        transaction = (meta.txnid_most_bits, meta.txnid_least_bits)
     if meta.replicated_from:
         stamps |= _REPLICATED
     if meta.compression:
@@ -156,7 +162,7 @@ def envelope(framed: Framed) -> Envelope:
     last = highest if highest > first else first + max(meta.num_messages_in_batch, 1) - 1
     if last >= 1 << 63:  # as Pulsar's Java code holds them (longs)
         first, last = (first - (1 << 64) if first >= 1 << 63 else first), last - (1 << 64)
-    return Envelope(producer, first, last, n, stamps, detail)
+    return Envelope(producer, first, last, n, stamps, detail, transaction, marker)
 
 
 def read_envelope(data: bytes) -> Envelope:
@@ -179,21 +185,26 @@ class LedgerEnvelopes:
     messages: np.ndarray  # int32
     stamps: np.ndarray  # uint32 (Stamp)
     first_problem: str = ""
+    # the few entries of transactions, by entry id: (the transaction's most and least bits, the marker's type or 0)
+    transactions: Mapping[int, tuple[int, int, int]] = field(default_factory=dict)
 
     @staticmethod
     def gather(read: Iterable[tuple[int, Envelope]], problem: str = "") -> LedgerEnvelopes:
         """Entries' envelopes in columns; `problem`, else the first entry's that has one, names what was wrong."""
         names: dict[str, int] = {}
         rows = []
+        transactions = {}
         for eid, env in read:
             who = names.setdefault(env.producer, len(names)) if env.is_message else -1
             rows.append((eid, who, env.first_sequence_id, env.last_sequence_id, env.messages, int(env.stamps)))
+            if env.transaction is not None:
+                transactions[eid] = (*env.transaction, env.marker)
             if env.detail and not problem:
                 problem = f"entry {eid}: {env.detail}"
         cols = list(zip(*rows, strict=True)) or [()] * 6
         ids, producer, first, last, messages, stamps = (np.array(c, dtype=t) for c, t in zip(cols, _TYPES,
                                                                                                strict=True))
-        return LedgerEnvelopes(tuple(names), ids, producer, first, last, messages, stamps, problem)
+        return LedgerEnvelopes(tuple(names), ids, producer, first, last, messages, stamps, problem, transactions)
 
     def stamped(self, stamp: Stamp) -> np.ndarray:
         """A mask of the entries with `stamp`."""

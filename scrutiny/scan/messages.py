@@ -112,7 +112,8 @@ class MessagesPhase:
                 stats.add(Messages(pulsar_topics_validated=1, pulsar_ledgers_validated=len(v.ledgers),
                                    pulsar_validation_stopped=v.stopped_at is not None,
                                    pulsar_topics_without_dedup_snapshot=dedups[topic] is None,
-                                   pulsar_dedup_snapshots_waiting=v.checkpoint.waiting is not None))
+                                   pulsar_dedup_snapshots_waiting=v.checkpoint.waiting is not None,
+                                   pulsar_messages_in_open_transactions=sum(v.checkpoint.transactions.values())))
             if not found:
                 return []
             self.sleep(max(0.0, self.settings.recheck_delay - (time.monotonic() - read_at)))

@@ -15,11 +15,9 @@ from scrutiny.store import MetadataStore, open_store
 from scrutiny.store.zookeeper import ZooKeeperStore
 
 
-def store_at(uri: str, **settings: Any) -> ZooKeeperStore:
+def store_at(uri: str, **settings: Any) -> MetadataStore:
     """A store opened the way scrutiny opens it, on `uri`, with ClusterSettings overrides."""
-    store = open_store(ClusterSettings(metadata_service_uri=uri, **settings))
-    assert isinstance(store, ZooKeeperStore)
-    return store
+    return open_store(ClusterSettings(metadata_service_uri=uri, **settings))
 
 
 def store_on(client: KazooClient, uri: str) -> ZooKeeperStore:

@@ -21,6 +21,7 @@ from typing import Any
 from scrutiny import entrylog
 from scrutiny.entrysources.layout import ENTRY_KEY
 from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.metadatahome import OnZooKeeper
 from scrutiny.testing.realbookkeeper import RealBookKeeper, Release
 
 DIGESTS = ("CRC32", "CRC32C", "MAC", "DUMMY")
@@ -40,14 +41,14 @@ def capture(version: str, out: Path) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="scrutiny-golden-"))
     zk = LocalZooKeeper(workdir=work / "zk")
     zk.start()
-    cluster = RealBookKeeper(Release.of(version), zk.hosts, "/golden/ledgers", work / "bk")
+    cluster = RealBookKeeper(Release.of(version), OnZooKeeper(zk.hosts, "/golden/ledgers"), work / "bk")
     manifest: dict[str, Any] = {"bookkeeper": version, "made_by": f"python -m scrutiny.testing.golden --version "
                                 f"{version} --out {out}", "metadata": {}, "entries": {}}
     try:
         bookies = [cluster.add_bookie() for _ in range(3)]
         direct = cluster.add_bookie(dbStorage_directIOEntryLogger="true")
         client = cluster.client()
-        zk_get = cluster.zk.get
+        zk_get = cluster.tree.get
 
         def save(name: str, data: bytes) -> str:
             (out / name).write_bytes(data)
@@ -124,7 +125,7 @@ def capture(version: str, out: Path) -> dict[str, Any]:
         mark = f"{cluster.root}/underreplication/ledgers/{digits[0:4]}/{digits[4:8]}/{digits[8:12]}/" \
                f"{digits[12:16]}/urL{lid:010d}"
         deadline = time.monotonic() + 120
-        while not cluster.zk.exists(mark):
+        while not cluster.tree.exists(mark):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no mark for ledger {lid}; see {cluster.workdir}")
             time.sleep(0.2)

@@ -24,6 +24,7 @@ from pulsar.schema import JsonSchema
 from scrutiny import entrylog
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.metadatahome import OnZooKeeper
 from scrutiny.testing.realbookkeeper import RealBookKeeper, Release
 from scrutiny.testing.realpulsar import CODECS, Order, RealPulsar, records_in
 
@@ -33,7 +34,7 @@ def capture(version: str, bookkeeper: str, out: Path) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="scrutiny-pulsar-golden-"))
     zk = LocalZooKeeper(workdir=work / "zk")
     zk.start()
-    cluster = RealBookKeeper(Release.of(bookkeeper), zk.hosts, "/golden/ledgers", work / "bk")
+    cluster = RealBookKeeper(Release.of(bookkeeper), OnZooKeeper(zk.hosts, "/golden/ledgers"), work / "bk")
     manifest: dict[str, Any] = {"pulsar": version, "bookkeeper": bookkeeper, "made_by": f"python -m "
                                 f"scrutiny.testing.pulsargolden --version {version} --bookkeeper {bookkeeper} "
                                 f"--out {out}", "managed_ledgers": {}, "entries": {}}
@@ -64,7 +65,7 @@ def capture(version: str, bookkeeper: str, out: Path) -> dict[str, Any]:
             client.close()
             stats = broker.stats_internal(topic)
             manifest["managed_ledgers"][codec] = {
-                "file": save(f"managed-ledger-{codec}.bin", cluster.zk.get(f"{ml}/batch-{codec.lower()}")[0]),
+                "file": save(f"managed-ledger-{codec}.bin", cluster.tree.get(f"{ml}/batch-{codec.lower()}")[0]),
                 "topic": topic, "ledgers": [[li["ledgerId"], li["entries"]] for li in stats["ledgers"]]}
             entries[f"batch-{codec}"] = (topic, 0)
         client = broker.client()
@@ -83,7 +84,7 @@ def capture(version: str, bookkeeper: str, out: Path) -> dict[str, Any]:
         typed = f"persistent://{ns}/orders"
         client.create_producer(typed, producer_name="typed", schema=JsonSchema(Order)).send(Order(item="one"))
         stats = broker.stats_internal(plain)
-        manifest["cursor_live"] = {"file": save("cursor-live.bin", cluster.zk.get(f"{ml}/plain/sub")[0]),
+        manifest["cursor_live"] = {"file": save("cursor-live.bin", cluster.tree.get(f"{ml}/plain/sub")[0]),
                                    "cursor": "sub", "ledger_id": stats["cursors"]["sub"]["cursorLedger"]}
         dedup_stats = stats["cursors"]["pulsar.dedup"]
         manifest["dedup_live"] = {"cursor_ledger": dedup_stats["cursorLedger"],
@@ -91,7 +92,7 @@ def capture(version: str, bookkeeper: str, out: Path) -> dict[str, Any]:
                                   "mark_delete": dedup_stats["markDeletePosition"],
                                   "properties": dedup_stats["properties"]}
         schema_path = f"{broker.chroot}/schemas/public/golden/orders"
-        manifest["schema"] = {"file": save("schema-locator.bin", cluster.zk.get(schema_path)[0]),
+        manifest["schema"] = {"file": save("schema-locator.bin", cluster.tree.get(schema_path)[0]),
                               "schema_id": "public/golden/orders",
                               "ledger_id": broker.stats_internal(typed)["schemaLedgers"][0]["ledgerId"]}
         client.close()
@@ -115,7 +116,7 @@ def capture(version: str, bookkeeper: str, out: Path) -> dict[str, Any]:
                 s.close()
         broker.unload(plain)  # the cursors closed: their positions inline in their records
         manifest["cursor_closed"] = {"file": save("cursor-closed.bin",
-                                                  cluster.zk.get(f"{ml}/plain/pulsar.dedup")[0]),
+                                                  cluster.tree.get(f"{ml}/plain/pulsar.dedup")[0]),
                                      "cursor": "pulsar.dedup"}
         broker.close()
     finally:

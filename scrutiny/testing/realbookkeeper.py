@@ -1,8 +1,8 @@
 """Real BookKeeper for the tests, from a release's own jars (`make peers` fetches them into .peers/): bookie processes
-on loopback over the tests' ZooKeeper, on DbLedgerStorage (or SortedLedgerStorage, the stock bookie behind the
-bridge), each started, stopped, killed, wiped and brought back; AutoRecovery (its Auditor and ReplicationWorker) at
-a chosen percentage; BookKeeper's shell; and BookKeeper's own client, driven a command a line
-(`tests/peers/src/scrutiny/peers/LedgerTool.java`).
+on loopback over the tests' ZooKeeper (or Pulsar's metadata store on etcd, from a Pulsar release's jars), on
+DbLedgerStorage (or SortedLedgerStorage, the stock bookie behind the bridge), each started, stopped, killed, wiped
+and brought back; AutoRecovery (its Auditor and ReplicationWorker) at a chosen percentage; BookKeeper's shell; and
+BookKeeper's own client, driven a command a line (`tests/peers/src/scrutiny/peers/LedgerTool.java`).
 
 Every process is a child that dies with the test (`processes.spawn`); each writes its log to the cluster's work
 directory (`<workdir>/<name>.log`), where a failing test's message points."""
@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kazoo.client import KazooClient
-
 from scrutiny.testing import processes
+from scrutiny.testing.metadatahome import MetadataHome
 
 PEERS = Path(os.environ.get("SCRUTINY_PEERS", Path(__file__).resolve().parents[2] / ".peers"))
 DB_LEDGER_STORAGE = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
@@ -129,11 +128,11 @@ class RealBookie:
         if self.running:
             return self
         log = self.cluster.workdir / f"{self.name}.log"
-        self.process = Process(self.cluster.release.command("org.apache.bookkeeper.server.Main", "--conf",
-                                                            str(self.conf), log=log), log)
+        self.process = Process(self.cluster.command("org.apache.bookkeeper.server.Main", "--conf", str(self.conf),
+                                                    log=log), log)
         path = f"{self.cluster.root}/available/{self.bookie_id}"
         deadline = time.monotonic() + timeout
-        while not self.cluster.zk.exists(path) or not self._admin_answers():  # (the admin server starts after)
+        while not self.cluster.tree.exists(path) or not self._admin_answers():  # (the admin server starts after)
             if not self.process.running or time.monotonic() > deadline:
                 raise RealBookKeeperError(f"bookie {self.bookie_id} did not register: {self.process.tail()}")
             time.sleep(0.1)
@@ -159,7 +158,7 @@ class RealBookie:
         if self.process is not None:
             self.process.kill()
         deadline = time.monotonic() + timeout
-        while any(self.cluster.zk.exists(f"{self.cluster.root}/available{sub}/{self.bookie_id}")
+        while any(self.cluster.tree.exists(f"{self.cluster.root}/available{sub}/{self.bookie_id}")
                   for sub in ("", "/readonly")):
             if time.monotonic() > deadline:
                 raise RealBookKeeperError(f"bookie {self.bookie_id}'s registration outlived its session")
@@ -211,8 +210,8 @@ class LedgerClient:
     """BookKeeper's own client in a process of its own (LedgerTool), a command a line: every ledger it writes has
     the password "scrutiny" and payloads that name their ledger and entry."""
 
-    def __init__(self, release: Release, uri: str, log: Path) -> None:
-        cmd = release.command("scrutiny.peers.LedgerTool", uri, log=log, level="WARN")
+    def __init__(self, cluster: RealBookKeeper, log: Path) -> None:
+        cmd = cluster.command("scrutiny.peers.LedgerTool", cluster.uri, log=log, level="WARN")
         self.log = log
         self.proc: subprocess.Popen[str] = processes.spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                            stderr=subprocess.DEVNULL, text=True, bufsize=1)
@@ -292,32 +291,31 @@ class AutoRecovery:
     def __init__(self, cluster: RealBookKeeper, name: str, settings: Mapping[str, object]) -> None:
         conf = write_conf(cluster.workdir / f"{name}.conf", {**cluster.bookie_settings(), **settings})
         log = cluster.workdir / f"{name}.log"
-        self.process = Process(cluster.release.command("org.apache.bookkeeper.replication.AutoRecoveryMain",
-                                                       "--conf", str(conf), log=log), log)
+        self.process = Process(cluster.command("org.apache.bookkeeper.replication.AutoRecoveryMain", "--conf",
+                                               str(conf), log=log), log)
 
     def stop(self) -> None:
         self.process.stop()
 
 
 class RealBookKeeper:
-    """A cluster of real bookies under `root` on the tests' ZooKeeper (`zk_hosts`)."""
+    """A cluster of real bookies with its metadata at `home` (which it closes with itself)."""
 
-    def __init__(self, release: Release, zk_hosts: str, root: str = "/ledgers", workdir: Path | None = None,
-                 **settings: object) -> None:
-        self.release, self.zk_hosts, self.root = release, zk_hosts, root
-        self.uri = f"zk+hierarchical://{zk_hosts}{root}"
+    def __init__(self, release: Release, home: MetadataHome, workdir: Path | None = None, **settings: object) -> None:
+        self.release, self.home, self.root, self.uri, self.tree = release, home, home.root, home.uri, home.tree
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="scrutiny-bk-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.settings = settings  # every process's, over bookie_settings()
-        self.zk = KazooClient(hosts=zk_hosts, timeout=15)
-        self.zk.start(timeout=30)
         self.bookies: list[RealBookie] = []
         self.recoveries: list[AutoRecovery] = []
         self.clients: list[LedgerClient] = []
         self.conf = write_conf(self.workdir / "cluster.conf", self.bookie_settings())
-        self.zk.ensure_path(root.rsplit("/", 1)[0] or "/")  # initnewcluster creates the root, not its parents
         self.shell("initnewcluster")
+
+    def command(self, main: str, *args: str, log: Path, level: str = "INFO") -> list[str]:
+        """A JVM of the cluster's: the release's jars, with what its metadata's home asks for."""
+        return self.release.command(main, *args, log=log, level=level, jvm=self.home.jvm)
 
     def bookie_settings(self) -> dict[str, object]:
         """What every bookie (and AutoRecovery, the shell) is configured with: small caches, short flush and GC
@@ -345,6 +343,18 @@ class RealBookKeeper:
         self.bookies.append(bookie)
         return bookie.start() if start else bookie
 
+    def lose_ledger(self, ledger_id: int) -> None:
+        """The ledger's copies lost on every bookie of its ensembles (`RealBookie.lose_entries`, each in turn)."""
+        from scrutiny.testing import store_at
+
+        with store_at(self.uri) as store:
+            md = next(iter(store.read_ledgers([ledger_id]))).metadata
+        if md is None:
+            raise RealBookKeeperError(f"ledger {ledger_id} has no metadata")
+        for bookie in self.bookies:
+            if bookie.bookie_id in md.bookies:
+                bookie.lose_entries(ledger_id)
+
     def autorecovery(self, percentage: int = 0, **settings: object) -> AutoRecovery:
         recovery = AutoRecovery(self, f"autorecovery{len(self.recoveries) + 1}",
                                 {"auditorLedgerVerificationPercentage": percentage, **settings})
@@ -352,7 +362,7 @@ class RealBookKeeper:
         return recovery
 
     def client(self) -> LedgerClient:
-        c = LedgerClient(self.release, self.uri, self.workdir / f"client{len(self.clients) + 1}.log")
+        c = LedgerClient(self, self.workdir / f"client{len(self.clients) + 1}.log")
         self.clients.append(c)
         return c
 
@@ -361,8 +371,8 @@ class RealBookKeeper:
         """`bookkeeper shell ARGS` (`answer`: what an operator types at its prompts, e.g. "Y\n"): its output, or
         RealBookKeeperError with it (the log, WARN and up, is the work directory's shell.log)."""
         log = self.workdir / "shell.log"
-        cmd = self.release.command("org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf or self.conf),
-                                   *args, log=log, level="WARN")
+        cmd = self.command("org.apache.bookkeeper.bookie.BookieShell", "-conf", str(conf or self.conf), *args,
+                           log=log, level="WARN")
         done = processes.run(cmd, input=answer, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             raise RealBookKeeperError(f"bookkeeper shell {' '.join(args)}: exit {done.returncode}: "
@@ -377,7 +387,6 @@ class RealBookKeeper:
         for b in self.bookies:
             if b.process is not None:
                 b.process.stop(grace=10)
-        self.zk.stop()
-        self.zk.close()
+        self.home.close()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)

@@ -24,6 +24,7 @@ from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.store import open_store
 from scrutiny.testing.localzk import LocalZooKeeper
+from scrutiny.testing.metadatahome import OnZooKeeper
 from scrutiny.testing.realbookkeeper import PEERS, RealBookKeeper, Release
 
 SHAPES = [(3, 2, 2), (3, 3, 2), (4, 2, 2), (4, 3, 2)]
@@ -47,7 +48,7 @@ def run_real_demo(args: argparse.Namespace, serve: bool) -> int:
     try:
         print(f"starting a local ZooKeeper and four bookies of BookKeeper {version} ...", flush=True)
         zk.start()
-        cluster = RealBookKeeper(release, zk.hosts, "/ledgers", work / "bk")
+        cluster = RealBookKeeper(release, OnZooKeeper(zk.hosts), work / "bk")
         bookies = [cluster.add_bookie() for _ in range(3)] + [cluster.add_bookie(dbStorage_directIOEntryLogger="true")]
         client = cluster.client()
         ledgers = [client.create(e, wq, aq, digest, entries=40, size=512)[0]

@@ -1,8 +1,8 @@
 """A real Pulsar broker for the tests, from a release's own jars (`make peers` fetches them into .peers/), on a real
-BookKeeper cluster of the tests (`RealBookKeeper`): its metadata in the same ZooKeeper, beside BookKeeper's root
-(`<root's parent>/managed-ledgers`, `/schemas`, `/admin`), as a production broker keeps it; its clients the Python
-`pulsar-client` wheel. Started, stopped, killed and started again; its admin REST API for what a test sets and for
-what the broker itself says (`stats-internal`)."""
+BookKeeper cluster of the tests (`RealBookKeeper`): its metadata in the same store, beside BookKeeper's root (on
+ZooKeeper `<root's parent>/managed-ledgers`, `/schemas`, `/admin`), as a production broker keeps it; its clients the
+Python `pulsar-client` wheel. Started, stopped, killed and started again; its admin REST API for what a test sets and
+for what the broker itself says (`stats-internal`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pulsar
-from kazoo.client import KazooClient
 from pulsar.schema import Record, String
 
 from scrutiny.testing.localzk import free_port
@@ -57,8 +56,7 @@ class RealPulsar:
     def __init__(self, release: Release, bookkeeper: RealBookKeeper, **settings: object) -> None:
         self.release, self.bookkeeper = release, bookkeeper
         self.workdir = bookkeeper.workdir
-        self.chroot = bookkeeper.root.rsplit("/", 1)[0]
-        self.metadata_url = f"zk:{bookkeeper.zk_hosts}{self.chroot}"
+        self.chroot, self.metadata_url = bookkeeper.home.pulsar_root, bookkeeper.home.pulsar_store
         self.web_port, self.port = free_port(), free_port()
         self.web = f"http://127.0.0.1:{self.web_port}"
         self.url = f"pulsar://127.0.0.1:{self.port}"
@@ -85,7 +83,7 @@ class RealPulsar:
         self.start()
 
     def _java(self, main: str, *args: str, log: Path, heap: str = "256m") -> list[str]:
-        return self.release.command(main, *args, log=log, heap=heap, jvm=JVM_FLAGS)
+        return self.release.command(main, *args, log=log, heap=heap, jvm=JVM_FLAGS + self.bookkeeper.home.jvm)
 
     def _setup(self) -> None:
         """`pulsar initialize-cluster-metadata` on the existing BookKeeper cluster."""
@@ -104,7 +102,7 @@ class RealPulsar:
 
     def start(self, **settings: object) -> RealPulsar:
         """Started with `settings` over the broker's, and serving (its health check answers) within two minutes.
-        After `kill`, once the killed broker's ZooKeeper session has expired (its registration gone): Pulsar 3.0.7
+        After `kill`, once the killed broker's metadata session has expired (its registration gone): Pulsar 3.0.7
         started at the same address before then answers every admin call about a bundle the dead session still
         owns with a redirect to itself, until it expires (pulsar-admin gives up after five)."""
         self.settings.update(settings)
@@ -138,18 +136,12 @@ class RealPulsar:
     def _wait_for_the_killed_session(self) -> None:
         if not self._killed:
             return
-        zk = KazooClient(hosts=f"{self.bookkeeper.zk_hosts}{self.chroot}")
-        zk.start(timeout=30)
-        try:
-            registration = f"/loadbalance/brokers/127.0.0.1:{self.web_port}"  # ephemeral, the broker's session's
-            deadline = time.monotonic() + SESSION_EXPIRY_SECONDS
-            while zk.exists(registration) is not None:
-                if time.monotonic() > deadline:
-                    raise RealBookKeeperError(f"the killed broker's registration {registration} outlived its session")
-                time.sleep(0.5)
-        finally:
-            zk.stop()
-            zk.close()
+        registration = f"{self.chroot}/loadbalance/brokers/127.0.0.1:{self.web_port}"  # ephemeral: its session's
+        deadline = time.monotonic() + SESSION_EXPIRY_SECONDS
+        while self.bookkeeper.tree.exists(registration):
+            if time.monotonic() > deadline:
+                raise RealBookKeeperError(f"the killed broker's registration {registration} outlived its session")
+            time.sleep(0.5)
         self._killed = False
 
     def admin(self, method: str, path: str, body: object = None, timeout: float = 60.0) -> Any:
@@ -191,6 +183,18 @@ class RealPulsar:
         for policy, value in policies.items():
             self.admin("POST", f"/admin/v2/namespaces/{ns}/{policy}", value)
         return ns
+
+    def transactions(self, command: str, *args: object) -> dict[str, Any]:
+        """Pulsar's own Java client writing or acknowledging in transactions (the Python client has none):
+        `tests/peers/pulsar/src/scrutiny/peers/TransactionTool.java`'s command on this broker, and its answer."""
+        cmd = self._java("scrutiny.peers.TransactionTool", command, self.url, *map(str, args),
+                         log=self.workdir / "transactions.log")
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        if done.returncode != 0:
+            raise RealBookKeeperError(f"transactions {command}: exit {done.returncode}: "
+                                      f"{(done.stdout + done.stderr)[-2000:]}")
+        answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return answer
 
     def client(self) -> pulsar.Client:
         """A client of the Python `pulsar-client` wheel, logging warnings only."""

@@ -12,6 +12,8 @@ import pytest
 
 from scrutiny.checks import DeepAnswer
 from scrutiny.checks.sequences import (
+    TXN_ABORT,
+    TXN_COMMIT,
     DedupSnapshot,
     LedgerSequences,
     MessageCheckpoint,
@@ -57,7 +59,8 @@ def test_what_pulsar_does_legitimately_is_counted_never_reported() -> None:
     assert cp.position == Position(2, 3)
     assert cp.stats["sequence_gaps"] == 2 and cp.stats["producer_restarts"] == 2
     assert cp.stats["repeats"] == 3 and cp.stats["markers"] == 1
-    assert cp.stats["messages_validated"] == 17  # every entry but the marker, the chunked message once
+    # every entry but the marker, the chunked message once, and the transaction's (held: no outcome read yet)
+    assert cp.stats["messages_validated"] == 16 and cp.transactions == {(1, 2): 1}
     assert cp.producers["q"].highest == 20 and cp.producers["p"].seen_at == Position(2, 1)
 
 
@@ -145,6 +148,34 @@ def test_a_finding_stands_in_every_later_validation_while_its_ledger_is_the_topi
     assert later.violations[0].details == first.violations[0].details  # the verdict on the snapshot it judged
     trimmed = validate(later.checkpoint, [2, 3], {3: ledger(3, plain("p", [61]))}, None)
     assert trimmed.violations == () and trimmed.ledgers == (3,)
+
+
+def txn(producer: str, ids: Sequence[int], transaction: tuple[int, int]) -> list[Entry]:
+    return [(producer, s, {"transaction": transaction}) for s in ids]
+
+
+def outcome(transaction: tuple[int, int], committed: bool) -> Entry:
+    return ("m", 0, {"marker_type": TXN_COMMIT if committed else TXN_ABORT, "transaction": transaction})
+
+
+def test_a_transactions_messages_count_once_its_outcome_is_read_and_aborted_ones_apart() -> None:
+    """As a consumer receives them: a committed transaction's messages, never an aborted one's; a transaction's
+    outcome may be in a later ledger than its messages, validated in a later run (the checkpoint holds them)."""
+    one = ledger(1, txn("p", [1, 2, 3], (0, 7)) + txn("p", [4, 5], (0, 8)) + [outcome((0, 7), True)]
+                 + plain("q", [1]) + txn("p", [6], (1, 9)), copies=2)
+    found, cp = run(one)
+    assert found == [] and cp.stats["messages_validated"] == 3 + 1
+    assert cp.transactions == {(0, 8): 2, (1, 9): 1}
+    cp = MessageCheckpoint.parse(cp.to_bytes())  # kept between runs
+    two = ledger(2, [outcome((0, 8), False), outcome((1, 9), True), outcome((5, 5), False)])
+    found, cp = run(one, two, checkpoint=cp)
+    assert found == [] and cp.transactions == {}
+    assert (cp.stats["messages_validated"], cp.stats["messages_aborted"]) == (3 + 1 + 1, 2)
+    assert (cp.stats["transactions_committed"], cp.stats["transactions_aborted"]) == (2, 2)
+    assert cp.stats["markers"] == 4
+    # a lost ledger may have held their outcomes: nothing is known of the open ones after it
+    v = validate(MessageCheckpoint(), [1, 3, 2], {1: one, 2: two}, None, lost={3})
+    assert v.checkpoint.stats["messages_aborted"] == 0 and v.checkpoint.transactions == {}
 
 
 def test_a_lost_ledger_is_a_hole_the_validation_starts_again_after() -> None:
