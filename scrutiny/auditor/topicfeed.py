@@ -64,9 +64,9 @@ class TopicFeed:
         if self._watch is not None:
             self._watch.close()
             self._watch = None
-        if self._reader is not None:
-            self._reader.join(timeout=10)
-            self._reader = None
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.join(timeout=10)
         if self._own_store and self._store is not None:
             self._store.close()
         self._store, self._own_store = None, False
@@ -111,8 +111,9 @@ class TopicFeed:
         """Every record read, on a thread of its own (a large cluster's take seconds), until it succeeds."""
         if self._reader is not None and self._reader.is_alive():
             return
-        self._reader = threading.Thread(target=self._read_until_done, name="continuous-topic-map", daemon=True)
-        self._reader.start()
+        reader = threading.Thread(target=self._read_until_done, name="continuous-topic-map", daemon=True)
+        reader.start()
+        self._reader = reader  # only once started: a stop on another thread (the leader's end) joins it
 
     def _read_until_done(self) -> None:
         while not self._stop.is_set() and self._store is not None:

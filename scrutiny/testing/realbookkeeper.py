@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scrutiny.testing import processes
+from scrutiny.testing import processes, store_at
 from scrutiny.testing.metadatahome import MetadataHome
 
 PEERS = Path(os.environ.get("SCRUTINY_PEERS", Path(__file__).resolve().parents[2] / ".peers"))
@@ -345,8 +345,6 @@ class RealBookKeeper:
 
     def lose_ledger(self, ledger_id: int) -> None:
         """The ledger's copies lost on every bookie of its ensembles (`RealBookie.lose_entries`, each in turn)."""
-        from scrutiny.testing import store_at
-
         with store_at(self.uri) as store:
             md = next(iter(store.read_ledgers([ledger_id]))).metadata
         if md is None:
