@@ -21,6 +21,7 @@ from scrutiny.checks.violation import Violation
 from scrutiny.pulsar.ledgers import BookKeeperLedgers, LedgerFact
 from scrutiny.pulsar.owners import Owner
 from scrutiny.pulsar.snapshot import Need, PulsarRecord, TopicRecord
+from scrutiny.pulsar.transactions import transaction_depends, transaction_role
 
 _DEPENDS = {
     "data": "the topic's entries in it: the topic cannot load, or its consumers stall at this ledger",
@@ -44,8 +45,12 @@ def check_topics(record: PulsarRecord, bookkeeper: BookKeeperLedgers) -> list[Vi
 
 
 def missing(need: Need) -> Violation:
+    """A ledger the record needs and BookKeeper lacks, with what depended on it (a transaction's log or snapshot
+    in a data ledger of Pulsar's own)."""
+    role = transaction_role(need.topic) if need.kind == "data" else {}
+    depends = transaction_depends(role) if role else _DEPENDS[need.kind]
     return Violation(Category.TOPIC_LEDGER_MISSING, need.ledger_id,
-                     details={**need.to_json(), "depends": _DEPENDS[need.kind]}, owner=need.owner)
+                     details={**need.to_json(), **role, "depends": depends}, owner=need.owner)
 
 
 def _acknowledged(topic: TopicRecord) -> Iterator[tuple[str, str, Any]]:

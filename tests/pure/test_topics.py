@@ -12,6 +12,7 @@ from scrutiny.metadata import LedgerMetadata, LedgerState, Segment
 from scrutiny.pulsar import encode
 from scrutiny.pulsar.codec import COMPRESSIONS
 from scrutiny.pulsar.ledgers import BookKeeperLedgers
+from scrutiny.pulsar.owners import Owner
 from scrutiny.pulsar.records import (
     CursorRecord,
     LedgerInfo,
@@ -116,6 +117,22 @@ def test_a_ledger_each_kind_needs_is_missing() -> None:
     assert v.details["kind"] == "data" and v.details["entries"] == 10 and v.details["bytes"] == 100
     v = check_topics(rec, BookKeeperLedgers.of([*everything[:2], *everything[3:]]))[0]
     assert (v.details["kind"], v.details["subscription"], v.owner.kind) == ("cursor", "sub", "cursor")
+
+
+@pytest.mark.parametrize(("managed_ledger", "role", "says"), [
+    ("pulsar/system/persistent/__transaction_log_3", "coordinator-log", "transaction coordinator 3's log"),
+    ("public/default/persistent/orders-audit__transaction_pending_ack", "pending-ack", "subscription cannot load"),
+    ("public/default/persistent/__transaction_buffer_snapshot", "buffer-snapshots", "transaction buffer"),
+    ("public/default/persistent/orders", "", "the topic cannot load"),
+])
+def test_a_transaction_ledger_missing_says_what_it_means_for_transactions(managed_ledger: str, role: str,
+                                                                          says: str) -> None:
+    rec = PulsarRecord.decode(StoredRecords({managed_ledger: encode.managed_ledger([LedgerInfo(1, 10, 100),
+                                                                                    LedgerInfo(2)])}, {}, {}, True))
+    topic = next(iter(rec.topics.values())).topic
+    (v,) = check_topics(rec, BookKeeperLedgers.of([ledger(2, closed=False, topic=topic)]))
+    assert (str(v.category), v.ledger_id, v.owner) == ("TOPIC_LEDGER_MISSING", 1, Owner("topic", topic))
+    assert v.details.get("transactions", "") == role and says in v.details["depends"], v.details
 
 
 def test_an_offloaded_ledger_deleted_from_bookkeeper_is_no_finding() -> None:

@@ -3,7 +3,8 @@
 partitioned one, and acknowledgements in a transaction. The coordinators' logs, the transaction buffers' snapshot
 topics and the pending acknowledgements are managed ledgers of their own: every ledger of theirs is named with the
 owner its own metadata says, and nothing is a false alarm, live or unloaded. The message validation counts what
-consumers receive: a committed transaction's messages, and an aborted one's apart.
+consumers receive: a committed transaction's messages, and an aborted one's apart. A coordinator's log and a
+pending acknowledgement's ledger lost are found with their owners and what that means for the transactions.
 
 One thing is not clean, and truly so: the first snapshot of a namespace's transaction buffer registers its topic's
 schema from two places at once, and Pulsar up to 4.0.7 keeps the loser's schema ledger (apache/pulsar#25514, fixed
@@ -111,3 +112,22 @@ def test_transactions_ledgers_are_named_and_nothing_is_a_false_alarm(
     assert (stats["pulsar_messages_aborted"], stats["pulsar_messages_in_open_transactions"]) == (2 + 4, 0), stats
     assert (stats["pulsar_transactions_committed"], stats["pulsar_transactions_aborted"]) == (2 + 2 * 2, 1 + 2), stats
     assert orphan_schemas(cluster) == orphans
+
+    # transaction ledgers lost (deleted through BookKeeper's own shell): a coordinator's log, and the pending
+    # acknowledgements of the subscription (closed with its topic's unload): each found with its owner and what it
+    # means for the transactions
+    pending = f"{deduped}-audit__transaction_pending_ack"
+    with store_at(cluster.uri) as store:
+        named = {t.topic: t for t in PulsarRecord.decode(store.pulsar_records()).topics.values()}
+    log_topic = next(t for t in sorted(named) if "/__transaction_log_" in t)
+    lost = {named[log_topic].managed_ledger.ledgers[-1].ledger_id: (log_topic, "coordinator-log"),
+            named[pending].managed_ledger.ledgers[-1].ledger_id: (pending, "pending-ack")}
+    for lid in lost:
+        cluster.shell("deleteledger", "-ledgerid", str(lid), "-force")
+    report = scan(cluster)
+    found = {v.ledger_id: v for v in report.violations if str(v.category) == "TOPIC_LEDGER_MISSING"}
+    assert set(found) == set(lost), sorted(found)
+    for lid, (topic, role) in lost.items():
+        v = found[lid]
+        assert v.owner is not None and (v.owner.kind, v.owner.name) == ("topic", topic), v
+        assert v.details["transactions"] == role and "transaction" in v.details["depends"], v.details
