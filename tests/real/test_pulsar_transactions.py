@@ -20,6 +20,7 @@ import pytest
 from scrutiny.pulsar.owners import Owner, owner_from_custom_metadata
 from scrutiny.pulsar.records import COMPACTED_LEDGER_PROPERTY, COMPACTION_CURSOR
 from scrutiny.pulsar.snapshot import PulsarRecord
+from scrutiny.pulsar.transactions import SNAPSHOT_TOPICS
 from scrutiny.report import Report
 from scrutiny.scan.cursorledgers import CursorLedgers
 from scrutiny.testing import store_at
@@ -27,7 +28,7 @@ from scrutiny.testing.realbookkeeper import RealBookKeeper
 from scrutiny.testing.realpulsar import RealPulsar
 from tests.real.conftest import PulsarOn, scan, scan_settings
 
-SNAPSHOTS = "__transaction_buffer_snapshot"  # each namespace's system topic of its buffers' snapshots
+SNAPSHOTS = SNAPSHOT_TOPICS[0]  # each namespace's system topic of its buffers' snapshots
 
 
 @pytest.fixture
