@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent import futures
 from typing import Any, NamedTuple
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE,)
 HEALTH_CHECK_SECONDS = 2.0  # after a call timed out: is the agent there at all?
+STREAMING_ASKED_AGAIN_SECONDS = 600.0  # an agent that had no streaming call is asked for it again after this
 
 
 class Held(NamedTuple):
@@ -133,7 +135,8 @@ class BookieClient:
                  streaming: bool = True,
                  unary_in_flight: int = 16, max_message_bytes: int = 64 * 1024 * 1024,
                  credentials: grpc.ChannelCredentials | None = None, parallelism: int = 8,
-                 deep_ledgers_per_call: int = 20, deep_deadline: float = 900.0) -> None:
+                 deep_ledgers_per_call: int = 20, deep_deadline: float = 900.0,
+                 streaming_asked_again: float = STREAMING_ASKED_AGAIN_SECONDS) -> None:
         self.resolver = resolver
         self.deadline = deadline
         self.ledgers_per_call = ledgers_per_call
@@ -148,7 +151,10 @@ class BookieClient:
         self.deep_deadline = deep_deadline
         self.failed_calls = 0  # calls that ended in an error, for the run's statistics
         self._channels: dict[str, grpc.Channel] = {}  # by address: each run's view says which address a bookie has
-        self._no_streaming: set[str] = set()
+        # agent address -> when it answered that it has no streaming call (monotonic): asked again after a while,
+        # and at once at a new address (an agent upgraded, or moved), so one answer never holds for good
+        self._unary_only: dict[str, float] = {}
+        self.streaming_asked_again = streaming_asked_again
         self._per_bookie: dict[str, threading.Semaphore] = {}
         self._lock = threading.Lock()
         self._pool = futures.ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="bookie-call")
@@ -240,15 +246,17 @@ class BookieClient:
                 remaining = [i for i in ids if i not in got]
                 if not remaining:
                     return
+                streams = self._streams(bookie_id)
                 try:
-                    if self.streaming and bookie_id not in self._no_streaming:
+                    if streams:
                         self._stream(bookie_id, remaining, got, deadline)
                     else:
                         self._unary(bookie_id, remaining, got, deadline)
                 except grpc.RpcError as exc:
-                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED and bookie_id not in self._no_streaming:
-                        log.info("bookie %s has no streaming call: unary from now on", bookie_id)
-                        self._no_streaming.add(bookie_id)
+                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED and streams:
+                        log.info("bookie %s: its agent has no streaming call: unary calls", bookie_id)
+                        with self._lock:
+                            self._unary_only[self.resolver.address(bookie_id)] = time.monotonic()
                         self.failed_calls += 1
                         return ask()
                     if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (exc.details() or ""):
@@ -265,6 +273,19 @@ class BookieClient:
                 got.other.update(dict.fromkeys(unanswered, silent))
             self._tell_slow_from_down(bookie_id, ids, got, deadline)
             return got
+
+    def _streams(self, bookie_id: str) -> bool:
+        """Whether to ask this bookie's agent in one streaming call: unless it answered, at its address and not
+        long ago, that it has none."""
+        if not self.streaming:
+            return False
+        address = self.resolver.address(bookie_id)
+        with self._lock:
+            since = self._unary_only.get(address)
+            if since is not None and time.monotonic() - since >= self.streaming_asked_again:
+                del self._unary_only[address]
+                since = None
+        return since is None
 
     def _tell_slow_from_down(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
         """A call that ran out of time at an agent that answers its health check: the agent is up and

@@ -7,6 +7,7 @@ the contract's JSON has always had them (docs/report.md). Units are in the names
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ class Figures:
     ranges are added up; every other adds."""
 
     @classmethod
+    @functools.cache
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))
 
@@ -33,7 +35,7 @@ class Figures:
         return cls.of(stats) if any(n in stats for n in cls.names()) else None
 
     def items(self) -> dict[str, int]:
-        return dataclasses.asdict(self)
+        return {n: getattr(self, n) for n in self.names()}  # not asdict: it deep-copies every int
 
     def nonzero(self) -> dict[str, int]:
         """Only what happened: what a range sends back from an executor."""

@@ -41,7 +41,7 @@ from scrutiny.runstats import Scan
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.store import MetadataStore, TreeWatchHandle
-from scrutiny.store.facts import AGENTS, REGISTRATIONS, REPLICATION, FactsCache
+from scrutiny.store.facts import AGENTS, REGISTRATIONS, REPLICATION, SIGHTINGS, FactsCache
 from scrutiny.tls import channel_credentials
 from scrutiny.v1 import bookie_pb2
 
@@ -52,7 +52,7 @@ LOOKED_AT: tuple[Category, ...] = in_phase(Phase.LEDGERS) + in_phase(Phase.MARKS
 TOPICS_LOOKED_AT = tuple(c for c in in_phase(Phase.TOPICS) if c is not Category.LEAKED_LEDGER)
 AGENTS_EVERY_SECONDS = 60.0  # how often the leader lists the agents (sooner when a registration or feed moved)
 AGENTS_AT_MOST_EVERY_SECONDS = 5.0  # ... but never more often: an agent down for long is not a storm of listings
-FACTS_OF = {"registration": (REGISTRATIONS, AGENTS), "cookie": (REGISTRATIONS,),  # what each change spoils
+FACTS_OF = {"registration": (REGISTRATIONS, AGENTS, SIGHTINGS), "cookie": (REGISTRATIONS,),  # what each change spoils
             "replication": (REPLICATION,)}
 
 
@@ -207,7 +207,7 @@ class Continuous:
     def _follow_listed(self) -> None:
         try:
             assert self.facts is not None
-            self.facts.changed(AGENTS)  # read afresh, and kept for the looks until the next listing
+            self.facts.changed(AGENTS, SIGHTINGS)  # read afresh, and kept for the looks until the next listing
             self._resolver.registered.update(self.facts.facts().agent_addresses)
         except Exception as exc:  # the store away for a moment: the next round
             log.info("continuous scrutiny: cannot list the agents now: %s", exc)
@@ -268,7 +268,7 @@ class Continuous:
         cursors = self._cursors_now()  # before the take: what they name is taken, or still waits
         due, mass = self.backlog.take(lane, self._ms(), math.inf if lane == BOOKIES else most)
         if due:
-            self._gone.record(self._store)  # a bookie back since its sighting is never judged by it
+            self._gone.record(self._store, self.facts)  # a bookie back since its sighting is never judged by it
         try:
             if mass:
                 self.stats["degraded"] += 1

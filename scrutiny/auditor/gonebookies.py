@@ -13,7 +13,7 @@ from collections.abc import Collection
 from scrutiny.config import ScanSettings
 from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
 from scrutiny.store import MetadataStore
-from scrutiny.store.facts import FactsCache
+from scrutiny.store.facts import SIGHTINGS, FactsCache
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,7 @@ class GoneBookies:
     def __init__(self, scan: ScanSettings) -> None:
         self.scan = scan
         self._lock = threading.Lock()
+        self._recording = threading.Lock()  # a look in another lane waits for a record on its way
         self._gone: dict[str, int] = {}  # bookie -> when the watch saw its registration go (ms)
         self._back: set[str] = set()  # seen registered again since the last `record`: their sightings go
         self._unrecorded = False
@@ -55,31 +56,38 @@ class GoneBookies:
         delay = self.scan.lost_bookie_recovery_delay if delay is None else delay
         return (gone - now_ms) / 1000 + delay + self.scan.lost_bookie_grace_period + 1
 
-    def record(self, store: MetadataStore | None) -> None:
-        """What the watch saw since the last call, into the sightings the looks and runs read (before a look)."""
-        with self._lock:
-            if not self._unrecorded or store is None:
-                return
-            gone, back = dict(self._gone), set(self._back)
-            self._back.clear()
-            self._unrecorded = False
-        if not sight_lost_bookies(store, gone, back):
-            with self._lock:  # the next look tries again
-                self._back |= back - self._gone.keys()
-                self._unrecorded = True
+    def record(self, store: MetadataStore | None, facts: FactsCache | None) -> None:
+        """What the watch saw since the last call, into the sightings the looks and runs read (before a look),
+        and the facts' sightings spoiled when they changed, before a look in another lane can start."""
+        with self._recording:
+            with self._lock:
+                if not self._unrecorded or store is None:
+                    return
+                gone, back = dict(self._gone), set(self._back)
+                self._back.clear()
+                self._unrecorded = False
+            written = sight_lost_bookies(store, gone, back)
+            if written is None:
+                with self._lock:  # the next look tries again
+                    self._back |= back - self._gone.keys()
+                    self._unrecorded = True
+            elif written and facts is not None:
+                facts.changed(SIGHTINGS)
 
 
-def sight_lost_bookies(store: MetadataStore, gone: dict[str, int], back: Collection[str] = ()) -> bool:
+def sight_lost_bookies(store: MetadataStore, gone: dict[str, int], back: Collection[str] = ()) -> bool | None:
     """The watch saw when each registration went (`gone`, ms), and which came back since (`back`): the
     lost-bookie sightings a run reads, so that the lost-bookie check counts its delay from the bookie's last
-    departure (the earlier of the watch's time and what runs recorded since). Whether it was written."""
+    departure (the earlier of the watch's time and what runs recorded since). Whether they changed; None: they
+    could not be read or written."""
     try:
         seen = LOST_BOOKIE_SIGHTINGS.read(store)
         kept = {b: t for b, t in seen.items() if b not in back}
         merged = {**kept, **{b: min(t, kept.get(b, t)) for b, t in gone.items()}}
-        if merged != seen:
-            LOST_BOOKIE_SIGHTINGS.write(store, merged)
+        if merged == seen:
+            return False
+        LOST_BOOKIE_SIGHTINGS.write(store, merged)
         return True
     except Exception as exc:  # the runs' own sightings then
         log.info("continuous scrutiny: cannot record when registrations went: %s", exc)
-        return False
+        return None

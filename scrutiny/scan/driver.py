@@ -186,7 +186,7 @@ class ScrutinyRun:
             only = frozenset(only_bookies) | gone
             scoped = bool(wanted)
             whole = not (scoped or only or s.topics or under)
-            lost = lost_bookies(store, facts, s) if s.lost_bookie_check and not gone else None
+            lost = lost_bookies(facts, s) if s.lost_bookie_check and not gone else None
             blast = whole and s.blast_radius  # a marked ledger counts there as if its mark's bookies held nothing
             marked = {lid: m.replicas for lid, m in marks.items()} if blast else dict.fromkeys(marks, ())
             topics = s.topics
@@ -463,10 +463,10 @@ def registrations_changed(pending: PendingRun, explicit: Mapping[str, str]) -> d
     return out | moved
 
 
-def lost_bookies(store: MetadataStore, facts: ClusterFacts, settings: ScanSettings) -> LostBookies:
+def lost_bookies(facts: ClusterFacts, settings: ScanSettings) -> LostBookies:
     """What the lost-bookie check needs, as the run starts (`scrutiny.lostbookies`)."""
     delay = facts.recovery_delay
-    return LostBookies(facts.registered, LOST_BOOKIE_SIGHTINGS.read(store),
+    return LostBookies(facts.registered, facts.lost_bookie_sightings,
                        settings.lost_bookie_recovery_delay if delay is None else delay,
                        settings.lost_bookie_grace_period, facts.replication_disabled)
 

@@ -11,8 +11,11 @@ import socketserver
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -22,6 +25,7 @@ from kazoo.client import KazooClient
 
 from scrutiny import codec
 from scrutiny.agent import MESSAGE_BYTES, BookieAgent, in_messages
+from scrutiny.agent.servicer import BookieServicer
 from scrutiny.bookieclient import BookieClient, EndpointResolver, Outcome
 from scrutiny.bookkeeper import bookie_protocol_pb2 as bkp
 from scrutiny.config import ScanSettings
@@ -292,6 +296,78 @@ def test_a_runs_session_and_channels_follow_an_agent_that_moved(agent: BookieAge
     finally:
         resources.close()
         moved.stop(grace=0)
+
+
+class Counted(BookieServicer):
+    """The agent's own answers, each call counted; without its streaming call when `streams` is False (an agent
+    that has only BP-34's one-ledger call)."""
+
+    def __init__(self, source: SyntheticStore, streams: bool) -> None:
+        super().__init__(source)
+        self.streams, self.asked = streams, Counter[str]()
+
+    def GetListOfEntriesOfALedger(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self.asked["unary"] += 1
+        return super().GetListOfEntriesOfALedger(request, context)
+
+    def GetListOfEntriesOfLedgers(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        self.asked["streaming"] += 1
+        if not self.streams:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        yield from super().GetListOfEntriesOfLedgers(request, context)
+
+
+def serve_counted(servicer: Counted, port: int = 0) -> tuple[grpc.Server, int]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    bookie_pb2_grpc.add_BookieServicer_to_server(servicer, server)
+    port = server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    return server, port
+
+
+def test_an_agent_without_the_streaming_call_is_asked_it_again_later_and_at_a_new_address(synthetic: Path) -> None:
+    """An agent that answers UNIMPLEMENTED to the streaming call gets BP-34's one-ledger calls, and the same
+    answers; the client remembers that for a while only, and per address: the agent upgraded at the same
+    address is asked in one call again after `streaming_asked_again`, and an agent at a new address at once."""
+    source, again = SyntheticStore(synthetic), 3.0
+    old = Counted(source, streams=False)
+    server, port = serve_counted(old)
+    servers = [server]
+    try:
+        with BookieClient(EndpointResolver(registered={"b1:3181": f"127.0.0.1:{port}"}),
+                          streaming_asked_again=again) as c:
+            first = time.monotonic()
+            for _ in range(2):
+                got = c.fetch("b1:3181", [1, 5])
+                assert got[1].outcome is Outcome.ENTRIES and got[5].outcome is Outcome.NO_LEDGER
+            learned = time.monotonic()  # when it heard UNIMPLEMENTED: between `first` and now
+            assert old.asked == {"streaming": 1, "unary": 4}  # asked once, not at every fetch
+            server.stop(0).wait()
+            upgraded = Counted(source, streams=True)
+            servers.append(serve_counted(upgraded, port)[0])
+            asked = time.monotonic()
+            assert c.fetch("b1:3181", [1])[1].outcome is Outcome.ENTRIES
+            if asked < first + again:  # (a loaded machine may have taken longer: then it streams already)
+                assert upgraded.asked == {"unary": 1}
+            time.sleep(max(0.0, learned + again - time.monotonic()))
+            got = c.fetch("b1:3181", [1, 5])
+            assert got[1].outcome is Outcome.ENTRIES and got[5].outcome is Outcome.NO_LEDGER
+            assert upgraded.asked["streaming"] == 1 and upgraded.asked["unary"] <= 1
+
+            # an agent without it at one address; the bookie's agent registered at another, which has it
+            unary_only = Counted(source, streams=False)
+            server, other = serve_counted(unary_only)
+            servers.append(server)
+            assert c.view({"b1:3181": f"127.0.0.1:{other}"}).fetch("b1:3181", [1])[1].outcome is Outcome.ENTRIES
+            assert unary_only.asked == {"streaming": 1, "unary": 1}
+            moved = Counted(source, streams=True)
+            server, new_port = serve_counted(moved)
+            servers.append(server)
+            assert c.view({"b1:3181": f"127.0.0.1:{new_port}"}).fetch("b1:3181", [1])[1].outcome is Outcome.ENTRIES
+            assert moved.asked == {"streaming": 1}
+    finally:
+        for s in servers:
+            s.stop(0)
 
 
 def test_nobody_listening_is_unavailable_not_missing() -> None:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import threading
 from typing import Any, cast
 
+from scrutiny.lostbookies import sightings_to_bytes
 from scrutiny.store import MetadataStore
-from scrutiny.store.facts import AGENTS, PARTS, REGISTRATIONS, REPLICATION, ClusterFacts, FactsCache
+from scrutiny.store.facts import AGENTS, PARTS, REGISTRATIONS, REPLICATION, SIGHTINGS, ClusterFacts, FactsCache
 
 
 class Store:
@@ -34,6 +35,14 @@ class Store:
         self.reads.append("disabled")
         return False
 
+    def auditor_record(self, name: str) -> bytes | None:
+        assert name == "lost-bookie-sightings"
+        self.reads.append("sightings")
+        return sightings_to_bytes({"b2": len(self.reads)})
+
+
+EVERY_READ = ["registrations", "agents", "delay", "disabled", "sightings"]
+
 
 def cached() -> tuple[FactsCache, Store]:
     s = Store()
@@ -43,24 +52,26 @@ def cached() -> tuple[FactsCache, Store]:
 def test_a_reading_reads_every_fact_once() -> None:
     s = Store()
     facts = ClusterFacts.read(cast(MetadataStore, s))
-    assert (facts.registrations, facts.agent_addresses, facts.recovery_delay, facts.replication_disabled) == (
-        "registrations #1", {"b1": "a2"}, 30, False)
-    assert s.reads == ["registrations", "agents", "delay", "disabled"]
+    assert (facts.registrations, facts.agent_addresses, facts.recovery_delay, facts.replication_disabled,
+            facts.lost_bookie_sightings) == ("registrations #1", {"b1": "a2"}, 30, False, {"b2": 5})
+    assert s.reads == EVERY_READ
 
 
 def test_each_part_is_read_once_until_it_changed() -> None:
     c, s = cached()
     assert c.facts() == c.facts() and c.facts().registrations == "registrations #1"
-    assert s.reads == ["registrations", "agents", "delay", "disabled"] and c.reads == dict.fromkeys(PARTS, 1)
+    assert s.reads == EVERY_READ and c.reads == dict.fromkeys(PARTS, 1)
     c.changed(REGISTRATIONS)  # only what changed is read again
-    assert c.facts().registrations == "registrations #5" and s.reads[4:] == ["registrations"]
+    assert c.facts().registrations == "registrations #6" and s.reads[5:] == ["registrations"]
     c.changed(REPLICATION)
     c.facts()
-    assert s.reads[5:] == ["delay", "disabled"]
+    assert s.reads[6:] == ["delay", "disabled"]
+    c.changed(SIGHTINGS)  # the leader recorded them
+    assert c.facts().lost_bookie_sightings == {"b2": 9} and s.reads[8:] == ["sightings"]
     c.changed()  # a gap: every part
     c.facts()
-    assert s.reads[7:] == ["registrations", "agents", "delay", "disabled"]
-    assert c.reads == {REGISTRATIONS: 3, AGENTS: 2, REPLICATION: 3}
+    assert s.reads[9:] == EVERY_READ
+    assert c.reads == {REGISTRATIONS: 3, AGENTS: 2, REPLICATION: 3, SIGHTINGS: 3}
 
 
 def test_a_read_that_raced_a_change_is_used_once_but_not_kept() -> None:
@@ -78,7 +89,7 @@ def test_nothing_is_kept_when_unwatched() -> None:
     c.keeping = False
     c.facts()
     c.facts()
-    assert s.reads == ["registrations", "agents", "delay", "disabled"] * 2
+    assert s.reads == EVERY_READ * 2
 
 
 def test_readings_from_many_threads_are_each_whole() -> None:

@@ -434,10 +434,10 @@ def scraped(a: Auditor) -> dict[str, float]:
 
 
 def test_the_looks_read_the_bookies_facts_once_and_again_when_the_watch_says_they_changed(cluster: Cluster) -> None:
-    """A look at a few ledgers starts on the facts the last one read (the registrations, lostBookieRecoveryDelay
-    and whether re-replication is disabled) until the store's watch says they changed, or may have: a gap, or
-    a new leadership (on a loaded machine the leader may lose its session mid-test; it then reads them once
-    more, and this is what /metrics shows)."""
+    """A look at a few ledgers starts on the facts the last one read (the registrations, lostBookieRecoveryDelay,
+    whether re-replication is disabled and the lost bookies' sightings) until the store's watch says they
+    changed, or may have: a gap, or a new leadership (on a loaded machine the leader may lose its session
+    mid-test; it then reads them once more, and this is what /metrics shows)."""
     cluster.writer.unregister_bookie("127.0.9.9:3181")
     cluster.writer.set_replication_disabled(False)
     a = cluster.auditor()
@@ -461,10 +461,13 @@ def test_the_looks_read_the_bookies_facts_once_and_again_when_the_watch_says_the
 
         first = look()
         assert reads(first, "registrations") >= 1 and reads(first, "replication") >= 1
-        later = look()
-        later = look()
+        for _ in range(3):
+            later = look()
         for part in ("registrations", "replication"):  # (where the agents listen is read at every listing too)
             assert reads(later, part) - reads(first, part) <= renewals(later) - renewals(first), (part, later)
+        # the lost bookies' sightings: with the agents' addresses at each listing, and when the leader records them
+        assert (reads(later, "sightings") - reads(first, "sightings")
+                <= reads(later, "agents") - reads(first, "agents") + renewals(later) - renewals(first)), later
         cluster.writer.register_bookie(BookieRegistration("127.0.9.9:3181", False))
         cluster.writer.set_replication_disabled(True)
         changed = later
@@ -472,7 +475,8 @@ def test_the_looks_read_the_bookies_facts_once_and_again_when_the_watch_says_the
             changed = look()
             if all(reads(changed, part) > reads(later, part) for part in ("registrations", "replication")):
                 break
-        assert all(reads(changed, part) > reads(later, part) for part in ("registrations", "replication")), changed
+        assert all(reads(changed, part) > reads(later, part)
+                   for part in ("registrations", "replication", "sightings")), changed
         cluster.writer.set_replication_disabled(False)
         for _ in range(10):
             again = look()
