@@ -287,6 +287,39 @@ def test_a_bookie_back_and_gone_again_is_judged_from_its_last_departure(cluster:
         a.stop()
 
 
+def test_a_new_leader_judges_a_bookie_by_the_sightings_in_the_store_not_by_a_last_leaders(cluster: Cluster) -> None:
+    """The sightings a leader keeps with its facts are the store's: a bookie sighted by one leader, back while no
+    auditor ran (a run dropped its sighting) and gone again, is judged by the next leader from what the store
+    says, as a fresh process would: not before the delay and the grace have passed since it went again (what the
+    last leader found is shown until the new one's looks clear it). Its ledgers are then found by the next full
+    run: continuous mode follows only the departures its watch saw."""
+    delay, grace = 15, 1  # long enough for a loaded machine's election and first look
+    cluster.scan = dataclasses.replace(cluster.scan, lost_bookie_recovery_delay=0, lost_bookie_grace_period=grace)
+    cluster.writer.set_lost_bookie_recovery_delay(delay)
+    a = cluster.auditor()
+    try:
+        wait_for(lambda: "full" in a.last, 60)
+        cluster.writer.unregister_bookie(B3)
+        wait_for(lambda: B3 in LOST_BOOKIE_SIGHTINGS.read(cluster.registry), 30)
+        lost = {("LOST_BOOKIE_RECOVERY_NOT_STARTED", lid) for lid in range(1, 9)}
+        wait_for(lambda: lost <= set(current(a)), delay + grace + FOUND_WITHIN)  # past due, from that sighting
+    finally:
+        a.stop()
+    cluster.writer.register_bookie(BookieRegistration(B3, False))  # back while no auditor runs ...
+    LOST_BOOKIE_SIGHTINGS.write(cluster.registry, {})  # ... as a run that saw it registered records
+    cluster.writer.unregister_bookie(B3)  # gone again, for good
+    gone = time.monotonic()
+    b = cluster.auditor()
+    try:
+        wait_for(lambda: not lost & set(current(b)), FOUND_WITHIN)  # the last leader's, looked at again: not due
+        assert time.monotonic() - gone < delay + grace, "cleared too late to tell"
+        while time.monotonic() - gone < delay + grace:  # never judged by the first leader's sighting
+            assert not lost & set(current(b))
+            time.sleep(0.5)
+    finally:
+        b.stop()
+
+
 def kept_findings(store: MetadataStore) -> tuple[Current, ...]:
     kept = CURRENT_STATE.read(store)
     return kept.found if kept is not None else ()
