@@ -187,7 +187,7 @@ class Continuous:
             self._look_at_bookie(change.bookie_id, f"{change.bookie_id}'s registration went away",
                                  s.lost_bookie_recovery_delay + s.lost_bookie_grace_period + 1)
         elif change.event == "created":
-            self._gone.back(change.bookie_id)
+            self._gone.back(change.bookie_id, self._ms())
             self._agents_moved.set()  # a bookie back, or a new one: its agent may be new too
             self._look_at_bookie(change.bookie_id, f"{change.bookie_id} registered again")
 
@@ -208,15 +208,24 @@ class Continuous:
         try:
             assert self.facts is not None
             self.facts.changed(AGENTS, SIGHTINGS)  # read afresh, and kept for the looks until the next listing
-            self._resolver.registered.update(self.facts.facts().agent_addresses)
+            facts = self.facts.facts()
         except Exception as exc:  # the store away for a moment: the next round
             log.info("continuous scrutiny: cannot list the agents now: %s", exc)
             return
+        self._resolver.registered.update(facts.agent_addresses)
+        for bookie in self._gone.adopt(facts.lost_bookie_sightings, facts.registered):
+            self._look_at_bookie(bookie, f"a run sighted {bookie} gone", self._gone.until_due(bookie, self._ms(),
+                                                                                              self.facts))
         feeds = self._feeds
         if feeds is None:  # stepping down meanwhile
             return
         for bookie in sorted({*self._resolver.registered, *self._resolver.explicit}):
             feeds.follow(bookie)
+
+    def runs_sighted(self) -> None:
+        """A whole-cluster run of this process recorded its lost-bookie sightings: they are read, and a bookie it
+        found gone is followed (at the next listing of the agents, soon)."""
+        self._agents_moved.set()
 
     def _on_agent(self, bookie: str, feed_id: str, msg: Any) -> None:
         if msg.kind == Msg.HEARTBEAT:

@@ -2,13 +2,15 @@
 ledgers only after its lostBookieRecoveryDelay, so the lost-bookie check is due that long (and the grace)
 after then; the times are also written where runs keep their sightings, so that a run counts the delay from
 the earlier of the two. A bookie the watch saw registered again has no sighting left there: gone again, it is
-judged from its new departure, never from an earlier one (each look writes what the watch saw first)."""
+judged from its new departure, never from an earlier one (each look writes what the watch saw first). A bookie
+the sightings name that the watch never saw go (it went while no leader watched, or the last leader saw it) is
+taken from them (`adopt`), so that it too is looked at when due, whatever this leader saw."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from scrutiny.config import ScanSettings
 from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
@@ -25,6 +27,7 @@ class GoneBookies:
         self._recording = threading.Lock()  # a look in another lane waits for a record on its way
         self._gone: dict[str, int] = {}  # bookie -> when the watch saw its registration go (ms)
         self._back: set[str] = set()  # seen registered again since the last `record`: their sightings go
+        self._back_at: dict[str, int] = {}  # bookie -> when the watch last saw it registered again (ms)
         self._unrecorded = False
 
     def went(self, bookie: str, at_ms: int) -> None:
@@ -32,11 +35,22 @@ class GoneBookies:
             self._gone.setdefault(bookie, at_ms)
             self._unrecorded = True
 
-    def back(self, bookie: str) -> None:
+    def back(self, bookie: str, at_ms: int) -> None:
         with self._lock:
             self._gone.pop(bookie, None)
             self._back.add(bookie)
+            self._back_at[bookie] = at_ms
             self._unrecorded = True
+
+    def adopt(self, sightings: Mapping[str, int], registered: Collection[str]) -> list[str]:
+        """The bookies the stored sightings name, unregistered, that the watch has not seen go: gone since their
+        sighting (already recorded). Never one the watch saw back after its sighting: that sighting is stale, and
+        a reading of the facts may predate its return."""
+        with self._lock:
+            new = {b: t for b, t in sightings.items() if b not in registered and b not in self._gone
+                   and t > self._back_at.get(b, -1)}
+            self._gone.update(new)
+            return sorted(new)
 
     def among(self, bookies: Collection[str]) -> set[str]:
         with self._lock:
