@@ -329,7 +329,7 @@ class Auditor:
         self.publisher.published(ticket, report, self.address, leading)
         if self.continuous is not None and ticket.kind != UNDERREPLICATION and not (ticket.ledger_ids or
                                                                                     ticket.bookie_id):
-            self.continuous.runs_sighted()  # a bookie this run found gone, not yet due: looked at when due
+            self.continuous.runs_sighted(ticket.started_ms)  # a bookie it found gone, not yet due: looked at when due
 
     # -- what the RPC asks ----------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
 from scrutiny.runstats import Scan
 from scrutiny.scan.engines import LocalEngine
-from scrutiny.store import MetadataStore
+from scrutiny.store import MetadataStore, open_store
 from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter, cookie
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
@@ -343,6 +343,35 @@ def test_a_departure_a_last_leader_recorded_is_looked_at_when_due_by_the_next(cl
         assert str(current(a)["LOST_BOOKIE_RECOVERY_NOT_STARTED", 1]["found_by"]).startswith("continuous:")
     finally:
         a.stop()
+
+
+def test_a_process_elected_again_takes_no_departure_from_its_last_leadership(cluster: Cluster) -> None:
+    """What continuous mode's watch saw go is one leadership's: the same process elected again, after the bookie
+    came back and went again while another leader ran, never writes the first departure into the sightings (it
+    would judge the bookie early), and follows the departure the store records."""
+    from scrutiny.auditor.continuous import Continuous
+    from scrutiny.auditor.currentstate import CurrentState
+
+    cluster.writer.set_lost_bookie_recovery_delay(600)  # no look at the bookie's ledgers within the test
+    c = Continuous(cluster.scan, cluster.settings, CurrentState(), lambda _: None)
+    store = open_store(cluster.scan)  # the leader's own session, which its watch needs
+    c.start(store)
+    try:
+        cluster.writer.unregister_bookie(B3)
+        wait_for(lambda: c.pending() == 1, 30)  # its look, due after the delay
+    finally:
+        c.stop()
+    cluster.writer.register_bookie(BookieRegistration(B3, False))  # back while another leader ran ...
+    cluster.writer.unregister_bookie(B3)  # ... and gone again, as that leader recorded:
+    again = int(time.time() * 1000)
+    LOST_BOOKIE_SIGHTINGS.write(cluster.registry, {B3: again})
+    c.start(store, [1])  # elected again: a look at ledger 1 at once (it records what the watch saw)
+    try:
+        wait_for(lambda: c.stats["batches"] >= 1, FOUND_WITHIN)
+        assert LOST_BOOKIE_SIGHTINGS.read(cluster.registry) == {B3: again}
+    finally:
+        c.stop()
+        store.close()
 
 
 def kept_findings(store: MetadataStore) -> tuple[Current, ...]:
