@@ -29,6 +29,7 @@ from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.auditor.cursors import Cursors, KeptCursors
 from scrutiny.auditor.feeds import AgentFeeds
 from scrutiny.auditor.gonebookies import GoneBookies
+from scrutiny.auditor.listing import AgentListing
 from scrutiny.auditor.topicfeed import TopicFeed
 from scrutiny.bookieclient import EndpointResolver
 from scrutiny.categories import Category, Phase, in_phase
@@ -50,8 +51,6 @@ Msg = bookie_pb2.HoldingsChange
 LOOKED_AT: tuple[Category, ...] = in_phase(Phase.LEDGERS) + in_phase(Phase.MARKS)  # what a scoped run finds
 # ... and a look at a topic (a leak is no topic's: full runs find them, as orphans)
 TOPICS_LOOKED_AT = tuple(c for c in in_phase(Phase.TOPICS) if c is not Category.LEAKED_LEDGER)
-AGENTS_EVERY_SECONDS = 60.0  # how often the leader lists the agents (sooner when a registration or feed moved)
-AGENTS_AT_MOST_EVERY_SECONDS = 5.0  # ... but never more often: an agent down for long is not a storm of listings
 FACTS_OF = {"registration": (REGISTRATIONS, AGENTS, SIGHTINGS), "cookie": (REGISTRATIONS,),  # what each change spoils
             "replication": (REPLICATION,)}
 
@@ -74,7 +73,7 @@ class Continuous:
         # something to look at (or, for the ledgers' loop, cursors moved): each lane's loop wakes only then
         self._pokes = {lane: threading.Event() for lane in LANES}
         self.backlog = Backlog({lane: e.set for lane, e in self._pokes.items()})
-        self._agents_moved = threading.Event()  # a registration or an agent's feed changed: list the agents again
+        self._listing = AgentListing(self._follow_listed)
         self._threads: list[threading.Thread] = []
         self._watch: TreeWatchHandle | None = None
         self._store: MetadataStore | None = None
@@ -98,11 +97,12 @@ class Continuous:
         at once at the `kept` ledgers (the findings of the state a last leader kept: confirmed, or cleared)."""
         self._look(kept, "the last leader's current state names it")
         self._stop.clear()
-        self._agents_moved.clear()
         self._store, self.facts = store, FactsCache(store, reads=self.fact_reads)
         stored = self._kept.read(store)
         position, self._seen = stored.metadata, dict(stored.agents)
         self.state.watching(self._ms())
+        self._gone = GoneBookies(self.scan)  # what a last leadership's watch saw is not known to be true now
+        self._gone.judged(self._ms())  # every election asks for a full run (below)
         self._watch = store.watch_tree(self._on_tree, lambda why: self._gap("metadata", why), position)
         self.facts.keeping = self._watch is not None  # unwatched, no fact is known to stay true
         self.feeds["metadata"] = "up" if self._watch is not None else "unavailable"
@@ -115,12 +115,13 @@ class Continuous:
             self.feeds["pulsar"] = pulsar
         s = self.scan
         self._feeds = AgentFeeds(self._resolver.address, lambda b: self._seen.get(b, ("", 0)), self._on_agent,
-                                 lambda _: self._agents_moved.set(), self.feeds,
+                                 lambda _: self._listing.moved(), self.feeds,
                                  channel_credentials(s.bookie_tls_ca, s.bookie_tls_cert, s.bookie_tls_key),
                                  s.bookie_max_message_bytes)
-        for target, name, args in ((self._follow_agents, "continuous-agents", ()), (self._work, "continuous",
-                                   (LEDGERS,)), (self._work, "continuous-bookies", (BOOKIES,)),
-                                  (self._work, "continuous-topics", (TOPICS,))):
+        for target, name, args in ((self._listing.follow, "continuous-agents", (self._stop,)),
+                                   (self._work, "continuous", (LEDGERS,)),
+                                   (self._work, "continuous-bookies", (BOOKIES,)),
+                                   (self._work, "continuous-topics", (TOPICS,))):
             t = threading.Thread(target=target, args=args, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -129,7 +130,7 @@ class Continuous:
         self._stop.set()
         for poke in self._pokes.values():
             poke.set()
-        self._agents_moved.set()
+        self._listing.moved()
         self.state.stopped_watching()
         self.topics.stop()  # its watches were added after the tree's
         if self._watch is not None:
@@ -187,36 +188,32 @@ class Continuous:
             self._look_at_bookie(change.bookie_id, f"{change.bookie_id}'s registration went away",
                                  s.lost_bookie_recovery_delay + s.lost_bookie_grace_period + 1)
         elif change.event == "created":
-            self._gone.back(change.bookie_id)
-            self._agents_moved.set()  # a bookie back, or a new one: its agent may be new too
+            self._gone.back(change.bookie_id, self._ms())
+            self._listing.moved()  # a bookie back, or a new one: its agent may be new too
             self._look_at_bookie(change.bookie_id, f"{change.bookie_id} registered again")
-
-    def _follow_agents(self) -> None:
-        """Follow every agent the store lists, listed again every AGENTS_EVERY_SECONDS (sooner when a
-        registration or a feed moved, but never more often than AGENTS_AT_MOST_EVERY_SECONDS)."""
-        listed = -math.inf
-        while not self._stop.is_set():
-            since = time.monotonic() - listed
-            if since >= AGENTS_EVERY_SECONDS or (self._agents_moved.is_set() and since >= AGENTS_AT_MOST_EVERY_SECONDS):
-                self._agents_moved.clear()
-                listed = time.monotonic()
-                self._follow_listed()
-            self._stop.wait(AGENTS_AT_MOST_EVERY_SECONDS)
-            self._agents_moved.wait(max(0.0, AGENTS_EVERY_SECONDS - (time.monotonic() - listed)))
 
     def _follow_listed(self) -> None:
         try:
             assert self.facts is not None
             self.facts.changed(AGENTS, SIGHTINGS)  # read afresh, and kept for the looks until the next listing
-            self._resolver.registered.update(self.facts.facts().agent_addresses)
+            facts = self.facts.facts()
         except Exception as exc:  # the store away for a moment: the next round
             log.info("continuous scrutiny: cannot list the agents now: %s", exc)
             return
+        self._resolver.registered.update(facts.agent_addresses)
+        for bookie, wait in self._gone.adopt(facts, self._ms()).items():
+            self._look_at_bookie(bookie, f"a run sighted {bookie} gone", wait)
         feeds = self._feeds
         if feeds is None:  # stepping down meanwhile
             return
         for bookie in sorted({*self._resolver.registered, *self._resolver.explicit}):
             feeds.follow(bookie)
+
+    def runs_sighted(self, started_ms: int) -> None:
+        """A whole-cluster run of this process, started then, recorded its lost-bookie sightings: they are read,
+        and a bookie it found gone but not yet due is looked at when due (from the next listing of the agents)."""
+        self._gone.judged(started_ms)
+        self._listing.moved()
 
     def _on_agent(self, bookie: str, feed_id: str, msg: Any) -> None:
         if msg.kind == Msg.HEARTBEAT:

@@ -327,6 +327,9 @@ class Auditor:
         leading = (Leading(self.connected_store(), self.config.auditor, self.periodic)
                    if self.leading.is_set() and self.periodic is not None else None)
         self.publisher.published(ticket, report, self.address, leading)
+        if self.continuous is not None and ticket.kind != UNDERREPLICATION and not (ticket.ledger_ids or
+                                                                                    ticket.bookie_id):
+            self.continuous.runs_sighted(ticket.started_ms)  # a bookie it found gone, not yet due: looked at when due
 
     # -- what the RPC asks ----------------------------------------------------------------------
 

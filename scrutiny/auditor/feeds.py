@@ -51,6 +51,7 @@ class AgentFeeds:
                         ("grpc.http2.max_pings_without_data", 0)]  # a quiet stream sends no data: ping anyway
         self._loop = asyncio.new_event_loop()
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stopping = False  # set before the tasks are cancelled: a follow still on its way starts nothing
         self._thread = threading.Thread(target=self._loop.run_forever, name="continuous-feeds", daemon=True)
         self._thread.start()
 
@@ -59,7 +60,7 @@ class AgentFeeds:
             self._loop.call_soon_threadsafe(self._start, bookie)
 
     def _start(self, bookie: str) -> None:
-        if bookie not in self._tasks:
+        if not self._stopping and bookie not in self._tasks:
             self._tasks[bookie] = self._loop.create_task(self._follow(bookie))
 
     def stop(self) -> None:
@@ -76,6 +77,7 @@ class AgentFeeds:
                 await asyncio.gather(*tasks, return_exceptions=True)
             await self._loop.shutdown_asyncgens()
 
+        self._stopping = True
         if self._loop.is_running():
             try:
                 asyncio.run_coroutine_threadsafe(cancel_all(), self._loop).result(timeout=STOP_SECONDS)

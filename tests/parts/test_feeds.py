@@ -153,3 +153,32 @@ def test_a_frozen_agent_is_told_by_keepalive_pings_without_a_heartbeat(monkeypat
         f.stop()
         proc.send_signal(signal.SIGCONT)
         stop(proc)
+
+
+def test_a_follow_racing_the_stop_leaves_nothing_pending(caplog: pytest.LogCaptureFixture) -> None:
+    """The leader lists the agents while it steps down (a listing a run's end asked for): a follow that reaches
+    the loop after its tasks were cancelled starts nothing, so nothing is destroyed pending with the loop."""
+    import gc
+    import warnings
+
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        for _ in range(20):
+            f = AgentFeeds(lambda _: "127.0.0.1:1", lambda _: ("", 0), lambda *_: None, lambda _: None, {})
+            stopped = threading.Event()
+
+            def listing(f: AgentFeeds = f, stopped: threading.Event = stopped) -> None:
+                n = 0
+                while not stopped.is_set():
+                    f.follow(f"127.0.0.{n % 250 + 1}:3181")
+                    n += 1
+
+            t = threading.Thread(target=listing)
+            t.start()
+            f.stop()
+            stopped.set()
+            t.join()
+            del f
+            gc.collect()
+    assert not [w for w in warned if "never awaited" in str(w.message)]
+    assert not [r for r in caplog.records if "destroyed but it is pending" in r.getMessage()]

@@ -35,8 +35,9 @@ from scrutiny.console.web import AuditorWeb
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
+from scrutiny.runstats import Scan
 from scrutiny.scan.engines import LocalEngine
-from scrutiny.store import MetadataStore
+from scrutiny.store import MetadataStore, open_store
 from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter, cookie
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
@@ -291,8 +292,8 @@ def test_a_new_leader_judges_a_bookie_by_the_sightings_in_the_store_not_by_a_las
     """The sightings a leader keeps with its facts are the store's: a bookie sighted by one leader, back while no
     auditor ran (a run dropped its sighting) and gone again, is judged by the next leader from what the store
     says, as a fresh process would: not before the delay and the grace have passed since it went again (what the
-    last leader found is shown until the new one's looks clear it). Its ledgers are then found by the next full
-    run: continuous mode follows only the departures its watch saw."""
+    last leader found is shown until the new one's looks clear it). Once due, continuous mode finds its ledgers
+    though its watch never saw it go: the election's full run sighted it (no periodic full run here)."""
     delay, grace = 15, 1  # long enough for a loaded machine's election and first look
     cluster.scan = dataclasses.replace(cluster.scan, lost_bookie_recovery_delay=0, lost_bookie_grace_period=grace)
     cluster.writer.set_lost_bookie_recovery_delay(delay)
@@ -316,8 +317,61 @@ def test_a_new_leader_judges_a_bookie_by_the_sightings_in_the_store_not_by_a_las
         while time.monotonic() - gone < delay + grace:  # never judged by the first leader's sighting
             assert not lost & set(current(b))
             time.sleep(0.5)
+        wait_for(lambda: lost <= set(current(b)), FOUND_WITHIN)
     finally:
         b.stop()
+
+
+def test_a_departure_a_last_leader_recorded_is_looked_at_when_due_by_the_next(cluster: Cluster) -> None:
+    """A bookie a last leader recorded gone (its sighting in the store), the leader gone before the bookie was due
+    (a failover in a bookie's outage): the next leader's watch never saw it go, and its election's full run finds
+    it not yet due; continuous mode takes the departure from the store and finds its ledgers once due, not before
+    (no periodic full run here)."""
+    delay, grace = 15, 1  # long enough for a loaded machine's election and its full run
+    cluster.scan = dataclasses.replace(cluster.scan, lost_bookie_recovery_delay=0, lost_bookie_grace_period=grace)
+    cluster.writer.set_lost_bookie_recovery_delay(delay)
+    cluster.writer.unregister_bookie(B3)
+    gone = time.monotonic()
+    LOST_BOOKIE_SIGHTINGS.write(cluster.registry, {B3: int(time.time() * 1000)})  # as the last leader recorded
+    a = cluster.auditor()
+    try:
+        lost = {("LOST_BOOKIE_RECOVERY_NOT_STARTED", lid) for lid in range(1, 9)}
+        wait_for(lambda: lost <= set(current(a)), delay + grace + FOUND_WITHIN)
+        assert time.monotonic() - gone >= delay + grace
+        election = a.last["full"].report
+        assert election is not None and Scan.of(election.stats).lost_bookie_ledgers_not_yet_due == 8
+        assert str(current(a)["LOST_BOOKIE_RECOVERY_NOT_STARTED", 1]["found_by"]).startswith("continuous:")
+    finally:
+        a.stop()
+
+
+def test_a_process_elected_again_takes_no_departure_from_its_last_leadership(cluster: Cluster) -> None:
+    """What continuous mode's watch saw go is one leadership's: the same process elected again, after the bookie
+    came back and went again while another leader ran, never writes the first departure into the sightings (it
+    would judge the bookie early), and follows the departure the store records."""
+    from scrutiny.auditor.continuous import Continuous
+    from scrutiny.auditor.currentstate import CurrentState
+
+    cluster.writer.set_lost_bookie_recovery_delay(600)  # no look at the bookie's ledgers within the test
+    c = Continuous(cluster.scan, cluster.settings, CurrentState(), lambda _: None)
+    store = open_store(cluster.scan)  # the leader's own session, which its watch needs
+    c.start(store)
+    try:
+        cluster.writer.unregister_bookie(B3)
+        wait_for(lambda: c.pending() == 1, 30)  # its look, due after the delay
+    finally:
+        c.stop()
+    cluster.writer.register_bookie(BookieRegistration(B3, False))  # back while another leader ran ...
+    cluster.writer.unregister_bookie(B3)  # ... and gone again, as that leader recorded:
+    again = int(time.time() * 1000)
+    LOST_BOOKIE_SIGHTINGS.write(cluster.registry, {B3: again})
+    c.start(store, [1])  # elected again: a look at ledger 1 at once (it records what the watch saw)
+    try:
+        wait_for(lambda: c.stats["batches"] >= 1, FOUND_WITHIN)
+        assert LOST_BOOKIE_SIGHTINGS.read(cluster.registry) == {B3: again}
+    finally:
+        c.stop()
+        store.close()
 
 
 def kept_findings(store: MetadataStore) -> tuple[Current, ...]:

@@ -28,8 +28,8 @@ from tests.support.metrics import sample
 
 pytestmark = pytest.mark.slow
 SCRUTINY = [sys.executable, "-m", "scrutiny.cli"]
-NOISE = re.compile(r"Task was destroyed but it is pending|session lost|chttp2_transport|[Gg]ot goaway|Traceback"
-                   r"|^\S+ \S+ ERROR |violation \{", re.MULTILINE)
+NOISE = re.compile(r"Task was destroyed but it is pending|was never awaited|session lost|chttp2_transport|[Gg]ot goaway"
+                   r"|Traceback|^\S+ \S+ ERROR |violation \{", re.MULTILINE)
 
 
 def noise(stderr: Path) -> list[str]:
