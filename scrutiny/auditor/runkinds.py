@@ -11,6 +11,7 @@ FULL, UNDERREPLICATION, RESCAN, WHATIF, DEEP = "full", "underreplication", "resc
 KINDS = (FULL, UNDERREPLICATION, RESCAN, WHATIF, DEEP)
 PERIODIC = (FULL, UNDERREPLICATION, DEEP)
 WHOLE_CLUSTER_KINDS = (FULL, UNDERREPLICATION, RESCAN, DEEP)  # the kinds whose runs set the gauges
+JUDGING_KINDS = (FULL, RESCAN, DEEP)  # ... those of them that judge every ledger (the current state, lost bookies)
 
 
 # What each kind of run looks at, for the sinks (a kind that did not look reports nothing stale).

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from scrutiny.auditor.runkinds import WHOLE_CLUSTER_KINDS
 from scrutiny.errors import Busy
 from scrutiny.logsetup import RUN_ID
 from scrutiny.report import Report
@@ -36,6 +37,11 @@ class Ticket:
     ranges_total: int = 0
     report: Report | None = None
     done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def whole_cluster(self) -> bool:
+        """A run of its kind over every ledger (not some ledgers', one bookie's, or a what-if)."""
+        return self.kind in WHOLE_CLUSTER_KINDS and self.ledger_ids is None and not self.bookie_id
 
 
 @dataclass(frozen=True)
