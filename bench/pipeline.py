@@ -6,6 +6,9 @@ answers kept encoded and shares compared in bulk, each ledger then checked alone
 same with the healthy ledgers checked a group at a time (`check_healthy`). CPU time of this process, the best
 of --repeats (the machine is shared and noisy; the best is the least disturbed).
 
+Then the floor of the metadata's decoding as long as protobuf's Python objects read it: each znode's message
+parsed alone, and parsed with every field a check uses read (no object of ours made), per ledger.
+
     python -m bench.pipeline --ledgers 20000
 """
 
@@ -17,18 +20,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from google.protobuf.internal import decoder as pb_decoder
+
 from bench.common import table
 from bench.scale import BOOKIES, bookie, rack_of, synthetic_ledgers
 from scrutiny.bookieclient import interpret, take
+from scrutiny.bookkeeper import ledger_metadata_pb2
 from scrutiny.checks import BookieAnswer, BookieAnswers, expected_share
 from scrutiny.codec import encode_groups
 from scrutiny.config import ScanSettings
 from scrutiny.metadata import decode_ledger_metadata, encode_ledger_metadata
+from scrutiny.metadata.ledger import HEADER_PREFIX
 from scrutiny.scan.classify import classify, select, wanted
 from scrutiny.scan.context import Pass, RunContext
 from scrutiny.scan.work import YOUNG_COLLECTION_THRESHOLD
 from scrutiny.store import LedgerRead
 from scrutiny.v1 import bookie_pb2
+
+V3_HEADER = HEADER_PREFIX + b"3\n"
 
 Message = bookie_pb2.GetListOfEntriesOfLedgersResponse
 
@@ -100,12 +109,46 @@ def run(count: int, repeats: int = 5) -> list[dict[str, object]]:
     return rows
 
 
+def metadata_floor(count: int, repeats: int = 5) -> list[dict[str, object]]:
+    """The per-ledger floor of decoding with protobuf's objects: each message parsed; parsed and every field read."""
+    bodies = []
+    for z in cluster(count)[0]:
+        length, at = pb_decoder._DecodeVarint32(z, len(V3_HEADER))  # type: ignore[attr-defined]
+        assert z.startswith(V3_HEADER)
+        bodies.append(z[at:at + length])
+    message = ledger_metadata_pb2.LedgerMetadataFormat
+
+    def parsed() -> None:
+        for body in bodies:
+            message.FromString(body)
+
+    def read() -> None:
+        for body in bodies:
+            m = message.FromString(body)
+            (m.quorumSize, m.ensembleSize, m.ackQuorumSize, m.lastEntryId, m.state, m.length, m.ctime, m.digestType,
+             m.password, m.cToken, [(c.key, c.value) for c in m.customMetadata],
+             [(s.firstEntryId, tuple(s.ensembleMember)) for s in m.segment])
+
+    def best(work: Callable[[], None]) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.process_time()
+            work()
+            times.append(time.process_time() - t0)
+        return min(times) / count * 1e6
+
+    return [{"floor": "each znode's message parsed (protobuf)", "us per ledger": best(parsed)},
+            {"floor": "parsed, every field a check uses read", "us per ledger": best(read)}]
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--ledgers", type=int, default=20_000)
     p.add_argument("--repeats", type=int, default=7)
     a = p.parse_args()
     print(table(run(a.ledgers, a.repeats)))
+    print()
+    print(table(metadata_floor(a.ledgers, a.repeats)))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,11 @@ a synthetic cluster, in one process, with the agents in their own processes, gro
 cProfile sees the main thread alone: a run before it, not profiled, gives each thread's CPU (the
 ZooKeeper session's, the bookie calls', gRPC's own), from the kernel's per-thread counters.
 
-    python -m bench.profile_scan [--ledgers 20000] [--cumulative]
+`--spark`: the same cluster scanned as a full run scans it, on Spark `local[2]`, twice (the first warms the
+Python workers: their imports, sessions and channels); the second's CPU by worker thread, not profiled, beside
+the in-process run's: what Spark's workers spend beyond the work itself.
+
+    python -m bench.profile_scan [--ledgers 20000] [--cumulative] [--spark]
 """
 
 from __future__ import annotations
@@ -39,6 +43,13 @@ COMPONENTS = (("kazoo", "ZooKeeper client (kazoo)"), ("grpc", "gRPC client"), ("
               ("protobuf", "protobuf"), ("threading", "waiting (threading)"), ("scrutiny/", "scrutiny, other"))
 
 
+def _comm(tid: int) -> str:
+    try:
+        return Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+    except OSError:
+        return "a thread that ended meanwhile"
+
+
 def cpu_by_thread(work: Callable[[], object]) -> dict[str, float]:
     """Each thread's CPU seconds over `work`, by its name (a pool's threads together), most first."""
     me = psutil.Process()
@@ -47,9 +58,42 @@ def cpu_by_thread(work: Callable[[], object]) -> dict[str, float]:
     names = {t.native_id: t.name for t in threading.enumerate()}
     spent: dict[str, float] = defaultdict(float)
     for t in me.threads():
-        name = names.get(t.id) or Path(f"/proc/self/task/{t.id}/comm").read_text().strip()  # gRPC's own threads
+        name = names.get(t.id) or _comm(t.id)  # gRPC's own threads
         spent["main" if t.id == threading.main_thread().native_id else re.sub(r"_\d+$", "", name)] += (
             t.user_time + t.system_time - before.get(t.id, 0.0))
+    return dict(sorted(spent.items(), key=lambda kv: -kv[1]))
+
+
+def spark_threads(settings: ScanSettings, leave_out: list[int]) -> dict[str, float]:
+    """Spark's Python workers' CPU seconds over a warm full run, by thread ("main": the one running the tasks;
+    gRPC's event engine; every other Python thread: the bookie calls, the ZooKeeper session)."""
+    from scrutiny.scan.engines import SparkEngine, spark_session
+
+    def sample() -> dict[tuple[int, str], float]:
+        out: dict[tuple[int, str], float] = {}
+        for p in psutil.Process().children(recursive=True):
+            try:
+                if p.pid in leave_out or "java" in p.name():
+                    continue
+                for t in p.threads():
+                    comm = Path(f"/proc/{p.pid}/task/{t.id}/comm").read_text().strip()
+                    kind = "workers: main" if t.id == p.pid else f"workers: {comm.replace('python', 'other Python')}"
+                    out[t.id, kind] = t.user_time + t.system_time
+            except (psutil.Error, OSError):
+                continue  # a thread or process ended meanwhile
+        return out
+
+    engine = SparkEngine(session=spark_session("local[2]"))
+    try:
+        ScrutinyRun(settings, engine).execute()  # warms the workers
+        before = sample()
+        ScrutinyRun(settings, engine).execute()
+        after = sample()
+    finally:
+        engine.session.stop()
+    spent: dict[str, float] = defaultdict(float)
+    for (tid, kind), cpu in after.items():
+        spent[kind] += cpu - before.get((tid, kind), 0.0)
     return dict(sorted(spent.items(), key=lambda kv: -kv[1]))
 
 
@@ -57,6 +101,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--ledgers", type=int, default=20_000)
     p.add_argument("--cumulative", action="store_true", help="the functions by cumulative time too")
+    p.add_argument("--spark", action="store_true", help="a warm full run's CPU by Spark worker thread too")
     args = p.parse_args()
     count = args.ledgers
     with tempfile.TemporaryDirectory() as tmp, LocalZooKeeper(heap="1g") as zk:
@@ -74,6 +119,7 @@ def main() -> None:
                 a.stdout.readline()  # type: ignore[union-attr]
             settings = ScanSettings(metadata_service_uri=uri)
             threads = cpu_by_thread(lambda: ScrutinyRun(settings, LocalEngine()).execute())
+            workers = spark_threads(settings, [zk.pid, *(a.pid for a in agents)]) if args.spark else {}
             run = ScrutinyRun(settings, LocalEngine())
             profile = cProfile.Profile()
             t0 = time.perf_counter()
@@ -93,9 +139,16 @@ def main() -> None:
         name = next((label for key, label in COMPONENTS if key in filename), "other (Python runtime)")
         own[name] += tottime
     total = sum(own.values())
-    print("CPU by thread, not profiled:\n")
-    print(table([{"thread": name, "CPU us per ledger": cpu / count * 1e6} for name, cpu in threads.items()
-                 if cpu / count >= 5e-8]))
+    rows = [{"thread": name, "CPU us per ledger": cpu / count * 1e6} for name, cpu in threads.items()
+            if cpu / count >= 5e-8]
+    rows.append({"thread": "in one process, every thread", "CPU us per ledger": sum(threads.values()) / count * 1e6})
+    if workers:
+        rows += [{"thread": name, "CPU us per ledger": cpu / count * 1e6} for name, cpu in workers.items()
+                 if cpu / count >= 5e-8]
+        rows.append({"thread": "Spark's workers, every thread",
+                     "CPU us per ledger": sum(workers.values()) / count * 1e6})
+    print("CPU by thread, not profiled (in one process; then Spark's workers, when asked):\n")
+    print(table(rows))
     print(f"\n{count} ledgers in {wall:.1f} s in one process ({count / wall:,.0f} ledgers/s); CPU by component:\n")
     print(table([{"component": k, "CPU s": v, "share": f"{v / total:.0%}"}
                  for k, v in sorted(own.items(), key=lambda kv: -kv[1])]))

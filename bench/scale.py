@@ -191,7 +191,7 @@ class ScrutinyCpu:
         for pid in self.exclude:
             with contextlib.suppress(psutil.Error):
                 skip |= {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
-        out = {"python": 0.0, "jvm": 0.0}
+        out = {"python": 0.0, "jvm": 0.0, "driver": 0.0}
         executors = []
         for pid in self.workers:
             with contextlib.suppress(psutil.Error):
@@ -205,6 +205,8 @@ class ScrutinyCpu:
             except psutil.Error:
                 continue
             out[kind] += t.user + t.system + t.children_user + t.children_system
+            if p is me:
+                out["driver"] = t.user + t.system  # of "python": the driver's own threads
         return out
 
     def spent(self) -> dict[str, float]:
@@ -336,6 +338,7 @@ def run_size(count: int, entries: int, old_max: int, master: str, floor_runs: in
             row["ledgers/s"] = count / scan
             row["CPU s/M ledgers: python"] = spent["python"] * 1e6 / count
             row["CPU s/M ledgers: JVM"] = spent["jvm"] * 1e6 / count
+            row["CPU s/M ledgers: python, the driver's"] = spent["driver"] * 1e6 / count
             row["zk peak in flight"] = report.stats.get("store_peak_in_flight", 0)
             row["driver RSS MB"] = peak.driver_base // (1 << 20)
             row["driver growth in scan MB"] = (peak.driver - peak.driver_base) // (1 << 20)
