@@ -13,6 +13,7 @@ from scrutiny.cli import build_parser
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = (ROOT / "docs" / "contract.md").read_text()
 OUTSIDE = re.compile(r"\.\./shared|shared/spec")
+RESULTS = re.compile(r"(bench/results/[\w.-]*\w)(?:\.\{([\w,]+)\})?")  # a record of figures; `name.{md,json}`: both
 
 
 def shipped_files() -> list[Path]:
@@ -32,6 +33,18 @@ def test_nothing_shipped_names_a_path_outside_the_repository() -> None:
         text = path.read_text(errors="replace")
         named += [f"{path.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}" for m in OUTSIDE.finditer(text)]
     assert not named, named
+
+
+def test_every_record_of_figures_named_is_in_the_repository() -> None:
+    """bench/results/ is ignored by git (a bench's output stays local until it is chosen): a record a document
+    cites must have been added on purpose."""
+    shipped = shipped_files()
+    present = {str(path.relative_to(ROOT)) for path in shipped}
+    named = {(str(path.relative_to(ROOT)), name) for path in shipped if path.suffix in (".md", ".py", ".toml", "")
+             for m in RESULTS.finditer(path.read_text(errors="replace"))
+             for name in ([f"{m[1]}.{ext}" for ext in m[2].split(",")] if m[2] else [m[1]])}
+    missing = sorted(f"{where}: {name}" for where, name in named if name not in present)
+    assert not missing, missing
 
 
 def test_the_contract_names_every_category_and_command() -> None:
