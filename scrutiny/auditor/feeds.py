@@ -52,8 +52,14 @@ class AgentFeeds:
         self._loop = asyncio.new_event_loop()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping = False  # set before the tasks are cancelled: a follow still on its way starts nothing
-        self._thread = threading.Thread(target=self._loop.run_forever, name="continuous-feeds", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="continuous-feeds", daemon=True)
         self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._loop.run_forever()
+        finally:  # stopped only once nothing is pending on it (`stop`)
+            self._loop.close()
 
     def follow(self, bookie: str) -> None:
         with contextlib.suppress(RuntimeError):  # its loop closed: stopped, the leader stepped down meanwhile
@@ -77,17 +83,21 @@ class AgentFeeds:
                 await asyncio.gather(*tasks, return_exceptions=True)
             await self._loop.shutdown_asyncgens()
 
+        if self._stopping:  # stopped before
+            self._thread.join(timeout=STOP_SECONDS)
+            return
         self._stopping = True
-        if self._loop.is_running():
+        if not self._loop.is_closed():  # closed on its own: `run_forever` failed
+            cancelled = asyncio.run_coroutine_threadsafe(cancel_all(), self._loop)
+            # the loop stops once the cancellations are done, never before: a loop stopped with tasks pending
+            # would destroy them (and leave their channels open) when it goes
+            cancelled.add_done_callback(lambda _: self._loop.call_soon_threadsafe(self._loop.stop))
             try:
-                asyncio.run_coroutine_threadsafe(cancel_all(), self._loop).result(timeout=STOP_SECONDS)
-            except concurrent.futures.TimeoutError:  # a loaded machine: the loop's thread dies with the process
-                log.warning("the agents' feeds did not end within %d s: leaving them to end on their own",
+                cancelled.result(timeout=STOP_SECONDS)
+            except concurrent.futures.TimeoutError:  # a loaded machine
+                log.warning("the agents' feeds did not end within %d s: they end on their own, then their loop",
                             STOP_SECONDS)
-            self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=STOP_SECONDS)
-        if not self._thread.is_alive():
-            self._loop.close()
 
     async def _follow(self, bookie: str) -> None:
         feed = f"agent {bookie}"

@@ -182,3 +182,34 @@ def test_a_follow_racing_the_stop_leaves_nothing_pending(caplog: pytest.LogCaptu
             gc.collect()
     assert not [w for w in warned if "never awaited" in str(w.message)]
     assert not [r for r in caplog.records if "destroyed but it is pending" in r.getMessage()]
+
+
+def test_a_stop_that_runs_out_of_time_leaves_nothing_pending(monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """On a loaded machine the streams' cancellation can outlast the stop's wait: the loop then goes on until they
+    are done, and only then ends. Stopped at once, it left them pending, destroyed whenever the loop was collected
+    (a loaded CI run of `make test`)."""
+    import asyncio
+    import gc
+
+    def pending() -> set[int]:  # the feeds' tasks not done, alive or awaiting collection
+        return {id(o) for o in gc.get_objects() if isinstance(o, asyncio.Task) and not o.done()
+                and getattr(o.get_coro(), "__qualname__", "").startswith("AgentFeeds.")}
+
+    before = pending()
+    monkeypatch.setattr(feeds, "STOP_SECONDS", 0)  # every stop outlasted: it waits for nothing
+    for _ in range(5):
+        f = AgentFeeds(lambda _: "127.0.0.1:1", lambda _: ("", 0), lambda *_: None, lambda _: None, {})
+        for n in range(50):
+            f.follow(f"127.0.0.{n + 1}:3181")
+        time.sleep(0.2)  # the streams under way
+        f.stop()
+        del f
+    for t in threading.enumerate():
+        if t.name == "continuous-feeds":
+            t.join(timeout=30)
+            assert not t.is_alive(), "a feeds' loop never ended"
+    assert any("did not end within" in r.getMessage() for r in caplog.records)
+    assert not pending() - before
+    gc.collect()
+    assert not [r for r in caplog.records if "destroyed but it is pending" in r.getMessage()]
