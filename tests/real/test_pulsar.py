@@ -212,28 +212,18 @@ def test_a_snapshot_written_when_an_idle_producer_is_forgotten_is_judged_at_its_
     produced.send(idle, topic, range(1, 4))
     idle.close()  # inactive from now on
     steady = client.create_producer(topic, producer_name="steady")  # connected throughout
-
-    def snapshot_at(ledger: int) -> dict[str, Any]:
-        # The broker takes a snapshot after each 5th entry, asynchronously, and skips one asked for while the last
-        # is still pending: the entries go in steps, each once the last snapshot is written.
-        deadline = time.monotonic() + 60
-        while True:
-            stats = broker.stats_internal(topic)
-            ledgers = [li["ledgerId"] for li in stats["ledgers"]]
-            cursor: dict[str, Any] = stats["cursors"].get("pulsar.dedup", {})
-            if len(ledgers) > ledger and cursor.get("markDeletePosition") == f"{ledgers[ledger]}:4":
-                return cursor
-            assert time.monotonic() < deadline, f"the deduplication snapshot stayed at {cursor}"
-            time.sleep(0.5)
-
-    produced.send(steady, topic, range(1, 3))  # entries 3-4: the first ledger full, its snapshot
-    snapshot_at(0)
-    produced.send(steady, topic, range(3, 8))  # entries 5-9: the second ledger, its snapshot
-    before = snapshot_at(1)
-    produced.send(steady, topic, range(8, 10))  # entries 10-11, in a third ledger
-    ledgers = [li["ledgerId"] for li in broker.stats_internal(topic)["ledgers"]]
-    assert len(ledgers) == 3
-    assert before["properties"] == {"idle": 3, "steady": 7}
+    produced.send(steady, topic, range(1, 3))  # entries 3-4: the first ledger full, a snapshot at its 5th entry
+    # One snapshot by count only: the broker skips one asked for while the last is still being stored, and the stats
+    # show a mark-delete before it is stored (a second, five entries later, was skipped on a loaded machine).
+    deadline = time.monotonic() + 60
+    while (before := broker.stats_internal(topic))["cursors"].get("pulsar.dedup", {}).get("properties") != \
+            {"idle": 3, "steady": 2}:
+        assert time.monotonic() < deadline, f"no deduplication snapshot: {before['cursors']}"
+        time.sleep(0.5)
+    first = before["ledgers"][0]["ledgerId"]
+    assert before["cursors"]["pulsar.dedup"]["markDeletePosition"] == f"{first}:4"
+    produced.send(steady, topic, range(3, 7))  # entries 5-8: the second ledger, its head (no snapshot by count)
+    assert len(broker.stats_internal(topic)["ledgers"]) == 2
 
     def purged() -> dict[str, Any] | None:
         cursor: dict[str, Any] = broker.stats_internal(topic)["cursors"]["pulsar.dedup"]
@@ -243,8 +233,8 @@ def test_a_snapshot_written_when_an_idle_producer_is_forgotten_is_judged_at_its_
     while (after := purged()) is None:
         assert time.monotonic() < deadline, "the broker did not forget the idle producer"
         time.sleep(2)
-    # the old position, and steady's 8 and 9, persisted in the third ledger
-    assert after["markDeletePosition"] == f"{ledgers[1]}:4" and after["properties"] == {"steady": 9}
+    # the old position, and steady's 3 to 6, persisted in the second ledger
+    assert after["markDeletePosition"] == f"{first}:4" and after["properties"] == {"steady": 6}
 
     live = scan(cluster, deep=True)
     assert [str(v.category) for v in live.violations] == []
