@@ -31,7 +31,6 @@ from scrutiny.auditor.leadership import Leadership, PeriodicRuns
 from scrutiny.auditor.publishing import Leading, Publisher
 from scrutiny.auditor.runkinds import (
     DEEP,
-    JUDGING_KINDS,
     RESCAN,
     UNDERREPLICATION,
     WHATIF,
@@ -328,7 +327,7 @@ class Auditor:
         leading = (Leading(self.connected_store(), self.config.auditor, self.periodic)
                    if self.leading.is_set() and self.periodic is not None else None)
         self.publisher.published(ticket, report, self.address, leading)
-        if self.continuous is not None and report.complete and ticket.whole_cluster and ticket.kind in JUDGING_KINDS:
+        if self.continuous is not None and ticket.judged_every_ledger(report):
             self.continuous.runs_sighted(ticket.started_ms)  # a bookie it found gone, not yet due: looked at when due
 
     # -- what the RPC asks ----------------------------------------------------------------------

@@ -15,7 +15,7 @@ from scrutiny.auditor.currentstate import CurrentState
 from scrutiny.auditor.deeprecord import record_deep_run
 from scrutiny.auditor.lastrun import RunSummary, bequeath, inherit
 from scrutiny.auditor.leadership import PeriodicRuns
-from scrutiny.auditor.runkinds import DEEP, JUDGING_KINDS, KIND_CATEGORIES, PERIODIC, WHOLE_CLUSTER_KINDS
+from scrutiny.auditor.runkinds import DEEP, KIND_CATEGORIES, PERIODIC, WHOLE_CLUSTER_KINDS
 from scrutiny.auditor.runqueue import Ticket
 from scrutiny.auditor.sinks import FinishedRun, ReportSink
 from scrutiny.config import AuditorSettings
@@ -54,7 +54,7 @@ class Publisher:
         run = FinishedRun(ticket.kind, report, ticket.finished_ms - ticket.started_ms, KIND_CATEGORIES[ticket.kind],
                           whole_cluster=ticket.whole_cluster, finished_ms=ticket.finished_ms, ran_by=ran_by)
         self._each("published", run)
-        if report.complete and run.whole_cluster and ticket.kind in JUDGING_KINDS:
+        if ticket.judged_every_ledger(report):
             missed = self.current.full_run(report.violations, ticket.started_ms, ticket.finished_ms, ticket.kind,
                                            report.repair, KIND_CATEGORIES[ticket.kind],
                                            judges_continuous=ticket.kind != DEEP, unsettled=report.unsettled)

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from scrutiny.auditor.runkinds import WHOLE_CLUSTER_KINDS
+from scrutiny.auditor.runkinds import JUDGING_KINDS, WHOLE_CLUSTER_KINDS
 from scrutiny.errors import Busy
 from scrutiny.logsetup import RUN_ID
 from scrutiny.report import Report
@@ -42,6 +42,11 @@ class Ticket:
     def whole_cluster(self) -> bool:
         """A run of its kind over every ledger (not some ledgers', one bookie's, or a what-if)."""
         return self.kind in WHOLE_CLUSTER_KINDS and self.ledger_ids is None and not self.bookie_id
+
+    def judged_every_ledger(self, report: Report) -> bool:
+        """A complete run over every ledger, of a kind that judges them all: the current state, and the lost bookies
+        due by its start, are its to judge."""
+        return report.complete and self.whole_cluster and self.kind in JUDGING_KINDS
 
 
 @dataclass(frozen=True)
