@@ -26,6 +26,7 @@ from scrutiny.checks import NO_LEDGER, BookieAnswer, BookieAnswers, DeepAnswer, 
 from scrutiny.codec import EMPTY_ANSWER, CodecError, decode
 from scrutiny.config import DEFAULT_AGENT_PORT, ScanSettings
 from scrutiny.entrylog import PAYLOAD_HASH_BYTES
+from scrutiny.listedcolumns import Listed, read_listed
 from scrutiny.metadata import LedgerMetadata
 from scrutiny.pulsar.entry import LedgerEnvelopes, envelope
 from scrutiny.tls import channel_credentials
@@ -74,6 +75,21 @@ def take(bookie_id: str, lid: int, msg: Any, got: BookieAnswers) -> None:
             got.encoded[lid] = msg.availability_of_entries_of_ledger
         else:
             got.other[lid] = interpret(bookie_id, msg)
+
+
+def take_listed(bookie_id: str, listed: Listed, asked: Collection[int], got: BookieAnswers) -> str:
+    """The answers of one message's columns about ledgers `asked` into `got` (the first one counts, as `take`'s);
+    the problem, when the columns do not line up: the ledgers they name are then INVALID."""
+    if listed.problem:
+        bad = BookieAnswer(Outcome.INVALID, reason=f"bookie {bookie_id}: {listed.problem}")
+        got.other.update((i, bad) for i in listed.ledger_ids if i in asked and i not in got)
+        return listed.problem
+    # reversed: of a ledger answered twice, the first answer is the one kept
+    fresh = dict(zip(reversed(listed.ledger_ids), reversed(listed.answers), strict=True))
+    for lid in fresh.keys() - asked | (fresh.keys() & got.encoded.keys()) | (fresh.keys() & got.other.keys()):
+        del fresh[lid]
+    got.encoded.update(fresh)
+    return ""
 
 
 def interpret_verification(bookie_id: str, msg: Any) -> DeepAnswer:
@@ -243,7 +259,7 @@ class BookieClient:
             got = BookieAnswers(bookie_id)
 
             def ask() -> None:
-                remaining = [i for i in ids if i not in got]
+                remaining = got.unanswered(ids)
                 if not remaining:
                     return
                 streams = self._streams(bookie_id)
@@ -261,17 +277,17 @@ class BookieClient:
                         return ask()
                     if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (exc.details() or ""):
                         self.failed_calls += 1
-                        return self._one_by_one(bookie_id, [i for i in remaining if i not in got], got, deadline)
+                        return self._one_by_one(bookie_id, got.unanswered(remaining), got, deadline)
                     raise
                 ended = BookieAnswer(Outcome.UNAVAILABLE, reason="the agent's stream ended without it")
-                got.other.update((i, ended) for i in remaining if i not in got)
+                got.other.update((i, ended) for i in got.unanswered(remaining))
 
             reason = self._retried(ask)
-            unanswered = [i for i in ids if i not in got]
+            unanswered = got.unanswered(ids)
             if unanswered:
                 silent = BookieAnswer(Outcome.UNAVAILABLE, reason=f"bookie {bookie_id}: {reason}")
                 got.other.update(dict.fromkeys(unanswered, silent))
-            self._tell_slow_from_down(bookie_id, ids, got, deadline)
+            self._tell_slow_from_down(bookie_id, got, deadline)
             return got
 
     def _streams(self, bookie_id: str) -> bool:
@@ -287,10 +303,10 @@ class BookieClient:
                 since = None
         return since is None
 
-    def _tell_slow_from_down(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
+    def _tell_slow_from_down(self, bookie_id: str, got: BookieAnswers, deadline: float) -> None:
         """A call that ran out of time at an agent that answers its health check: the agent is up and
         overloaded, not down. Its copies are unknown all the same; the operator's remedy differs."""
-        timed_out = [i for i in ids if (a := got.other.get(i)) is not None and a.outcome is Outcome.UNAVAILABLE
+        timed_out = [i for i, a in got.other.items() if a.outcome is Outcome.UNAVAILABLE
                      and "DEADLINE_EXCEEDED" in a.reason]
         if not timed_out or not self._serving(bookie_id):
             return
@@ -313,12 +329,18 @@ class BookieClient:
     def _stream(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
         stub = self._stub(bookie_id)
         asked = set(ids)
-        req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ids)
+        problem = ""
+        req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ids, listed_as_columns=True)
         for msg in stub.GetListOfEntriesOfLedgers(req, timeout=deadline):
             for ans in msg.ledgers:
                 lid = ans.ledger_id
                 if lid in asked:
                     take(bookie_id, lid, ans, got)
+            if msg.HasField("listed"):
+                problem = take_listed(bookie_id, read_listed(msg.listed), asked, got) or problem
+        if problem:  # columns whose ledgers could not be told: every ledger still unanswered may be among them
+            bad = BookieAnswer(Outcome.INVALID, reason=f"bookie {bookie_id}: {problem}")
+            got.other.update((i, bad) for i in got.unanswered(ids))
 
     def _unary(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
         """One call per ledger, as upstream's auditor does, a bounded number in flight."""
