@@ -12,7 +12,7 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent import futures
 from typing import Any, NamedTuple
 
@@ -22,13 +22,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from scrutiny import retry
 from scrutiny.channels import channel
-from scrutiny.checks import NO_LEDGER, BookieAnswer, BookieAnswers, DeepAnswer, Outcome, holds_messages, listed
-from scrutiny.codec import EMPTY_ANSWER, CodecError, decode
+from scrutiny.checks import NO_LEDGER, BookieAnswer, BookieAnswers, Outcome, listed
 from scrutiny.config import DEFAULT_AGENT_PORT, ScanSettings
-from scrutiny.entrylog import PAYLOAD_HASH_BYTES
 from scrutiny.listedcolumns import Listed, read_listed
-from scrutiny.metadata import LedgerMetadata
-from scrutiny.pulsar.entry import LedgerEnvelopes, envelope
 from scrutiny.tls import channel_credentials
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
@@ -90,40 +86,6 @@ def take_listed(bookie_id: str, listed: Listed, asked: Collection[int], got: Boo
         del fresh[lid]
     got.encoded.update(fresh)
     return ""
-
-
-def interpret_verification(bookie_id: str, msg: Any) -> DeepAnswer:
-    """One LedgerVerification as a deep answer (not verified when it cannot be read)."""
-    if msg.status == bookie_pb2.ENOLEDGER:
-        return DeepAnswer(np.empty(0, np.int64))
-    if msg.status != bookie_pb2.EOK:
-        return DeepAnswer(reason=f"{bookie_pb2.StatusCode.Name(msg.status)}: {msg.message}".rstrip(": "))
-    try:
-        verified = decode(msg.verified_entries or EMPTY_ANSWER).entry_ids(limit=1 << 40)
-    except CodecError as exc:
-        return DeepAnswer(reason=f"bookie {bookie_id}, ledger {msg.ledger_id}: {exc}")
-    if len(msg.payload_hashes) != PAYLOAD_HASH_BYTES * verified.size:
-        return DeepAnswer(reason=f"bookie {bookie_id}, ledger {msg.ledger_id}: {len(msg.payload_hashes)} bytes of "
-                                 f"payload hashes for {verified.size} verified entries")
-    return DeepAnswer(verified, np.frombuffer(msg.payload_hashes, dtype=">u8").astype(np.uint64),
-                      tuple((c.entry_id, c.reason, c.detail) for c in msg.corrupt), msg.bytes_read,
-                      not msg.digest_unchecked, envelopes=envelopes_of(msg.pulsar) if msg.HasField("pulsar") else None)
-
-
-def envelopes_of(msg: Any) -> LedgerEnvelopes | None:
-    """An agent's Pulsar framing, each message's metadata parsed here; None (not read) when its columns do not
-    line up."""
-    if not len(msg.entry_ids) == len(msg.stamps) == len(msg.metadata):
-        return None
-    return LedgerEnvelopes.gather(((e, envelope((s, m, ""))) for e, s, m in
-                                   zip(msg.entry_ids, msg.stamps, msg.metadata, strict=True)), msg.first_problem)
-
-
-def ledger_to_verify(md: LedgerMetadata, send_password: bool, pulsar_messages: bool = False) -> Any:
-    """How a deep call names a ledger: an HMAC ledger's password only where it may be sent (over TLS)."""
-    return bookie_pb2.LedgerToVerify(ledger_id=md.ledger_id, digest_type=md.digest_type,
-                                     password=md.password if send_password and md.digest_type == "HMAC" else b"",
-                                     pulsar_messages=pulsar_messages)
 
 
 class EndpointResolver:
@@ -399,55 +361,6 @@ class BookieClient:
             return ""
         except grpc.RpcError as exc:
             return f"{exc.code().name}: {exc.details()}"
-
-    # -- deep scrub -------------------------------------------------------------------------------
-
-    def verify_many(self, wanted: Mapping[str, Sequence[LedgerMetadata]],
-                    send_passwords: bool = False) -> dict[str, dict[int, DeepAnswer]]:
-        """Ask every bookie to verify its copies of its ledgers; every (bookie, ledger) gets one answer."""
-        tasks = []
-        for bookie_id, ledgers in wanted.items():
-            asks = [ledger_to_verify(md, send_passwords, pulsar_messages=holds_messages(md))
-                    for md in sorted(ledgers, key=lambda m: m.ledger_id)]
-            for i in range(0, len(asks), self.deep_ledgers_per_call):
-                tasks.append((bookie_id, self._pool.submit(self._verify_chunk, bookie_id,
-                                                           asks[i:i + self.deep_ledgers_per_call])))
-        out: dict[str, dict[int, DeepAnswer]] = {b: {} for b in wanted}
-        for bookie_id, fut in tasks:
-            out[bookie_id].update(fut.result())
-        return out
-
-    def last_entry(self, bookie_id: str, md: LedgerMetadata, send_password: bool = False) -> tuple[int, bytes] | None:
-        """The last entry of the ledger this bookie stores whose bytes verify, and its payload; None when it
-        stores none, or cannot say."""
-        got: list[Any] = []
-
-        def ask() -> None:
-            req = bookie_pb2.ReadLastEntryRequest(ledger=ledger_to_verify(md, send_password))
-            got.append(self._stub(bookie_id).ReadLastEntry(req, timeout=self.deadline))
-
-        with self._slot(bookie_id):
-            failed = self._retried(ask)
-        if failed or not got or got[-1].status != bookie_pb2.EOK:
-            return None
-        return got[-1].entry_id, got[-1].payload
-
-    def _verify_chunk(self, bookie_id: str, asks: list[Any]) -> dict[int, DeepAnswer]:
-        got: dict[int, DeepAnswer] = {}
-
-        def verify() -> None:
-            remaining = [a for a in asks if a.ledger_id not in got]
-            if remaining:
-                req = bookie_pb2.VerifyEntriesOfLedgersRequest(ledgers=remaining)
-                for msg in self._stub(bookie_id).VerifyEntriesOfLedgers(req, timeout=self.deep_deadline):
-                    for v in msg.ledgers:
-                        got.setdefault(v.ledger_id, interpret_verification(bookie_id, v))
-
-        with self._slot(bookie_id):
-            reason = self._retried(verify) or "the agent's stream ended without it"
-        return {a.ledger_id: got.get(a.ledger_id) or DeepAnswer(reason=f"bookie {bookie_id}: {reason}")
-                for a in asks}
-
 
 class HoldingsClient:
     """The reverse check's calls (what each bookie holds, beyond what the metadata says), on a
