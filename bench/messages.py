@@ -28,9 +28,9 @@ import numpy as np
 from bench.common import cpu_seconds, median_seconds, table
 from bench.deepscrub import sequential_read, start_agent
 from scrutiny import entrylog
-from scrutiny.bookieclient import envelopes_of
 from scrutiny.checks import DeepAnswer
 from scrutiny.checks.sequences import DedupSnapshot, LedgerSequences, MessageCheckpoint, validate
+from scrutiny.deepclient import envelopes_of
 from scrutiny.pulsar import encode
 from scrutiny.pulsar.entry import LedgerEnvelopes, read_envelope
 from scrutiny.pulsar.records import Position

@@ -1,9 +1,10 @@
 """An executor's CPU per ledger without I/O: metadata decoded from znode bytes, the agents' stream
 messages read, the range classified (blast radius on), over the scale benchmark's synthetic ledgers.
 
-Three ways in the same run: the baseline, every answer decoded as it arrives and every ledger checked alone;
-answers kept encoded and shares compared in bulk, each ledger then checked alone; and what a scan does, the
-same with the healthy ledgers checked a group at a time (`check_healthy`). CPU time of this process, the best
+Four ways in the same run: the baseline, every answer decoded as it arrives and every ledger checked alone;
+answers kept encoded and shares compared in bulk, each ledger then checked alone; the same with the healthy
+ledgers checked a group at a time (`check_healthy`); and what a scan does, the same with the agents' EOK
+answers as columns (`listed_as_columns`) rather than a sub-message each. CPU time of this process, the best
 of --repeats (the machine is shared and noisy; the best is the least disturbed).
 
 Then the floor of the metadata's decoding as long as protobuf's Python objects read it: each znode's message
@@ -24,11 +25,13 @@ from google.protobuf.internal import decoder as pb_decoder
 
 from bench.common import table
 from bench.scale import BOOKIES, bookie, rack_of, synthetic_ledgers
-from scrutiny.bookieclient import interpret, take
+from scrutiny.agent.servicer import response_of
+from scrutiny.bookieclient import interpret, take, take_listed
 from scrutiny.bookkeeper import ledger_metadata_pb2
 from scrutiny.checks import BookieAnswer, BookieAnswers, expected_share
 from scrutiny.codec import encode_groups
 from scrutiny.config import ScanSettings
+from scrutiny.listedcolumns import read_listed
 from scrutiny.metadata import decode_ledger_metadata, encode_ledger_metadata
 from scrutiny.metadata.ledger import HEADER_PREFIX
 from scrutiny.scan.classify import classify, select, wanted
@@ -42,8 +45,9 @@ V3_HEADER = HEADER_PREFIX + b"3\n"
 Message = bookie_pb2.GetListOfEntriesOfLedgersResponse
 
 
-def cluster(count: int) -> tuple[list[bytes], dict[str, list[bytes]]]:
-    """The ledgers' znodes and, per bookie, its agent's stream messages (1,000 answers each)."""
+def cluster(count: int) -> tuple[list[bytes], dict[tuple[str, bool], list[bytes]]]:
+    """The ledgers' znodes and, per (bookie, as columns), its agent's stream messages of 1,000 answers each:
+    answers as sub-messages, or the EOK ones as columns (as a scan asks for them: `listed_as_columns`)."""
     mds = list(synthetic_ledgers(count, 1000))
     per_bookie: dict[str, list[Any]] = {}
     for md in mds:
@@ -51,20 +55,35 @@ def cluster(count: int) -> tuple[list[bytes], dict[str, list[bytes]]]:
             per_bookie.setdefault(b, []).append(bookie_pb2.GetListOfEntriesOfALedgerResponse(
                 ledger_id=md.ledger_id, status=bookie_pb2.EOK,
                 availability_of_entries_of_ledger=encode_groups(expected_share(md, b))))
-    messages = {b: [Message(ledgers=a[i:i + 1000]).SerializeToString() for i in range(0, len(a), 1000)]
-                for b, a in per_bookie.items()}
+    messages = {(b, columns): [response_of(a[i:i + 1000], columns).SerializeToString()
+                               for i in range(0, len(a), 1000)]
+                for b, a in per_bookie.items() for columns in (False, True)}
     return [encode_ledger_metadata(md) for md in mds], messages
 
 
-def _encoded(bookie_id: str, messages: list[bytes]) -> BookieAnswers:
+def _encoded(bookie_id: str, ids: list[int], messages: list[bytes]) -> BookieAnswers:
     got = BookieAnswers(bookie_id)
+    asked = set(ids)
     for m in messages:
         for ans in Message.FromString(m).ledgers:
-            take(bookie_id, ans.ledger_id, ans, got)
+            if ans.ledger_id in asked:
+                take(bookie_id, ans.ledger_id, ans, got)
     return got
 
 
-def _decoded(bookie_id: str, messages: list[bytes]) -> dict[int, BookieAnswer]:
+def _columns(bookie_id: str, ids: list[int], messages: list[bytes]) -> BookieAnswers:
+    got = BookieAnswers(bookie_id)
+    asked = set(ids)
+    for m in messages:
+        msg = Message.FromString(m)
+        for ans in msg.ledgers:
+            if ans.ledger_id in asked:
+                take(bookie_id, ans.ledger_id, ans, got)
+        take_listed(bookie_id, read_listed(msg.listed), asked, got)
+    return got
+
+
+def _decoded(bookie_id: str, _: list[int], messages: list[bytes]) -> dict[int, BookieAnswer]:
     got: dict[int, BookieAnswer] = {}
     for m in messages:
         for ans in Message.FromString(m).ledgers:
@@ -80,12 +99,13 @@ def run(count: int, repeats: int = 5) -> list[dict[str, object]]:
     young, *older = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *older)  # as an executor runs
 
-    def once(read_answers: Callable[[str, list[bytes]], Any], grouped: bool) -> tuple[float, float, float]:
+    def once(read_answers: Callable[[str, list[int], list[bytes]], Any], grouped: bool) -> tuple[float, float, float]:
         t0 = time.process_time()
         reads = [LedgerRead(i, decode_ledger_metadata(i, z, 1, 0, znode_mtime=1)) for i, z in enumerate(znodes)]
         candidates = select(ctx, reads).candidates
         t1 = time.process_time()
-        answers = {b: read_answers(b, messages[b]) for b in wanted(candidates)}
+        columns = read_answers is _columns
+        answers = {b: read_answers(b, ids, messages[b, columns]) for b, ids in wanted(candidates).items()}
         t2 = time.process_time()
         result = classify(ctx, Pass.FIRST, candidates, answers, grouped=grouped)
         t3 = time.process_time()
@@ -96,7 +116,9 @@ def run(count: int, repeats: int = 5) -> list[dict[str, object]]:
     try:
         for name, read_answers, grouped in (("answers decoded, each ledger alone (baseline)", _decoded, False),
                                             ("answers kept encoded, shares compared in bulk", _encoded, False),
-                                            ("the same, healthy ledgers a group at a time", _encoded, True)):
+                                            ("the same, healthy ledgers a group at a time", _encoded, True),
+                                            ("the same, the answers as columns (as a scan reads them)", _columns,
+                                             True)):
             best = [min(t) for t in zip(*(once(read_answers, grouped) for _ in range(repeats)), strict=True)]
             us = [t / count * 1e6 for t in best]
             rows.append({"how": name, "ledgers": count, "metadata us": us[0], "answers us": us[1],

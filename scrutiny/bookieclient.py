@@ -12,7 +12,7 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent import futures
 from typing import Any, NamedTuple
 
@@ -22,12 +22,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from scrutiny import retry
 from scrutiny.channels import channel
-from scrutiny.checks import NO_LEDGER, BookieAnswer, BookieAnswers, DeepAnswer, Outcome, holds_messages, listed
-from scrutiny.codec import EMPTY_ANSWER, CodecError, decode
+from scrutiny.checks import NO_LEDGER, BookieAnswer, BookieAnswers, Outcome, listed
 from scrutiny.config import DEFAULT_AGENT_PORT, ScanSettings
-from scrutiny.entrylog import PAYLOAD_HASH_BYTES
-from scrutiny.metadata import LedgerMetadata
-from scrutiny.pulsar.entry import LedgerEnvelopes, envelope
+from scrutiny.listedcolumns import Listed, read_listed
 from scrutiny.tls import channel_credentials
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
@@ -76,38 +73,19 @@ def take(bookie_id: str, lid: int, msg: Any, got: BookieAnswers) -> None:
             got.other[lid] = interpret(bookie_id, msg)
 
 
-def interpret_verification(bookie_id: str, msg: Any) -> DeepAnswer:
-    """One LedgerVerification as a deep answer (not verified when it cannot be read)."""
-    if msg.status == bookie_pb2.ENOLEDGER:
-        return DeepAnswer(np.empty(0, np.int64))
-    if msg.status != bookie_pb2.EOK:
-        return DeepAnswer(reason=f"{bookie_pb2.StatusCode.Name(msg.status)}: {msg.message}".rstrip(": "))
-    try:
-        verified = decode(msg.verified_entries or EMPTY_ANSWER).entry_ids(limit=1 << 40)
-    except CodecError as exc:
-        return DeepAnswer(reason=f"bookie {bookie_id}, ledger {msg.ledger_id}: {exc}")
-    if len(msg.payload_hashes) != PAYLOAD_HASH_BYTES * verified.size:
-        return DeepAnswer(reason=f"bookie {bookie_id}, ledger {msg.ledger_id}: {len(msg.payload_hashes)} bytes of "
-                                 f"payload hashes for {verified.size} verified entries")
-    return DeepAnswer(verified, np.frombuffer(msg.payload_hashes, dtype=">u8").astype(np.uint64),
-                      tuple((c.entry_id, c.reason, c.detail) for c in msg.corrupt), msg.bytes_read,
-                      not msg.digest_unchecked, envelopes=envelopes_of(msg.pulsar) if msg.HasField("pulsar") else None)
-
-
-def envelopes_of(msg: Any) -> LedgerEnvelopes | None:
-    """An agent's Pulsar framing, each message's metadata parsed here; None (not read) when its columns do not
-    line up."""
-    if not len(msg.entry_ids) == len(msg.stamps) == len(msg.metadata):
-        return None
-    return LedgerEnvelopes.gather(((e, envelope((s, m, ""))) for e, s, m in
-                                   zip(msg.entry_ids, msg.stamps, msg.metadata, strict=True)), msg.first_problem)
-
-
-def ledger_to_verify(md: LedgerMetadata, send_password: bool, pulsar_messages: bool = False) -> Any:
-    """How a deep call names a ledger: an HMAC ledger's password only where it may be sent (over TLS)."""
-    return bookie_pb2.LedgerToVerify(ledger_id=md.ledger_id, digest_type=md.digest_type,
-                                     password=md.password if send_password and md.digest_type == "HMAC" else b"",
-                                     pulsar_messages=pulsar_messages)
+def take_listed(bookie_id: str, listed: Listed, asked: Collection[int], got: BookieAnswers) -> str:
+    """The answers of one message's columns about ledgers `asked` into `got` (the first one counts, as `take`'s);
+    the problem, when the columns do not line up: the ledgers they name are then INVALID."""
+    if listed.problem:
+        bad = BookieAnswer(Outcome.INVALID, reason=f"bookie {bookie_id}: {listed.problem}")
+        got.other.update((i, bad) for i in listed.ledger_ids if i in asked and i not in got)
+        return listed.problem
+    # reversed: of a ledger answered twice, the first answer is the one kept
+    fresh = dict(zip(reversed(listed.ledger_ids), reversed(listed.answers), strict=True))
+    for lid in fresh.keys() - asked | (fresh.keys() & got.encoded.keys()) | (fresh.keys() & got.other.keys()):
+        del fresh[lid]
+    got.encoded.update(fresh)
+    return ""
 
 
 class EndpointResolver:
@@ -243,7 +221,7 @@ class BookieClient:
             got = BookieAnswers(bookie_id)
 
             def ask() -> None:
-                remaining = [i for i in ids if i not in got]
+                remaining = got.unanswered(ids)
                 if not remaining:
                     return
                 streams = self._streams(bookie_id)
@@ -261,17 +239,17 @@ class BookieClient:
                         return ask()
                     if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (exc.details() or ""):
                         self.failed_calls += 1
-                        return self._one_by_one(bookie_id, [i for i in remaining if i not in got], got, deadline)
+                        return self._one_by_one(bookie_id, got.unanswered(remaining), got, deadline)
                     raise
                 ended = BookieAnswer(Outcome.UNAVAILABLE, reason="the agent's stream ended without it")
-                got.other.update((i, ended) for i in remaining if i not in got)
+                got.other.update((i, ended) for i in got.unanswered(remaining))
 
             reason = self._retried(ask)
-            unanswered = [i for i in ids if i not in got]
+            unanswered = got.unanswered(ids)
             if unanswered:
                 silent = BookieAnswer(Outcome.UNAVAILABLE, reason=f"bookie {bookie_id}: {reason}")
                 got.other.update(dict.fromkeys(unanswered, silent))
-            self._tell_slow_from_down(bookie_id, ids, got, deadline)
+            self._tell_slow_from_down(bookie_id, got, deadline)
             return got
 
     def _streams(self, bookie_id: str) -> bool:
@@ -287,10 +265,10 @@ class BookieClient:
                 since = None
         return since is None
 
-    def _tell_slow_from_down(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
+    def _tell_slow_from_down(self, bookie_id: str, got: BookieAnswers, deadline: float) -> None:
         """A call that ran out of time at an agent that answers its health check: the agent is up and
         overloaded, not down. Its copies are unknown all the same; the operator's remedy differs."""
-        timed_out = [i for i in ids if (a := got.other.get(i)) is not None and a.outcome is Outcome.UNAVAILABLE
+        timed_out = [i for i, a in got.other.items() if a.outcome is Outcome.UNAVAILABLE
                      and "DEADLINE_EXCEEDED" in a.reason]
         if not timed_out or not self._serving(bookie_id):
             return
@@ -313,12 +291,18 @@ class BookieClient:
     def _stream(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
         stub = self._stub(bookie_id)
         asked = set(ids)
-        req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ids)
+        problem = ""
+        req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ids, listed_as_columns=True)
         for msg in stub.GetListOfEntriesOfLedgers(req, timeout=deadline):
             for ans in msg.ledgers:
                 lid = ans.ledger_id
                 if lid in asked:
                     take(bookie_id, lid, ans, got)
+            if msg.HasField("listed"):
+                problem = take_listed(bookie_id, read_listed(msg.listed), asked, got) or problem
+        if problem:  # columns whose ledgers could not be told: every ledger still unanswered may be among them
+            bad = BookieAnswer(Outcome.INVALID, reason=f"bookie {bookie_id}: {problem}")
+            got.other.update((i, bad) for i in got.unanswered(ids))
 
     def _unary(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
         """One call per ledger, as upstream's auditor does, a bounded number in flight."""
@@ -377,55 +361,6 @@ class BookieClient:
             return ""
         except grpc.RpcError as exc:
             return f"{exc.code().name}: {exc.details()}"
-
-    # -- deep scrub -------------------------------------------------------------------------------
-
-    def verify_many(self, wanted: Mapping[str, Sequence[LedgerMetadata]],
-                    send_passwords: bool = False) -> dict[str, dict[int, DeepAnswer]]:
-        """Ask every bookie to verify its copies of its ledgers; every (bookie, ledger) gets one answer."""
-        tasks = []
-        for bookie_id, ledgers in wanted.items():
-            asks = [ledger_to_verify(md, send_passwords, pulsar_messages=holds_messages(md))
-                    for md in sorted(ledgers, key=lambda m: m.ledger_id)]
-            for i in range(0, len(asks), self.deep_ledgers_per_call):
-                tasks.append((bookie_id, self._pool.submit(self._verify_chunk, bookie_id,
-                                                           asks[i:i + self.deep_ledgers_per_call])))
-        out: dict[str, dict[int, DeepAnswer]] = {b: {} for b in wanted}
-        for bookie_id, fut in tasks:
-            out[bookie_id].update(fut.result())
-        return out
-
-    def last_entry(self, bookie_id: str, md: LedgerMetadata, send_password: bool = False) -> tuple[int, bytes] | None:
-        """The last entry of the ledger this bookie stores whose bytes verify, and its payload; None when it
-        stores none, or cannot say."""
-        got: list[Any] = []
-
-        def ask() -> None:
-            req = bookie_pb2.ReadLastEntryRequest(ledger=ledger_to_verify(md, send_password))
-            got.append(self._stub(bookie_id).ReadLastEntry(req, timeout=self.deadline))
-
-        with self._slot(bookie_id):
-            failed = self._retried(ask)
-        if failed or not got or got[-1].status != bookie_pb2.EOK:
-            return None
-        return got[-1].entry_id, got[-1].payload
-
-    def _verify_chunk(self, bookie_id: str, asks: list[Any]) -> dict[int, DeepAnswer]:
-        got: dict[int, DeepAnswer] = {}
-
-        def verify() -> None:
-            remaining = [a for a in asks if a.ledger_id not in got]
-            if remaining:
-                req = bookie_pb2.VerifyEntriesOfLedgersRequest(ledgers=remaining)
-                for msg in self._stub(bookie_id).VerifyEntriesOfLedgers(req, timeout=self.deep_deadline):
-                    for v in msg.ledgers:
-                        got.setdefault(v.ledger_id, interpret_verification(bookie_id, v))
-
-        with self._slot(bookie_id):
-            reason = self._retried(verify) or "the agent's stream ended without it"
-        return {a.ledger_id: got.get(a.ledger_id) or DeepAnswer(reason=f"bookie {bookie_id}: {reason}")
-                for a in asks}
-
 
 class HoldingsClient:
     """The reverse check's calls (what each bookie holds, beyond what the metadata says), on a

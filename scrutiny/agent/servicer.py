@@ -27,6 +27,7 @@ from scrutiny.entrysources import (
     SourceError,
     WatchesChanges,
 )
+from scrutiny.listedcolumns import listed_columns
 from scrutiny.pulsar.entry import frame
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
@@ -55,6 +56,17 @@ def in_messages(answers: Iterable[Any], size_of: Callable[[Any], int], most: int
             batch, size = [], 0
     if batch:
         yield batch
+
+
+def response_of(answers: list[Any], columns: bool) -> Any:
+    """One stream message of these answers: with `columns`, the EOK ones as columns."""
+    if not columns:
+        return bookie_pb2.GetListOfEntriesOfLedgersResponse(ledgers=answers)
+    listed = [a for a in answers if a.status == bookie_pb2.EOK]
+    return bookie_pb2.GetListOfEntriesOfLedgersResponse(
+        ledgers=[a for a in answers if a.status != bookie_pb2.EOK],
+        listed=listed_columns([a.ledger_id for a in listed], [a.availability_of_entries_of_ledger for a in listed])
+        if listed else None)
 
 
 def answer_of(ledger_id: int, held: Holding | None) -> Any:
@@ -161,6 +173,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ledger_id {negative} is negative")
         failed = self.refresh("GetListOfEntriesOfLedgers")
         sizes = self.reader.stored_bytes if self.reader is not None and request.with_stored_bytes else None
+        columns = request.listed_as_columns and sizes is None  # stored bytes travel in each answer
         for i in range(0, len(ids), self.answers_per_message):
             if not self.going(context):
                 return
@@ -169,7 +182,7 @@ class BookieServicer(bookie_pb2_grpc.BookieServicer):
                 self._add_stored_bytes(sizes, answers)
             for batch in in_messages(answers, lambda a: len(a.availability_of_entries_of_ledger) + 16,
                                      self.answers_per_message):
-                yield bookie_pb2.GetListOfEntriesOfLedgersResponse(ledgers=batch)
+                yield response_of(batch, columns)
 
     def _add_stored_bytes(self, sizes: Callable[..., int | None], answers: list[Any]) -> None:
         """The bytes stored for each ledger that lists entries, read at the deep scrub's rate."""

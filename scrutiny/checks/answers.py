@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from scrutiny.codec import (
@@ -71,6 +71,12 @@ class BookieAnswers(Mapping[int, BookieAnswer]):
 
     def __len__(self) -> int:
         return len(self.encoded) + len(self.other)
+
+    def unanswered(self, ledger_ids: Iterable[int]) -> list[int]:
+        """Those of `ledger_ids` not answered here, in their order."""
+        if not self.encoded and not self.other:
+            return list(ledger_ids)
+        return [i for i in ledger_ids if i not in self.encoded and i not in self.other]
 
     def merge(self, more: BookieAnswers) -> None:
         """Answers about other ledgers (another call's)."""

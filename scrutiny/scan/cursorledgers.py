@@ -9,6 +9,7 @@ import logging
 
 from scrutiny.bookieclient import BookieClient
 from scrutiny.config import ScanSettings
+from scrutiny.deepclient import DeepScrubClient
 from scrutiny.errors import MetadataError
 from scrutiny.pulsar.records import CursorRecord, Position, position_entry
 from scrutiny.store import MetadataStore
@@ -44,7 +45,7 @@ class CursorLedgers:
         if self._client is None:
             self._client = BookieClient.from_settings(self.settings, ClusterFacts.read(self.store).agent_addresses)
         got = [g for b in md.segments[-1].ensemble
-               if (g := self._client.last_entry(b, md, self.settings.deep_send_passwords)) is not None]
+               if (g := DeepScrubClient(self._client).last_entry(b, md, self.settings.deep_send_passwords)) is not None]
         return max(got)[1] if got else None
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scrutiny.bookieclient import BookieClient
+from scrutiny.deepclient import DeepScrubClient
 from scrutiny.errors import DataError, StoreError
 from scrutiny.orphans import LedgerIds
 from scrutiny.pulsar.ledgers import BookKeeperLedgers
@@ -127,7 +128,8 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
             deadline = s.recheck_deadline if mode is Pass.FINAL else s.bookie_deadline_seconds
             answers = client.fetch_many(wanted(selection.candidates), deadline) if selection.candidates else {}
             scrub = [md for md in selection.candidates if ctx.scrubs(md)] if s.deep or ctx.scrub else []
-            deep = client.verify_many(by_bookie(scrub), s.deep_send_passwords) if s.deep or scrub else None
+            deep = (DeepScrubClient(client).verify_many(by_bookie(scrub), s.deep_send_passwords) if s.deep or scrub
+                    else None)
             checked = classify(ctx, mode, selection.candidates, answers, deep, selection.marked)
             io_stats = {**Scan(bookie_calls_failed=client.failed_calls - failed_before).nonzero(),
                         **StoreUse(store.reads - reads_before, store.peak_in_flight).nonzero()}

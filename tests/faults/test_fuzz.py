@@ -16,6 +16,7 @@ from scrutiny.checks import expected_share
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources import SyntheticStore
 from scrutiny.entrysources.synthetic import SyntheticStoreWriter
+from scrutiny.listedcolumns import read_listed
 from scrutiny.metadata import BookieRegistration, LedgerMetadata, LedgerState, Segment
 from scrutiny.scan.engines import LocalEngine
 from scrutiny.testing.clusterwriter import ClusterWriter
@@ -38,16 +39,21 @@ def agent_stub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[bookie_pb2_
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(ids, max_size=200))
-def test_agent_streaming_requests(agent_stub: bookie_pb2_grpc.BookieStub, ledger_ids: list[int]) -> None:
-    req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ledger_ids)
+@given(st.lists(ids, max_size=200), st.booleans())
+def test_agent_streaming_requests(agent_stub: bookie_pb2_grpc.BookieStub, ledger_ids: list[int],
+                                  columns: bool) -> None:
+    req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ledger_ids, listed_as_columns=columns)
     try:
-        answers = [a for m in agent_stub.GetListOfEntriesOfLedgers(req, timeout=10) for a in m.ledgers]
+        msgs = list(agent_stub.GetListOfEntriesOfLedgers(req, timeout=10))
     except grpc.RpcError as exc:
         assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT and any(i < 0 for i in ledger_ids)
         return
-    assert sorted(a.ledger_id for a in answers) == sorted(set(ledger_ids))
-    assert all(a.status in (bookie_pb2.EOK, bookie_pb2.ENOLEDGER) for a in answers)
+    answers = [(a.ledger_id, a.status) for m in msgs for a in m.ledgers]
+    listed = [read_listed(m.listed) for m in msgs]
+    assert not any(lst.problem for lst in listed) and (columns or not any(lst.ledger_ids for lst in listed))
+    answers += [(lid, bookie_pb2.EOK) for lst in listed for lid in lst.ledger_ids]
+    assert sorted(lid for lid, _ in answers) == sorted(set(ledger_ids))
+    assert all(status == (bookie_pb2.EOK if lid < 50 else bookie_pb2.ENOLEDGER) for lid, status in answers)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

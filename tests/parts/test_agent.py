@@ -82,6 +82,55 @@ def test_synthetic_store_through_the_agent(agent: BookieAgent, streaming: bool) 
     assert len(got) == 2005
 
 
+class EarlierAgent(BookieServicer):
+    """An agent of a version before the answers as columns: it does not know the request's field."""
+
+    def GetListOfEntriesOfLedgers(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        request.ClearField("listed_as_columns")
+        yield from super().GetListOfEntriesOfLedgers(request, context)
+
+
+class ColumnsAskew(BookieServicer):
+    """An agent whose columns do not line up: each message's sizes one short."""
+
+    def GetListOfEntriesOfLedgers(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        for msg in super().GetListOfEntriesOfLedgers(request, context):
+            if msg.HasField("listed"):
+                msg.listed.sizes = msg.listed.sizes[:-4]
+            yield msg
+
+
+def test_answers_as_columns_are_those_of_an_agent_that_sends_none(synthetic: Path) -> None:
+    """The client asks for the EOK answers as columns; an agent that does not know the field answers each ledger
+    as BP-34's call does, and the client reads the same answers from both."""
+    asked = [1, 2, 3, 4, 5, *range(100, 2100)]
+    got = {}
+    for servicer in (BookieServicer(SyntheticStore(synthetic)), EarlierAgent(SyntheticStore(synthetic))):
+        server, port = serve_counted(servicer)
+        try:
+            with client_for(port, ledgers_per_call=700) as c:
+                answers = c.fetch("b1:3181", asked)
+                got[type(servicer).__name__] = (answers.encoded, answers.other)
+        finally:
+            server.stop(grace=0)
+    assert got["BookieServicer"] == got["EarlierAgent"]
+    encoded, other = got["BookieServicer"]
+    assert set(encoded) == {1, 2, 3, 4, *range(100, 2100)} and set(other) == {5}
+
+
+def test_columns_that_do_not_line_up_are_invalid_answers_named(synthetic: Path) -> None:
+    server, port = serve_counted(ColumnsAskew(SyntheticStore(synthetic)))
+    try:
+        with client_for(port) as c:
+            got = c.fetch("b1:3181", [1, 2, 5, 100])
+    finally:
+        server.stop(grace=0)
+    assert got[5].outcome is Outcome.NO_LEDGER  # not among the columns: answered on its own
+    for lid in (1, 2, 100):
+        assert got[lid].outcome is Outcome.INVALID
+        assert got[lid].reason == "bookie b1:3181: listed columns: 8 bytes of sizes for 3 ledgers"
+
+
 def test_bad_requests_get_invalid_argument(agent: BookieAgent) -> None:
     stub = bookie_pb2_grpc.BookieStub(grpc.insecure_channel(f"127.0.0.1:{agent.port}"))
     with pytest.raises(grpc.RpcError) as err:
@@ -317,7 +366,7 @@ class Counted(BookieServicer):
         yield from super().GetListOfEntriesOfLedgers(request, context)
 
 
-def serve_counted(servicer: Counted, port: int = 0) -> tuple[grpc.Server, int]:
+def serve_counted(servicer: BookieServicer, port: int = 0) -> tuple[grpc.Server, int]:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     bookie_pb2_grpc.add_BookieServicer_to_server(servicer, server)
     port = server.add_insecure_port(f"127.0.0.1:{port}")

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scrutiny.agent.servicer import PulsarFramings
-from scrutiny.bookieclient import envelopes_of
 from scrutiny.categories import Category
 from scrutiny.checks import DeepAnswer, check_checksums, holds_messages
+from scrutiny.deepclient import envelopes_of
 from scrutiny.metadata import LedgerMetadata, LedgerState, Segment
 from scrutiny.pulsar import encode
 from scrutiny.pulsar import pulsar_api_pb2 as apipb
