@@ -33,14 +33,12 @@ from scrutiny.codec import encode_groups
 from scrutiny.config import ScanSettings
 from scrutiny.listedcolumns import read_listed
 from scrutiny.metadata import decode_ledger_metadata, encode_ledger_metadata
-from scrutiny.metadata.ledger import HEADER_PREFIX
+from scrutiny.metadata.ledger import V3_HEADER
 from scrutiny.scan.classify import classify, select, wanted
 from scrutiny.scan.context import Pass, RunContext
 from scrutiny.scan.work import YOUNG_COLLECTION_THRESHOLD
 from scrutiny.store import LedgerRead
 from scrutiny.v1 import bookie_pb2
-
-V3_HEADER = HEADER_PREFIX + b"3\n"
 
 Message = bookie_pb2.GetListOfEntriesOfLedgersResponse
 

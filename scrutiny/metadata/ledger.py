@@ -18,6 +18,7 @@ from scrutiny.errors import MetadataError
 MAX_ENSEMBLE_SIZE = 1024
 HEADER_PREFIX = b"BookieMetadataFormatVersion\t"
 IN_RECOVERY_V1 = -102
+V3_HEADER = HEADER_PREFIX + b"3\n"
 _LMF = ledger_metadata_pb2.LedgerMetadataFormat
 
 
@@ -151,22 +152,22 @@ def decode_ledger_metadata(
     znode_mtime: int = -1,
 ) -> LedgerMetadata:
     """Decode a ledger metadata znode. With `check`, inconsistent metadata is refused too."""
-    version, offset = _split_header(ledger_id, data)
-    body = data[offset:]
+    # what every BookKeeper since 4.9 writes, without the general header's parse
+    version, offset = (3, len(V3_HEADER)) if data.startswith(V3_HEADER) else _split_header(ledger_id, data)
     if version == 1:
-        md = _decode_v1(ledger_id, body, znode_ctime, znode_version, znode_mtime)
+        md = _decode_v1(ledger_id, data[offset:], znode_ctime, znode_version, znode_mtime)
     elif version in (2, 3):
         msg = _LMF()
         try:
             if version == 3:
-                length, pos = pb_decoder._DecodeVarint32(body, 0)  # type: ignore[attr-defined]
-                if length > len(body) - pos:
+                length, pos = pb_decoder._DecodeVarint32(data, offset)  # type: ignore[attr-defined]
+                if length > len(data) - pos:
                     raise MetadataError(
-                        f"ledger {ledger_id}: v3 metadata says {length} bytes but {len(body) - pos} follow"
+                        f"ledger {ledger_id}: v3 metadata says {length} bytes but {len(data) - pos} follow"
                     )
-                msg.ParseFromString(body[pos:pos + length])
+                msg.ParseFromString(data[pos:pos + length])
             else:
-                text_format.Parse(body.decode("utf-8"), msg, allow_unknown_field=True)
+                text_format.Parse(data[offset:].decode("utf-8"), msg, allow_unknown_field=True)
         except MetadataError:
             raise
         except (DecodeError, text_format.ParseError, UnicodeDecodeError, IndexError, ValueError) as exc:
