@@ -101,7 +101,7 @@ class AgentFeeds:
 
     async def _follow(self, bookie: str) -> None:
         feed = f"agent {bookie}"
-        while True:
+        while not self._stopping:
             address = self.address(bookie)
             channel = aio_channel(address, self.credentials, self.options)
             try:
@@ -124,10 +124,14 @@ class AgentFeeds:
         call = bookie_pb2_grpc.BookieStub(channel).WatchHoldings(
             bookie_pb2.WatchHoldingsRequest(feed_id=feed_id, after_sequence=after))
         try:
-            await asyncio.wait_for(call.initial_metadata(), FEED_SILENT_SECONDS)  # the agent sends it at once
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation that comes as the call
+            # ends, and the feed then followed its agent for good, its loop never ending after `stop`
+            async with asyncio.timeout(FEED_SILENT_SECONDS):
+                await call.initial_metadata()  # the agent sends it at once
             self.states[feed] = "up"
             while True:
-                msg = await asyncio.wait_for(call.read(), FEED_SILENT_SECONDS)
+                async with asyncio.timeout(FEED_SILENT_SECONDS):
+                    msg = await call.read()
                 if msg is aio.EOF:  # the agent stopping ends its streams
                     break
                 self.on_message(bookie, feed_id, msg)
