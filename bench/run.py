@@ -9,7 +9,7 @@ import argparse
 import platform
 import time
 
-from bench import agent_index, agentcalls, checks, codec, deepscrub, pipeline, zkreads
+from bench import agent_index, agentcalls, checks, codec, deepscrub, ensemble_changes, pipeline, zkreads
 from bench.common import table
 
 
@@ -26,6 +26,8 @@ def main() -> None:
                            10_000 if quick else 100_000)) + "\n")
     print("## an executor's CPU per ledger without I/O (python -m bench.pipeline)\n")
     print(table(pipeline.run(2_000 if quick else 20_000, 1 if quick else 7)) + "\n")
+    print("## ledgers whose ensemble changed, answered as a real agent answers (python -m bench.ensemble_changes)\n")
+    print(table(ensemble_changes.run(2_000 if quick else 50_000, 1 if quick else 5)) + "\n")
     print("## ZooKeeper metadata reads (python -m bench.zkreads)\n")
     print(table(zkreads.run(1000 if quick else 20_000)) + "\n")
     print("## bookie agent calls (python -m bench.agentcalls)\n")

@@ -15,6 +15,7 @@ from scrutiny.categories import Category
 from scrutiny.checks.answers import BookieAnswer, Outcome
 from scrutiny.checks.shares import (
     expected_k,
+    expected_rows,
     expected_share,
     in_intervals,
     share_columns,
@@ -65,24 +66,28 @@ def each_holds_its_share(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]
 
 def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata],
                               encoded: Mapping[str, Mapping[int, bytes]]) -> list[bool]:
-    """Per ledger: did every bookie of this one-segment ledger answer with exactly the encoding of its
-    expected share (as an agent encodes a healthy share)? Then every entry has its WQ copies. All the
-    ledgers at once and as bytes, so that a healthy answer is never decoded. False is no verdict: the
-    ledger is then checked alone (`check_coverage`)."""
+    """Per ledger: did every bookie of this ledger answer with exactly the encoding of its expected share (as an
+    agent encodes a healthy share)? Then every entry has its WQ copies. All the ledgers at once and as bytes, so
+    that a healthy answer is never decoded. False is no verdict: the ledger is then checked alone
+    (`check_coverage`)."""
     index: list[int] = []
     shapes: list[tuple[int, int, int, int]] = []  # (E, WQ, first entry, last entry)
     answers: list[bytes] = []  # per ensemble position of each of them
+    changed: list[tuple[int, bytes, list[Row]]] = []  # of a ledger whose ensemble changed: (index, answer, share)
     for i, md in enumerate(ledgers):
         # (numpy's int64 would wrap on entry ids near 2**63: such a ledger is checked alone)
-        if len(md.segments) == 1 and len(md.segments[0].ensemble) == md.ensemble_size and md.last_entry_id < 1 << 60:
-            ranges = md.segment_ranges()
-            if ranges:
-                seg, lo, hi = ranges[0]
-                lid = md.ledger_id
-                for b in seg.ensemble:
-                    answers.append(encoded.get(b, NO_BYTES).get(lid, b""))
-                index.append(i)
-                shapes.append((md.ensemble_size, md.write_quorum, lo, hi))
+        if md.last_entry_id >= 1 << 60 or any(len(seg.ensemble) != md.ensemble_size for seg in md.segments):
+            continue
+        ranges = md.segment_ranges()
+        lid = md.ledger_id
+        if len(md.segments) == 1 and ranges:
+            seg, lo, hi = ranges[0]
+            for b in seg.ensemble:
+                answers.append(encoded.get(b, NO_BYTES).get(lid, b""))
+            index.append(i)
+            shapes.append((md.ensemble_size, md.write_quorum, lo, hi))
+        elif ranges:  # each bookie's share regrouped across the segments, as its agent encodes it
+            changed += [(i, encoded.get(b, NO_BYTES).get(lid, b""), expected_rows(md, b)) for b in md.bookies]
     healthy = np.zeros(len(ledgers), dtype=bool)
     if index:
         e, wq, lo, hi = np.array(shapes, dtype=np.int64).T
@@ -92,6 +97,16 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata],
         where = np.asarray(index)
         healthy[where] = True
         healthy[where[ledger[~is_exact_encoding(answers, rows, counts)]]] = False
+    if changed:
+        most = max(len(share) for _, _, share in changed)
+        rows = np.zeros((len(changed), most, 4), dtype=np.int64)
+        for j, (_, _, share) in enumerate(changed):
+            if share:
+                rows[j, :len(share)] = share
+        counts = np.fromiter((len(share) for _, _, share in changed), np.int64, len(changed))
+        where = np.fromiter((i for i, _, _ in changed), np.int64, len(changed))
+        healthy[where] = True
+        healthy[where[~is_exact_encoding([a for _, a, _ in changed], rows, counts)]] = False
     return healthy.tolist()
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from scrutiny.codec import (
+    INT32_MAX,
     Intervals,
     Row,
     SequenceGroup,
@@ -59,10 +60,61 @@ def sweep(per_position: Sequence[Intervals]) -> list[tuple[int, int, frozenset[i
 
 
 def expected_share(md: LedgerMetadata, bookie_id: str) -> list[SequenceGroup]:
-    """The groups a bookie must hold of a closed ledger, as a valid (merged) encoding: per segment a
-    partial head run, the periodic body (period E, size WQ) and a partial tail run."""
-    return [SequenceGroup._make(row) for seg, lo, hi in md.segment_ranges() if bookie_id in seg.ensemble
+    """The groups a bookie must hold of a closed ledger, as BP-34's encoder groups them (`codec.groups_of`, what
+    an agent sends): per segment a partial head run, the periodic body (period E, size WQ) and a partial tail run,
+    regrouped across the segments (a bookie that keeps its position through an ensemble change holds one body)."""
+    return [SequenceGroup._make(row) for row in expected_rows(md, bookie_id)]
+
+
+def expected_rows(md: LedgerMetadata, bookie_id: str) -> list[Row]:
+    """`expected_share` as (first, last, size, period) rows."""
+    ranges = [(seg, lo, hi) for seg, lo, hi in md.segment_ranges() if bookie_id in seg.ensemble]
+    rows = [row for seg, lo, hi in ranges
             for row in share_rows(md.ensemble_size, md.write_quorum, seg.ensemble.index(bookie_id), lo, hi)]
+    return regrouped(rows) if len(ranges) > 1 else rows
+
+
+def regrouped(rows: Sequence[Row]) -> list[Row]:
+    """Rows in entry order (each a train of runs: maximal, equally spaced, of one size) as BP-34's encoder groups
+    the entries they list: runs that touch across two rows joined, then `codec.group_runs`'s greedy grouping, a
+    train at a time rather than a run at a time."""
+    trains: list[list[int]] = []  # [first run's start, runs, size, period (0: one run)]
+    for first, last, size, period in rows:
+        n = (last - first) // period + 1 if period else 1
+        train = [first, n, size, period if n > 1 else 0]
+        if trains and (before := trains[-1])[0] + (before[1] - 1) * before[3] + before[2] == first:
+            # the last run before and this row's first run are one run
+            joined = [before[0] + (before[1] - 1) * before[3], 1, before[2] + size, 0]
+            before[1] -= 1
+            if before[1] == 1:
+                before[3] = 0
+            elif not before[1]:
+                trains.pop()
+            trains.append(joined)
+            if n == 1:
+                continue
+            train = [first + period, n - 1, size, period if n > 2 else 0]
+        trains.append(train)
+    out: list[Row] = []
+    group: list[int] | None = None  # [first, last run's start, size, period (0: one run so far)]
+    for start, n, size, period in trains:
+        k = 0
+        while k < n:
+            at = start + k * period
+            if (group is not None and group[2] == size and (gap := at - group[1]) <= INT32_MAX
+                    and group[3] in (0, gap)):
+                group[1], group[3] = at, gap
+            else:
+                if group is not None:
+                    out.append((group[0], group[1], group[2], group[3]))
+                group = [at, at, size, 0]
+            k += 1
+            if k < n and group[3] in (0, period) and period <= INT32_MAX:
+                group[1], group[3] = start + (n - 1) * period, period  # the rest of the train at its period
+                k = n
+    if group is not None:
+        out.append((group[0], group[1], group[2], group[3]))
+    return out
 
 
 def share_rows(e: int, wq: int, pos: int, lo: int, hi: int) -> list[Row]:
@@ -84,6 +136,8 @@ def share_rows(e: int, wq: int, pos: int, lo: int, hi: int) -> list[Row]:
         out.append((first_start, full_last, wq, e if full_last > first_start else 0))
     if full_last != last_start:
         out.append((last_start, last_start, hi - last_start + 1, 0))
+        if len(out) == 2 and out[0][2] == out[1][2]:  # a head and a tail alike, nothing between: one group
+            return [(lo, last_start, out[0][2], last_start - lo)]
     return out
 
 
@@ -111,5 +165,11 @@ def share_columns(e: np.ndarray, wq: np.ndarray, pos: np.ndarray, lo: np.ndarray
         at = np.flatnonzero(present)
         rows[at, counts[at]] = np.stack(np.broadcast_arrays(*row), axis=1)[at]
         counts[at] += 1
+    # a head and a tail alike, nothing between: one group (as share_rows)
+    alike = np.flatnonzero((counts == 2) & (rows[:, 0, 2] == rows[:, 1, 2]))
+    rows[alike, 0, 1] = rows[alike, 1, 0]
+    rows[alike, 0, 3] = rows[alike, 1, 0] - rows[alike, 0, 0]
+    rows[alike, 1] = 0
+    counts[alike] = 1
     return rows, counts
 

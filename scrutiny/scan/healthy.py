@@ -43,7 +43,7 @@ def check_healthy(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata]
     rest: list[int] = []
     for i, (md, h) in enumerate(zip(ledgers, held, strict=True)):
         # a full turn: every write set occurs, so what a loss does is the ensemble's alone
-        if (h and md.last_entry_id - md.segments[0].first_entry_id >= md.ensemble_size - 1
+        if (h and len(md.segments) == 1 and md.last_entry_id - md.segments[0].first_entry_id >= md.ensemble_size - 1
                 and len(md.bookies) == md.ensemble_size and (registered is None or md.bookies <= registered)):
             ensemble = md.segments[0].ensemble
             groups.setdefault((tuple(map(locate, ensemble)), md.write_quorum, md.ack_quorum), []).append(i)

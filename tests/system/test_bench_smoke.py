@@ -13,6 +13,7 @@ from bench import (
     codec,
     deepscrub,
     driver_findings,
+    ensemble_changes,
     messages,
     pipeline,
     repair,
@@ -77,6 +78,11 @@ def test_pipeline_bench_runs_every_way() -> None:
     rows = pipeline.run(300, repeats=1)  # it asserts each way finds the range healthy
     assert [r["us per ledger"] > 0 for r in pipeline.metadata_floor(300, repeats=1)] == [True, True]
     assert [r["how"].split(",")[0] for r in rows] == ["answers decoded", "answers kept encoded", "the same", "the same"]
+
+
+def test_ensemble_changes_bench_runs() -> None:
+    rows = ensemble_changes.run(400, repeats=1)  # it asserts every ledger healthy, answered as a real agent answers
+    assert [r["ledgers"] for r in rows] == ["every one", "those whose ensemble changed"] and rows[1]["count"]
 
 
 def test_agent_index_bench_runs_against_its_native_floor() -> None:
