@@ -11,10 +11,10 @@ the reference (a property test holds the two to the same result).
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, compress
 
 from scrutiny.checks import blast_radius, check_durability_policy, check_placement
 from scrutiny.metadata import LedgerMetadata
@@ -39,14 +39,17 @@ def check_healthy(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata]
     """Check the ledgers held exactly as groups, their blast radius into `tally`; the others are left."""
     locate = ctx.locations.get
     registered = ctx.lost.registered if ctx.lost is not None else None
-    groups: dict[Shape, list[int]] = {}
-    rest: list[int] = []
-    for i, (md, h) in enumerate(zip(ledgers, held, strict=True)):
+    groups: defaultdict[Shape, list[int]] = defaultdict(list)
+    if len(held) != len(ledgers):
+        raise ValueError(f"{len(held)} verdicts for {len(ledgers)} ledgers")
+    rest = [i for i, h in enumerate(held) if not h]
+    for i in compress(range(len(ledgers)), held):
+        md = ledgers[i]
+        segments, e = md.segments, md.ensemble_size
         # a full turn: every write set occurs, so what a loss does is the ensemble's alone
-        if (h and len(md.segments) == 1 and md.last_entry_id - md.segments[0].first_entry_id >= md.ensemble_size - 1
-                and len(md.bookies) == md.ensemble_size and (registered is None or md.bookies <= registered)):
-            ensemble = md.segments[0].ensemble
-            groups.setdefault((tuple(map(locate, ensemble)), md.write_quorum, md.ack_quorum), []).append(i)
+        if (len(segments) == 1 and md.last_entry_id - segments[0].first_entry_id >= e - 1 and len(md.bookies) == e
+                and (registered is None or md.bookies <= registered)):
+            groups[tuple(map(locate, segments[0].ensemble)), md.write_quorum, md.ack_quorum].append(i)
         else:
             rest.append(i)
     checked = 0
@@ -78,16 +81,17 @@ def _tally(ctx: RunContext, mode: Pass, where: tuple[str | None, ...], group: li
     least = blast_radius(first, {}, ctx.locations, first.write_quorum)
     bookie_left = least["bookie", first.segments[0].ensemble[0]]
     racks = {key: left for key, left in least.items() if key[0] == "rack"}
-    ensembles = [md.segments[0].ensemble for md in group]
-    bookies: Counter[str] = Counter(chain.from_iterable(ensembles))
-    by_custom: dict[tuple[tuple[str, bytes], ...], set[str]] = {}  # the bookies each owner's ledgers name
-    for md, ensemble in zip(group, ensembles, strict=True):
-        by_custom.setdefault(md.custom_metadata, set()).update(ensemble)
+    by_custom: defaultdict[tuple[tuple[str, bytes], ...], list[tuple[str, ...]]] = defaultdict(list)
+    for md in group:  # the ensembles of each owner's ledgers
+        by_custom[md.custom_metadata].append(md.segments[0].ensemble)
+    bookies: Counter[str] = Counter()
     by_topic: dict[str, set[str]] = {}
-    for custom, named in by_custom.items():
+    for custom, ensembles in by_custom.items():
+        each = list(chain.from_iterable(ensembles))
+        bookies.update(each)
         owner = owners[custom] if custom in owners else owners.setdefault(custom, owner_from_custom_metadata(custom))
         if owner is not None and owner.kind in TOPIC_OWNERS:
-            by_topic.setdefault(owner.name, set()).update(named)
+            by_topic.setdefault(owner.name, set()).update(each)
     topics = set(by_topic)
     bookie_topics: dict[Key, set[str]] = {}
     for topic, named in by_topic.items():
