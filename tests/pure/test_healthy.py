@@ -27,8 +27,8 @@ OWNERS = ((), (("application", b"pulsar"), ("component", b"managed-ledger"), ("p
 
 
 def cluster(rng: random.Random, count: int) -> tuple[list[LedgerMetadata], dict[str, BookieAnswers]]:
-    """Ledgers on a few ensembles (so that groups form), most held exactly, some short, some of two
-    segments, some with a bookie's share short."""
+    """Ledgers on a few ensembles (so that groups form), most held exactly, some short, some of two or three
+    segments (on the same few ensembles, often a full turn each), some with a bookie's share short."""
     pool = []
     for _ in range(rng.randint(1, 6)):
         e = rng.randint(1, 5)
@@ -41,8 +41,12 @@ def cluster(rng: random.Random, count: int) -> tuple[list[LedgerMetadata], dict[
         e = len(ensemble)
         last = rng.choice((e - 1, e, 3 * e, rng.randint(0, 200), 0))
         segments = [Segment(0, ensemble)]
-        if rng.random() < 0.1 and last > 2:
-            segments.append(Segment(rng.randint(1, last), tuple(rng.sample(B, e))))
+        alike = [ens for ens, _, _ in pool if len(ens) == e]
+        while rng.random() < 0.2 and last > segments[-1].first_entry_id + 1:
+            first = segments[-1].first_entry_id
+            at = rng.choice((first + e, rng.randint(first + 1, last)))
+            if at <= last:
+                segments.append(Segment(at, rng.choice(alike) if rng.random() < 0.7 else tuple(rng.sample(B, e))))
         md = LedgerMetadata(lid, LedgerState.CLOSED, e, wq, aq, last, 0, tuple(segments),
                             custom_metadata=rng.choice(OWNERS))
         mds.append(md)
