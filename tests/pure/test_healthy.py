@@ -106,3 +106,29 @@ def test_a_healthy_cluster_is_checked_in_groups_and_a_group_with_a_finding_is_no
     assert result.counts == {"checked": 200}
     assert [v.ledger_id for v in result.violations] == list(range(0, 200, 4))
     assert sum(b.ledgers for key, b in result.blast.items() if key.startswith("bookie:")) == 200 * 3
+
+
+
+def test_what_a_shape_shares_is_worked_out_again_under_another_policy_or_other_racks() -> None:
+    """What a shape's ledgers share is remembered from range to range (`_SHAPES`): the same ledgers, under
+    another placement policy, other quorum minimums or with a bookie on another rack, find what each ledger
+    checked alone finds."""
+    rng = random.Random(3)
+    ensembles = [tuple(rng.sample(B, 3)) for _ in range(4)]
+    mds = [LedgerMetadata(lid, LedgerState.CLOSED, 3, 2, 2, 50, 0, (Segment(0, ensembles[lid % 4]),))
+           for lid in range(200)]
+    answers: dict[str, BookieAnswers] = {}
+    for md in mds:
+        for b in md.bookies:
+            answers.setdefault(b, BookieAnswers(b)).encoded[md.ledger_id] = encode_groups(expected_share(md, b))
+    apart = {b: f"/apart{i}" for i, b in enumerate(B)}
+    shared = {b: ("/shared" if b in ensembles[0] else f"/r{i}") for i, b in enumerate(B)}  # ensemble 0 on one rack
+    found = []
+    for kind, racks, min_wq in (("none", shared, 1), ("rackaware", apart, 1), ("rackaware", shared, 1),
+                                ("rackaware", shared, 3)):
+        settings = ScanSettings(metadata_service_uri=URI, placement_policy=kind, min_write_quorum=min_wq)
+        ctx = RunContext(settings, racks, {}, {}, 10**13, blast_radius=True)
+        result = classify(ctx, Pass.FIRST, mds, answers)
+        assert result == classify(ctx, Pass.FIRST, mds, answers, grouped=False)
+        found.append(len(result.violations))
+    assert found == [0, 0, 100, 300]
