@@ -108,6 +108,11 @@ _SHAPES: dict[tuple[PlacementPolicy, int, int] | None, dict[Shape, _Shape]] = {}
 MOST_SHAPES = 100_000  # per policy
 
 
+def forget_shapes() -> None:
+    """What every shape shares forgotten: the next range works it out again (a first range, measured)."""
+    _SHAPES.clear()
+
+
 class _Bulk:
     """The blast radius of a range's groups, added up before it goes to the tally (once per kind, not three times
     per group: in a cluster of many racks, a range has nearly as many shapes as ledgers)."""
