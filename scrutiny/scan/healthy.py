@@ -3,10 +3,10 @@
 A ledger whose every bookie holds exactly its share (`held_exactly_their_shares`), each of whose segments runs a
 full turn of its ensemble, and that names no lost bookie, has checks that depend on where its bookies are, its
 write quorum and its ack quorum alone: its placement, its durability policy, what a rack's loss would do to it; a
-bookie's loss takes one copy of each of its entries. Those are worked out once per distinct (locations of each
-segment's ensemble, WQ, AQ), a few hundred in a cluster of millions of ledgers, and the bookies of every ledger of
-a group are counted in bulk. A group with a finding goes back, ledger by ledger, to `classify`'s own path, which
-stays the reference (a property test holds the two to the same result).
+bookie's loss takes one copy of each of its entries. Those are worked out once per distinct shape (locations of each
+segment's ensemble, WQ, AQ) and kept for the ranges that follow: a few hundred shapes on five racks, thousands on
+twenty. The bookies of every ledger of a group are counted in bulk. A group with a finding goes back, ledger by
+ledger, to `classify`'s own path, which stays the reference (a property test holds the two to the same result).
 """
 
 from __future__ import annotations
