@@ -85,8 +85,9 @@ def test_groups_and_ledger_by_ledger_find_the_same(seed: int, mode: Pass) -> Non
     assert classify(ctx, mode, mds, answers) == classify(ctx, mode, mds, answers, grouped=False)
 
 
-def test_a_healthy_cluster_is_checked_in_groups_and_a_group_with_a_finding_is_not() -> None:
-    rng = random.Random(5)
+def on_four_ensembles(rng: random.Random) -> tuple[list[tuple[str, ...]], list[LedgerMetadata],
+                                                  dict[str, BookieAnswers]]:
+    """200 ledgers of E 3, WQ 2, AQ 2 on four ensembles, every share held exactly."""
     ensembles = [tuple(rng.sample(B, 3)) for _ in range(4)]
     mds = [LedgerMetadata(lid, LedgerState.CLOSED, 3, 2, 2, 50, 0, (Segment(0, ensembles[lid % 4]),))
            for lid in range(200)]
@@ -94,6 +95,11 @@ def test_a_healthy_cluster_is_checked_in_groups_and_a_group_with_a_finding_is_no
     for md in mds:
         for b in md.bookies:
             answers.setdefault(b, BookieAnswers(b)).encoded[md.ledger_id] = encode_groups(expected_share(md, b))
+    return ensembles, mds, answers
+
+
+def test_a_healthy_cluster_is_checked_in_groups_and_a_group_with_a_finding_is_not() -> None:
+    ensembles, mds, answers = on_four_ensembles(random.Random(5))
     held = held_exactly_their_shares(mds, {b: a.encoded for b, a in answers.items()})
     assert all(held)
     # every bookie on its own rack but those of ensemble 0, whose write sets then span one rack
@@ -108,19 +114,11 @@ def test_a_healthy_cluster_is_checked_in_groups_and_a_group_with_a_finding_is_no
     assert sum(b.ledgers for key, b in result.blast.items() if key.startswith("bookie:")) == 200 * 3
 
 
-
 def test_what_a_shape_shares_is_worked_out_again_under_another_policy_or_other_racks() -> None:
     """What a shape's ledgers share is remembered from range to range (`_SHAPES`): the same ledgers, under
     another placement policy, other quorum minimums or with a bookie on another rack, find what each ledger
     checked alone finds."""
-    rng = random.Random(3)
-    ensembles = [tuple(rng.sample(B, 3)) for _ in range(4)]
-    mds = [LedgerMetadata(lid, LedgerState.CLOSED, 3, 2, 2, 50, 0, (Segment(0, ensembles[lid % 4]),))
-           for lid in range(200)]
-    answers: dict[str, BookieAnswers] = {}
-    for md in mds:
-        for b in md.bookies:
-            answers.setdefault(b, BookieAnswers(b)).encoded[md.ledger_id] = encode_groups(expected_share(md, b))
+    ensembles, mds, answers = on_four_ensembles(random.Random(3))
     apart = {b: f"/apart{i}" for i, b in enumerate(B)}
     shared = {b: ("/shared" if b in ensembles[0] else f"/r{i}") for i, b in enumerate(B)}  # ensemble 0 on one rack
     found = []
