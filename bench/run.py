@@ -9,7 +9,7 @@ import argparse
 import platform
 import time
 
-from bench import agent_index, agentcalls, checks, codec, deepscrub, ensemble_changes, pipeline, zkreads
+from bench import agent_index, agentcalls, checks, codec, deepscrub, ensemble_changes, pipeline, shapes, zkreads
 from bench.common import table
 
 
@@ -28,6 +28,8 @@ def main() -> None:
     print(table(pipeline.run(2_000 if quick else 20_000, 1 if quick else 7)) + "\n")
     print("## ledgers whose ensemble changed, answered as a real agent answers (python -m bench.ensemble_changes)\n")
     print(table(ensemble_changes.run(2_000 if quick else 50_000, 1 if quick else 5)) + "\n")
+    print("## a range's checks as the cluster has more racks, so more shapes (python -m bench.shapes)\n")
+    print(table(shapes.run([5] if quick else [5, 10, 20], 2_000 if quick else 10_000, 1 if quick else 5)) + "\n")
     print("## ZooKeeper metadata reads (python -m bench.zkreads)\n")
     print(table(zkreads.run(1000 if quick else 20_000)) + "\n")
     print("## bookie agent calls (python -m bench.agentcalls)\n")

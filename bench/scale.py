@@ -79,23 +79,25 @@ def bookie(n: int) -> str:
     return f"127.0.2.{n + 1}:3181"
 
 
-def rack_of(n: int) -> str:
-    return f"/rack-{n % RACKS}"
+def rack_of(n: int, racks: int = RACKS) -> str:
+    return f"/rack-{n % racks}"
 
 
-def synthetic_ledgers(count: int, entries: int, seed: int = 7) -> Iterator[LedgerMetadata]:
+def synthetic_ledgers(count: int, entries: int, seed: int = 7, racks: int = RACKS, bookies: int = BOOKIES
+                      ) -> Iterator[LedgerMetadata]:
+    """Ledgers on `bookies` bookies spread over `racks` racks (`rack_of`), each ensemble on distinct racks."""
     rng = random.Random(seed)
-    by_rack = {r: [n for n in range(BOOKIES) if n % RACKS == r] for r in range(RACKS)}
+    by_rack = {r: [n for n in range(bookies) if n % racks == r] for r in range(racks)}
     for lid in range(count):
         kind = rng.random()
         e, wq = (5, 3) if kind < 0.15 else (3, 2)
-        racks = rng.sample(range(RACKS), e)  # distinct racks: every write set spans >= 2
-        ens = tuple(bookie(rng.choice(by_rack[r])) for r in racks)
+        on = rng.sample(range(racks), e)  # distinct racks: every write set spans >= 2
+        ens = tuple(bookie(rng.choice(by_rack[r])) for r in on)
         segs: tuple[Segment, ...] = (Segment(0, ens),)
         if kind > 0.95:  # an ensemble change halfway: same rack, another bookie
             pos = rng.randrange(e)
             n = int(ens[pos].split(".")[3].split(":")[0]) - 1
-            spare = bookie(rng.choice([m for m in by_rack[n % RACKS] if bookie(m) not in ens]))
+            spare = bookie(rng.choice([m for m in by_rack[n % racks] if bookie(m) not in ens]))
             segs = (Segment(0, ens), Segment(entries // 2, tuple(spare if i == pos else b for i, b in enumerate(ens))))
         yield LedgerMetadata(lid, LedgerState.CLOSED, e, wq, 2, entries - 1, entries * 1024, segs, ctime=1)
 

@@ -77,8 +77,7 @@ def take_listed(bookie_id: str, listed: Listed, asked: Collection[int], got: Boo
     """The answers of one message's columns about ledgers `asked` into `got` (the first one counts, as `take`'s);
     the problem, when the columns do not line up: the ledgers they name are then INVALID."""
     if listed.problem:
-        bad = BookieAnswer(Outcome.INVALID, reason=f"bookie {bookie_id}: {listed.problem}")
-        got.other.update((i, bad) for i in listed.ledger_ids if i in asked and i not in got)
+        invalid(bookie_id, listed.problem, (i for i in listed.ledger_ids if i in asked and i not in got), got)
         return listed.problem
     # reversed: of a ledger answered twice, the first answer is the one kept
     fresh = dict(zip(reversed(listed.ledger_ids), reversed(listed.answers), strict=True))
@@ -86,6 +85,12 @@ def take_listed(bookie_id: str, listed: Listed, asked: Collection[int], got: Boo
         del fresh[lid]
     got.encoded.update(fresh)
     return ""
+
+
+def invalid(bookie_id: str, problem: str, ledger_ids: Iterable[int], got: BookieAnswers) -> None:
+    """The ledgers of columns that do not line up: INVALID answers that name the problem."""
+    bad = BookieAnswer(Outcome.INVALID, reason=f"bookie {bookie_id}: {problem}")
+    got.other.update((i, bad) for i in ledger_ids)
 
 
 class EndpointResolver:
@@ -301,8 +306,7 @@ class BookieClient:
             if msg.HasField("listed"):
                 problem = take_listed(bookie_id, read_listed(msg.listed), asked, got) or problem
         if problem:  # columns whose ledgers could not be told: every ledger still unanswered may be among them
-            bad = BookieAnswer(Outcome.INVALID, reason=f"bookie {bookie_id}: {problem}")
-            got.other.update((i, bad) for i in got.unanswered(ids))
+            invalid(bookie_id, problem, got.unanswered(ids), got)
 
     def _unary(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
         """One call per ledger, as upstream's auditor does, a bounded number in flight."""

@@ -192,8 +192,11 @@ def is_exact_encoding(answers: Sequence[bytes], rows: np.ndarray, counts: np.nda
     n, k = rows.shape[:2]
     # A well-formed answer is a whole number of 64-bit words (64 + 24 * groups bytes): compared as
     # words. One that is not cannot match, and is left out so that those after it stay aligned.
-    kept = [a if not len(a) & 7 else b"" for a in answers]
-    sizes = np.fromiter(map(len, kept), np.int64, n)
+    sizes = np.fromiter(map(len, answers), np.int64, n)
+    kept: Sequence[bytes] = answers
+    if (sizes & 7).any():
+        kept = [a if not len(a) & 7 else b"" for a in answers]
+        sizes[sizes & 7 != 0] = 0
     header_words = HEADER_SIZE // 8
     words = np.frombuffer(b"".join(kept) + bytes(8 * (header_words + 3 * k)), np.uint64)
     at = (np.cumsum(sizes) - sizes) // 8

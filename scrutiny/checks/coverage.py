@@ -74,20 +74,23 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata],
     shapes: list[tuple[int, int, int, int]] = []  # (E, WQ, first entry, last entry)
     answers: list[bytes] = []  # per ensemble position of each of them
     changed: list[tuple[int, bytes, list[Row]]] = []  # of a ledger whose ensemble changed: (index, answer, share)
+    of_bookie = {b: got.get for b, got in encoded.items()}  # each bookie's answers by ledger
+    unasked = NO_BYTES.get
     for i, md in enumerate(ledgers):
-        # (numpy's int64 would wrap on entry ids near 2**63: such a ledger is checked alone)
-        if md.last_entry_id >= 1 << 60 or any(len(seg.ensemble) != md.ensemble_size for seg in md.segments):
-            continue
         ranges = md.segment_ranges()
-        lid = md.ledger_id
-        if len(md.segments) == 1 and ranges:
+        # (numpy's int64 would wrap on entry ids near 2**63: such a ledger is checked alone)
+        if not ranges or md.last_entry_id >= 1 << 60:
+            continue
+        lid, e = md.ledger_id, md.ensemble_size
+        if len(md.segments) == 1:  # most ledgers
             seg, lo, hi = ranges[0]
-            for b in seg.ensemble:
-                answers.append(encoded.get(b, NO_BYTES).get(lid, b""))
-            index.append(i)
-            shapes.append((md.ensemble_size, md.write_quorum, lo, hi))
-        elif ranges:  # each bookie's share regrouped across the segments, as its agent encodes it
-            changed += [(i, encoded.get(b, NO_BYTES).get(lid, b""), expected_rows(md, b)) for b in md.bookies]
+            if len(seg.ensemble) == e:
+                answers += [of_bookie.get(b, unasked)(lid, b"") for b in seg.ensemble]
+                index.append(i)
+                shapes.append((e, md.write_quorum, lo, hi))
+        elif all(len(seg.ensemble) == e for seg in md.segments):
+            # each bookie's share regrouped across the segments, as its agent encodes it
+            changed += [(i, of_bookie.get(b, unasked)(lid, b""), expected_rows(md, b)) for b in md.bookies]
     healthy = np.zeros(len(ledgers), dtype=bool)
     if index:
         e, wq, lo, hi = np.array(shapes, dtype=np.int64).T

@@ -72,18 +72,19 @@ class LedgerMetadata:
         segments = self.segments
         if len(segments) == 1:  # most ledgers
             seg = segments[0]
-            object.__setattr__(self, "bookies", frozenset(seg.ensemble))
-            object.__setattr__(self, "_ranges", ((seg, seg.first_entry_id, self.last_entry_id),)
-                               if seg.first_entry_id <= self.last_entry_id else ())
+            # a plain slotted class at run time (`snapshot`): set directly, as the generated __init__ does
+            self.bookies = frozenset(seg.ensemble)  # type: ignore[misc]
+            first = seg.first_entry_id
+            self._ranges = ((seg, first, self.last_entry_id),) if first <= self.last_entry_id else ()  # type: ignore[misc]
             return
-        object.__setattr__(self, "bookies", frozenset(b for s in segments for b in s.ensemble))
+        self.bookies = frozenset(b for s in segments for b in s.ensemble)  # type: ignore[misc]
         ranges = []
         for i, seg in enumerate(self.segments):
             end = self.segments[i + 1].first_entry_id - 1 if i + 1 < len(self.segments) else self.last_entry_id
             end = min(end, self.last_entry_id)
             if seg.first_entry_id <= end:
                 ranges.append((seg, seg.first_entry_id, end))
-        object.__setattr__(self, "_ranges", tuple(ranges))
+        self._ranges = tuple(ranges)  # type: ignore[misc]
 
     @property
     def closed(self) -> bool:

@@ -4,7 +4,7 @@ applied as BP-34 asks: a bookie is reported only when silent at two looks a dela
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -117,7 +117,13 @@ def by_bookie(ledgers: Iterable[LedgerMetadata], past_the_close: bool = False) -
 
 
 def wanted(ledgers: Iterable[LedgerMetadata]) -> dict[str, list[int]]:
-    return {b: [md.ledger_id for md in mds] for b, mds in by_bookie(ledgers, past_the_close=True).items()}
+    """The ledgers each bookie is asked about, past the close too: every bookie the metadata names."""
+    out: defaultdict[str, list[int]] = defaultdict(list)
+    for md in ledgers:
+        lid = md.ledger_id
+        for b in md.bookies:
+            out[b].append(lid)
+    return dict(out)
 
 
 def answers_for(md: LedgerMetadata, answers: Answers) -> dict[str, BookieAnswer]:

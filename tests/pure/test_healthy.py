@@ -27,8 +27,8 @@ OWNERS = ((), (("application", b"pulsar"), ("component", b"managed-ledger"), ("p
 
 
 def cluster(rng: random.Random, count: int) -> tuple[list[LedgerMetadata], dict[str, BookieAnswers]]:
-    """Ledgers on a few ensembles (so that groups form), most held exactly, some short, some of two
-    segments, some with a bookie's share short."""
+    """Ledgers on a few ensembles (so that groups form), most held exactly, some short, some of two or three
+    segments (on the same few ensembles, often a full turn each), some with a bookie's share short."""
     pool = []
     for _ in range(rng.randint(1, 6)):
         e = rng.randint(1, 5)
@@ -41,8 +41,12 @@ def cluster(rng: random.Random, count: int) -> tuple[list[LedgerMetadata], dict[
         e = len(ensemble)
         last = rng.choice((e - 1, e, 3 * e, rng.randint(0, 200), 0))
         segments = [Segment(0, ensemble)]
-        if rng.random() < 0.1 and last > 2:
-            segments.append(Segment(rng.randint(1, last), tuple(rng.sample(B, e))))
+        alike = [ens for ens, _, _ in pool if len(ens) == e]
+        while rng.random() < 0.2 and last > segments[-1].first_entry_id + 1:
+            first = segments[-1].first_entry_id
+            at = rng.choice((first + e, rng.randint(first + 1, last)))
+            if at <= last:
+                segments.append(Segment(at, rng.choice(alike) if rng.random() < 0.7 else tuple(rng.sample(B, e))))
         md = LedgerMetadata(lid, LedgerState.CLOSED, e, wq, aq, last, 0, tuple(segments),
                             custom_metadata=rng.choice(OWNERS))
         mds.append(md)
@@ -81,8 +85,9 @@ def test_groups_and_ledger_by_ledger_find_the_same(seed: int, mode: Pass) -> Non
     assert classify(ctx, mode, mds, answers) == classify(ctx, mode, mds, answers, grouped=False)
 
 
-def test_a_healthy_cluster_is_checked_in_groups_and_a_group_with_a_finding_is_not() -> None:
-    rng = random.Random(5)
+def on_four_ensembles(rng: random.Random) -> tuple[list[tuple[str, ...]], list[LedgerMetadata],
+                                                  dict[str, BookieAnswers]]:
+    """200 ledgers of E 3, WQ 2, AQ 2 on four ensembles, every share held exactly."""
     ensembles = [tuple(rng.sample(B, 3)) for _ in range(4)]
     mds = [LedgerMetadata(lid, LedgerState.CLOSED, 3, 2, 2, 50, 0, (Segment(0, ensembles[lid % 4]),))
            for lid in range(200)]
@@ -90,6 +95,11 @@ def test_a_healthy_cluster_is_checked_in_groups_and_a_group_with_a_finding_is_no
     for md in mds:
         for b in md.bookies:
             answers.setdefault(b, BookieAnswers(b)).encoded[md.ledger_id] = encode_groups(expected_share(md, b))
+    return ensembles, mds, answers
+
+
+def test_a_healthy_cluster_is_checked_in_groups_and_a_group_with_a_finding_is_not() -> None:
+    ensembles, mds, answers = on_four_ensembles(random.Random(5))
     held = held_exactly_their_shares(mds, {b: a.encoded for b, a in answers.items()})
     assert all(held)
     # every bookie on its own rack but those of ensemble 0, whose write sets then span one rack
@@ -102,3 +112,21 @@ def test_a_healthy_cluster_is_checked_in_groups_and_a_group_with_a_finding_is_no
     assert result.counts == {"checked": 200}
     assert [v.ledger_id for v in result.violations] == list(range(0, 200, 4))
     assert sum(b.ledgers for key, b in result.blast.items() if key.startswith("bookie:")) == 200 * 3
+
+
+def test_what_a_shape_shares_is_worked_out_again_under_another_policy_or_other_racks() -> None:
+    """What a shape's ledgers share is remembered from range to range (`_SHAPES`): the same ledgers, under
+    another placement policy, other quorum minimums or with a bookie on another rack, find what each ledger
+    checked alone finds."""
+    ensembles, mds, answers = on_four_ensembles(random.Random(3))
+    apart = {b: f"/apart{i}" for i, b in enumerate(B)}
+    shared = {b: ("/shared" if b in ensembles[0] else f"/r{i}") for i, b in enumerate(B)}  # ensemble 0 on one rack
+    found = []
+    for kind, racks, min_wq in (("none", shared, 1), ("rackaware", apart, 1), ("rackaware", shared, 1),
+                                ("rackaware", shared, 3)):
+        settings = ScanSettings(metadata_service_uri=URI, placement_policy=kind, min_write_quorum=min_wq)
+        ctx = RunContext(settings, racks, {}, {}, 10**13, blast_radius=True)
+        result = classify(ctx, Pass.FIRST, mds, answers)
+        assert result == classify(ctx, Pass.FIRST, mds, answers, grouped=False)
+        found.append(len(result.violations))
+    assert found == [0, 0, 100, 300]

@@ -17,6 +17,7 @@ from bench import (
     messages,
     pipeline,
     repair,
+    shapes,
     topics,
     zkreads,
     zkwatch,
@@ -83,6 +84,11 @@ def test_pipeline_bench_runs_every_way() -> None:
 def test_ensemble_changes_bench_runs() -> None:
     rows = ensemble_changes.run(400, repeats=1)  # it asserts every ledger healthy, answered as a real agent answers
     assert [r["ledgers"] for r in rows] == ["every one", "those whose ensemble changed"] and rows[1]["count"]
+
+
+def test_shapes_bench_runs() -> None:
+    (row,) = shapes.run([5], 400, repeats=1)  # it asserts every ledger checked and healthy, grouped and alone
+    assert row["bookies"] == 25 and row["shapes in the range"]
 
 
 def test_agent_index_bench_runs_against_its_native_floor() -> None:
