@@ -68,10 +68,16 @@ def expected_share(md: LedgerMetadata, bookie_id: str) -> list[SequenceGroup]:
 
 def expected_rows(md: LedgerMetadata, bookie_id: str) -> list[Row]:
     """`expected_share` as (first, last, size, period) rows."""
-    ranges = [(seg, lo, hi) for seg, lo, hi in md.segment_ranges() if bookie_id in seg.ensemble]
-    rows = [row for seg, lo, hi in ranges
-            for row in share_rows(md.ensemble_size, md.write_quorum, seg.ensemble.index(bookie_id), lo, hi)]
-    return regrouped(rows) if len(ranges) > 1 else rows
+    spans: list[list[int]] = []  # [position, first, last]
+    for seg, lo, hi in md.segment_ranges():
+        if bookie_id in seg.ensemble:
+            pos = seg.ensemble.index(bookie_id)
+            if spans and spans[-1][0] == pos and spans[-1][2] + 1 == lo:
+                spans[-1][2] = hi  # kept its position through the change: one round robin across it
+            else:
+                spans.append([pos, lo, hi])
+    rows = [row for pos, lo, hi in spans for row in share_rows(md.ensemble_size, md.write_quorum, pos, lo, hi)]
+    return regrouped(rows) if len(spans) > 1 else rows
 
 
 def regrouped(rows: Sequence[Row]) -> list[Row]:
