@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, compress
+from operator import attrgetter
 from typing import NamedTuple, TypeVar
 
 from scrutiny.checks import PlacementPolicy, blast_radius, check_durability_policy, check_placement
@@ -27,6 +28,7 @@ from scrutiny.scan.result import TOPIC_OWNERS, BlastTally
 # (per segment, each ensemble member's location or None; WQ; AQ)
 Shape = tuple[tuple[tuple[str | None, ...], ...], int, int]
 Key = tuple[str, str]  # a blast radius key: ("bookie", id) or ("rack", name)
+_BOOKIES = attrgetter("bookies")
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,10 @@ class _Bulk:
 
     def __init__(self, mode: Pass) -> None:
         self.first = mode is Pass.FIRST
-        self.ledgers: dict[str, list[list[LedgerMetadata]]] = {kind: [] for kind in self.KINDS}  # bookies counted
+        # each group's ledgers; those a bookie's loss leaves at their ack quorum; those it leaves without a copy
+        self.clean: list[list[LedgerMetadata]] = []
+        self.kept: list[list[LedgerMetadata]] = []
+        self.without: list[list[LedgerMetadata]] = []
         self.racks: dict[str, Counter[Key]] = {kind: Counter() for kind in self.KINDS}
         self.owned: list[tuple[LedgerMetadata, _Shape]] = []
 
@@ -179,14 +184,14 @@ class _Bulk:
         """A group's ledgers: each depends on its bookies and racks; a bookie's loss, and a rack's as `known`
         says, leaves each the same copies."""
         n, racks = len(members), self.racks
+        self.clean.append(members)
         if self.first:
-            self.ledgers["depend"].append(members)
             for key in known.depend:
                 racks["depend"][key] += n
-        if known.bookie_below:
-            self.ledgers["below"].append(members)
-            if known.bookie_without:
-                self.ledgers["without"].append(members)
+        if not known.bookie_below:
+            self.kept.append(members)
+        elif known.bookie_without:
+            self.without.append(members)
         for key in known.below:
             racks["below"][key] += n
         for key in known.without:
@@ -214,6 +219,10 @@ class _Bulk:
                     bookies["without"][topic] |= md.bookies
             racks["below"][topic].update(known.below)
             racks["without"][topic].update(known.without)
+        every = _bookies_of(self.clean)  # each bookie's ledgers, counted once
+        counted = {"depend": every if self.first else Counter(),
+                   "below": every - _bookies_of(self.kept) if self.kept else every,
+                   "without": _bookies_of(self.without)}
         for kind in self.KINDS:
             topics: defaultdict[Key, set[str]] = defaultdict(set)
             for topic, named in bookies[kind].items():
@@ -222,5 +231,8 @@ class _Bulk:
             for topic, keys in racks[kind].items():
                 for key in keys:
                     topics[key].add(topic)
-            counted = Counter(chain.from_iterable(md.bookies for members in self.ledgers[kind] for md in members))
-            tally.add(kind, {**{("bookie", b): n for b, n in counted.items()}, **self.racks[kind]}, topics)
+            tally.add(kind, {**{("bookie", b): n for b, n in counted[kind].items()}, **self.racks[kind]}, topics)
+
+
+def _bookies_of(groups: list[list[LedgerMetadata]]) -> Counter[str]:
+    return Counter(chain.from_iterable(map(_BOOKIES, chain.from_iterable(groups))))
