@@ -16,7 +16,6 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, compress
-from operator import attrgetter
 from typing import NamedTuple, TypeVar
 
 from scrutiny.checks import PlacementPolicy, blast_radius, check_durability_policy, check_placement
@@ -28,7 +27,6 @@ from scrutiny.scan.result import TOPIC_OWNERS, BlastTally
 # (per segment, each ensemble member's location or None; WQ; AQ)
 Shape = tuple[tuple[tuple[str | None, ...], ...], int, int]
 Key = tuple[str, str]  # a blast radius key: ("bookie", id) or ("rack", name)
-_BOOKIES = attrgetter("bookies")
 
 
 @dataclass(frozen=True)
@@ -173,25 +171,24 @@ class _Bulk:
 
     def __init__(self, mode: Pass) -> None:
         self.first = mode is Pass.FIRST
-        # each group's ledgers; those a bookie's loss leaves at their ack quorum; those it leaves without a copy
-        self.clean: list[list[LedgerMetadata]] = []
-        self.kept: list[list[LedgerMetadata]] = []
-        self.without: list[list[LedgerMetadata]] = []
+        # each bookie's ledgers, and how many of them a bookie's loss leaves at their ack quorum
+        self.bookies: dict[str, Counter[str]] = {kind: Counter() for kind in (*self.KINDS, "kept")}
         self.racks: dict[str, Counter[Key]] = {kind: Counter() for kind in self.KINDS}
         self.owned: list[tuple[LedgerMetadata, _Shape]] = []
 
     def group(self, known: _Shape, members: list[LedgerMetadata]) -> None:
         """A group's ledgers: each depends on its bookies and racks; a bookie's loss, and a rack's as `known`
         says, leaves each the same copies."""
-        n, racks = len(members), self.racks
-        self.clean.append(members)
+        n, racks, bookies = len(members), self.racks, self.bookies
+        each = list(chain.from_iterable([md.bookies for md in members]))  # (a list a group: cheaper to count)
+        bookies["depend"].update(each)
+        if not known.bookie_below:
+            bookies["kept"].update(each)
+        elif known.bookie_without:
+            bookies["without"].update(each)
         if self.first:
             for key in known.depend:
                 racks["depend"][key] += n
-        if not known.bookie_below:
-            self.kept.append(members)
-        elif known.bookie_without:
-            self.without.append(members)
         for key in known.below:
             racks["below"][key] += n
         for key in known.without:
@@ -219,10 +216,9 @@ class _Bulk:
                     bookies["without"][topic] |= md.bookies
             racks["below"][topic].update(known.below)
             racks["without"][topic].update(known.without)
-        every = _bookies_of(self.clean)  # each bookie's ledgers, counted once
-        counted = {"depend": every if self.first else Counter(),
-                   "below": every - _bookies_of(self.kept) if self.kept else every,
-                   "without": _bookies_of(self.without)}
+        every, kept = self.bookies["depend"], self.bookies["kept"]
+        counted = {"depend": every if self.first else Counter(), "below": every - kept if kept else every,
+                   "without": self.bookies["without"]}
         for kind in self.KINDS:
             topics: defaultdict[Key, set[str]] = defaultdict(set)
             for topic, named in bookies[kind].items():
@@ -233,6 +229,3 @@ class _Bulk:
                     topics[key].add(topic)
             tally.add(kind, {**{("bookie", b): n for b, n in counted[kind].items()}, **self.racks[kind]}, topics)
 
-
-def _bookies_of(groups: list[list[LedgerMetadata]]) -> Counter[str]:
-    return Counter(chain.from_iterable(map(_BOOKIES, chain.from_iterable(groups))))
