@@ -20,7 +20,7 @@ from typing import NamedTuple, TypeVar
 
 from scrutiny.checks import PlacementPolicy, blast_radius, check_durability_policy, check_placement
 from scrutiny.metadata import DEFAULT_RACK, LedgerMetadata
-from scrutiny.pulsar.owners import Owner, owner_from_custom_metadata
+from scrutiny.pulsar.owners import owner_from_custom_metadata
 from scrutiny.scan.context import Pass, RunContext
 from scrutiny.scan.result import TOPIC_OWNERS, BlastTally
 
@@ -196,36 +196,32 @@ class _Bulk:
         self.owned += [(md, known) for md in members if md.custom_metadata]
 
     def into(self, tally: BlastTally) -> None:
-        # each topic's bookies and racks, then each bookie's and rack's topics
-        bookies: dict[str, defaultdict[str, set[str]]] = {kind: defaultdict(set) for kind in self.KINDS}
-        racks: dict[str, defaultdict[str, set[Key]]] = {kind: defaultdict(set) for kind in self.KINDS}
-        owners: dict[tuple[tuple[str, bytes], ...], Owner | None] = {}
+        by_custom: defaultdict[tuple[tuple[str, bytes], ...], list[tuple[frozenset[str], _Shape]]] = defaultdict(list)
         for md, known in self.owned:
-            custom = md.custom_metadata
-            owner = (owners[custom] if custom in owners
-                     else owners.setdefault(custom, owner_from_custom_metadata(custom)))
-            if owner is None or owner.kind not in TOPIC_OWNERS:
-                continue
-            topic = owner.name
-            if self.first:
-                bookies["depend"][topic] |= md.bookies
-                racks["depend"][topic].update(known.depend)
-            if known.bookie_below:
-                bookies["below"][topic] |= md.bookies
-                if known.bookie_without:
-                    bookies["without"][topic] |= md.bookies
-            racks["below"][topic].update(known.below)
-            racks["without"][topic].update(known.without)
+            by_custom[md.custom_metadata].append((md.bookies, known))
+        owned: defaultdict[str, list[tuple[frozenset[str], _Shape]]] = defaultdict(list)  # a topic's ledgers
+        for custom, of_ledgers in by_custom.items():
+            owner = owner_from_custom_metadata(custom)
+            if owner is not None and owner.kind in TOPIC_OWNERS:
+                owned[owner.name] += of_ledgers
+        topics: dict[str, defaultdict[Key, set[str]]] = {kind: defaultdict(set) for kind in self.KINDS}
+        for topic, of_ledgers in owned.items():  # each topic's bookies and racks, then each one's topics
+            shapes = {id(known): known for _, known in of_ledgers}.values()
+            named = frozenset().union(*[bookies for bookies, _ in of_ledgers])
+            below = frozenset().union(*[bookies for bookies, known in of_ledgers if known.bookie_below])
+            without = frozenset().union(*[bookies for bookies, known in of_ledgers if known.bookie_without])
+            kinds = [("depend", named, [known.depend for known in shapes])] if self.first else []
+            kinds += [("below", below, [known.below for known in shapes]),
+                      ("without", without, [known.without for known in shapes])]
+            for kind, bookies, racks in kinds:
+                of_kind = topics[kind]
+                for b in bookies:
+                    of_kind["bookie", b].add(topic)
+                for key in set(chain.from_iterable(racks)):
+                    of_kind[key].add(topic)
         every, kept = self.bookies["depend"], self.bookies["kept"]
         counted = {"depend": every if self.first else Counter(), "below": every - kept if kept else every,
                    "without": self.bookies["without"]}
         for kind in self.KINDS:
-            topics: defaultdict[Key, set[str]] = defaultdict(set)
-            for topic, named in bookies[kind].items():
-                for b in named:
-                    topics["bookie", b].add(topic)
-            for topic, keys in racks[kind].items():
-                for key in keys:
-                    topics[key].add(topic)
-            tally.add(kind, {**{("bookie", b): n for b, n in counted[kind].items()}, **self.racks[kind]}, topics)
-
+            tally.add(kind, {**{("bookie", b): n for b, n in counted[kind].items()}, **self.racks[kind]},
+                      topics[kind])
