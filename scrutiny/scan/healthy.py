@@ -165,27 +165,29 @@ def forget_shapes() -> None:
 
 class _Bulk:
     """The blast radius of a range's groups, added up before it goes to the tally: in a cluster of many racks, a
-    range has nearly as many shapes as ledgers, so a group adds little more than its ledgers to a list."""
+    range has nearly as many shapes as ledgers, so a group costs little beyond counting its ledgers' bookies."""
 
     KINDS = ("depend", "below", "without")
 
     def __init__(self, mode: Pass) -> None:
         self.first = mode is Pass.FIRST
-        # each bookie's ledgers, and how many of them a bookie's loss leaves at their ack quorum
-        self.bookies: dict[str, Counter[str]] = {kind: Counter() for kind in (*self.KINDS, "kept")}
+        # each bookie's ledgers; of them, those a bookie's loss leaves at their ack quorum, and those without a copy
+        self.every: Counter[str] = Counter()
+        self.kept: Counter[str] = Counter()
+        self.without: Counter[str] = Counter()
         self.racks: dict[str, Counter[Key]] = {kind: Counter() for kind in self.KINDS}
         self.owned: list[tuple[LedgerMetadata, _Shape]] = []
 
     def group(self, known: _Shape, members: list[LedgerMetadata]) -> None:
         """A group's ledgers: each depends on its bookies and racks; a bookie's loss, and a rack's as `known`
         says, leaves each the same copies."""
-        n, racks, bookies = len(members), self.racks, self.bookies
+        n, racks = len(members), self.racks
         each = list(chain.from_iterable([md.bookies for md in members]))  # (a list a group: cheaper to count)
-        bookies["depend"].update(each)
+        self.every.update(each)
         if not known.bookie_below:
-            bookies["kept"].update(each)
+            self.kept.update(each)
         elif known.bookie_without:
-            bookies["without"].update(each)
+            self.without.update(each)
         if self.first:
             for key in known.depend:
                 racks["depend"][key] += n
@@ -219,9 +221,9 @@ class _Bulk:
                     of_kind["bookie", b].add(topic)
                 for key in set(chain.from_iterable(racks)):
                     of_kind[key].add(topic)
-        every, kept = self.bookies["depend"], self.bookies["kept"]
-        counted = {"depend": every if self.first else Counter(), "below": every - kept if kept else every,
-                   "without": self.bookies["without"]}
+        every = self.every
+        counted = {"depend": every if self.first else Counter(), "below": every - self.kept if self.kept else every,
+                   "without": self.without}
         for kind in self.KINDS:
             tally.add(kind, {**{("bookie", b): n for b, n in counted[kind].items()}, **self.racks[kind]},
                       topics[kind])
