@@ -1,8 +1,9 @@
 """A range's checks (`classify`) as the cluster has more racks. Rack-aware ensembles on distinct racks, five bookies a
 rack: a range of 10,000 ledgers has some 180 shapes (ordered locations, WQ, AQ) on 5 racks and some 6,300 on 20.
 The healthy majority checked a group at a time, as a scan checks it: in an executor's first range (what each shape
-shares worked out) and in a later one; and each ledger alone (the reference path). CPU of this process, the best of
---repeats (a first range: once). Run it in two trees, alternately, to compare them.
+shares worked out) and in a later one; and each ledger alone (the reference path); and a later range again with the
+ledgers tagged as Pulsar tags a topic's, ten to a topic (each bookie's and rack's topics counted too). CPU of this
+process, the best of --repeats (a first range: once). Run it in two trees, alternately, to compare them.
 
     python -m bench.shapes --racks 5 10 20
 """
@@ -10,6 +11,7 @@ shares worked out) and in a later one; and each ledger alone (the reference path
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import time
 
@@ -18,6 +20,8 @@ from bench.scale import bookie, rack_of, synthetic_ledgers
 from scrutiny.checks import BookieAnswers, expected_share
 from scrutiny.codec import encode_groups
 from scrutiny.config import ScanSettings
+from scrutiny.metadata import LedgerMetadata
+from scrutiny.pulsar import encode
 from scrutiny.scan.classify import classify
 from scrutiny.scan.context import Pass, RunContext
 from scrutiny.scan.healthy import Shape, forget_shapes
@@ -46,11 +50,14 @@ def _row(racks: int, count: int, repeats: int) -> dict[str, object]:
     shapes: set[Shape] = {(tuple(tuple(locations[b] for b in seg.ensemble) for seg in md.segments),
                            md.write_quorum, md.ack_quorum) for md in mds}
 
-    def cpu(grouped: bool, times: int) -> float:
+    owned = [dataclasses.replace(md, custom_metadata=encode.ledger_keys(
+        "topic", f"persistent://public/bench/topic-{md.ledger_id // 10}")) for md in mds]
+
+    def cpu(grouped: bool, times: int, ledgers: list[LedgerMetadata] = mds) -> float:
         best = float("inf")
         for _ in range(times):
             t0 = time.process_time()
-            result = classify(ctx, Pass.FIRST, mds, answers, grouped=grouped)
+            result = classify(ctx, Pass.FIRST, ledgers, answers, grouped=grouped)
             best = min(best, time.process_time() - t0)
             assert result.counts == {"checked": count} and not result.violations
         return best / count * 1e6
@@ -60,7 +67,8 @@ def _row(racks: int, count: int, repeats: int) -> dict[str, object]:
     warm, alone = cpu(True, repeats), cpu(False, repeats)
     return {"racks": racks, "bookies": bookies, "shapes in the range": len(shapes),
             "grouped, a first range us": cold, "grouped, a later range us": warm,
-            "each ledger alone us": alone, "alone / grouped (later)": alone / warm}
+            "each ledger alone us": alone, "alone / grouped (later)": alone / warm,
+            "owned by topics: grouped, a later range us": cpu(True, repeats, owned)}
 
 
 def main() -> None:

@@ -15,11 +15,12 @@ from scrutiny.categories import Category
 from scrutiny.checks.answers import BookieAnswer, Outcome
 from scrutiny.checks.shares import (
     expected_k,
-    expected_rows,
     expected_share,
     in_intervals,
     share_columns,
     share_rows,
+    share_spans,
+    spans_rows,
     stored_ends,
     sweep,
 )
@@ -73,7 +74,10 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata],
     index: list[int] = []
     shapes: list[tuple[int, int, int, int]] = []  # (E, WQ, first entry, last entry)
     answers: list[bytes] = []  # per ensemble position of each of them
-    changed: list[tuple[int, bytes, list[Row]]] = []  # of a ledger whose ensemble changed: (index, answer, share)
+    # of a ledger whose ensemble changed, a bookie that kept one position: (index, E, WQ, position, first, last)
+    spans: list[tuple[int, int, int, int, int, int]] = []
+    span_answers: list[bytes] = []
+    changed: list[tuple[int, bytes, list[Row]]] = []  # ... and one that did not: (index, answer, share)
     of_bookie = {b: got.get for b, got in encoded.items()}  # each bookie's answers by ledger
     unasked = NO_BYTES.get
     for i, md in enumerate(ledgers):
@@ -89,17 +93,27 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata],
                 index.append(i)
                 shapes.append((e, md.write_quorum, lo, hi))
         elif all(len(seg.ensemble) == e for seg in md.segments):
-            # each bookie's share regrouped across the segments, as its agent encodes it
-            changed += [(i, of_bookie.get(b, unasked)(lid, b""), expected_rows(md, b)) for b in md.bookies]
+            for b in md.bookies:  # each bookie's share across the segments, as its agent encodes it
+                kept = share_spans(md, b)
+                answer = of_bookie.get(b, unasked)(lid, b"")
+                if len(kept) == 1:  # one round robin (most bookies, a replaced one and its replacement too)
+                    spans.append((i, e, md.write_quorum, *kept[0]))
+                    span_answers.append(answer)
+                else:  # regrouped
+                    changed.append((i, answer, spans_rows(e, md.write_quorum, kept)))
     healthy = np.zeros(len(ledgers), dtype=bool)
-    if index:
-        e, wq, lo, hi = np.array(shapes, dtype=np.int64).T
-        ledger = np.repeat(np.arange(len(index)), e)  # of each (ledger, position)
-        pos = np.arange(ledger.size) - (np.cumsum(e) - e)[ledger]
-        rows, counts = share_columns(e[ledger], wq[ledger], pos, lo[ledger], hi[ledger])
-        where = np.asarray(index)
+    short = []  # of the ledgers some bookie of which answered other than its share
+    if index or spans:
+        sizes, quorums, firsts, lasts = np.array(shapes, dtype=np.int64).reshape(-1, 4).T
+        ledger = np.repeat(np.arange(len(index)), sizes)  # of each (ledger, position)
+        pos = np.arange(ledger.size) - (np.cumsum(sizes) - sizes)[ledger]
+        by_position = (np.asarray(index, dtype=np.int64)[ledger], sizes[ledger], quorums[ledger], pos, firsts[ledger],
+                       lasts[ledger])
+        where, *columns = (np.concatenate(both) for both in zip(
+            by_position, np.array(spans, dtype=np.int64).reshape(-1, 6).T, strict=True))
+        rows, counts = share_columns(*columns)
         healthy[where] = True
-        healthy[where[ledger[~is_exact_encoding(answers, rows, counts)]]] = False
+        short.append(where[~is_exact_encoding(answers + span_answers, rows, counts)])
     if changed:
         most = max(len(share) for _, _, share in changed)
         rows = np.zeros((len(changed), most, 4), dtype=np.int64)
@@ -109,7 +123,9 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata],
         counts = np.fromiter((len(share) for _, _, share in changed), np.int64, len(changed))
         where = np.fromiter((i for i, _, _ in changed), np.int64, len(changed))
         healthy[where] = True
-        healthy[where[~is_exact_encoding([a for _, a, _ in changed], rows, counts)]] = False
+        short.append(where[~is_exact_encoding([a for _, a, _ in changed], rows, counts)])
+    for ledgers_short in short:  # after every ledger's True: a changed ledger's bookies may be in both
+        healthy[ledgers_short] = False
     return healthy.tolist()
 
 

@@ -68,15 +68,26 @@ def expected_share(md: LedgerMetadata, bookie_id: str) -> list[SequenceGroup]:
 
 def expected_rows(md: LedgerMetadata, bookie_id: str) -> list[Row]:
     """`expected_share` as (first, last, size, period) rows."""
+    return spans_rows(md.ensemble_size, md.write_quorum, share_spans(md, bookie_id))
+
+
+def share_spans(md: LedgerMetadata, bookie_id: str) -> list[tuple[int, int, int]]:
+    """(position, first, last): the entries of the ledger a bookie takes part in, a span per position it keeps
+    through the ensemble changes (one round robin across segments that touch)."""
     spans: list[list[int]] = []  # [position, first, last]
     for seg, lo, hi in md.segment_ranges():
         if bookie_id in seg.ensemble:
             pos = seg.ensemble.index(bookie_id)
             if spans and spans[-1][0] == pos and spans[-1][2] + 1 == lo:
-                spans[-1][2] = hi  # kept its position through the change: one round robin across it
+                spans[-1][2] = hi  # kept its position through the change
             else:
                 spans.append([pos, lo, hi])
-    rows = [row for pos, lo, hi in spans for row in share_rows(md.ensemble_size, md.write_quorum, pos, lo, hi)]
+    return [(pos, lo, hi) for pos, lo, hi in spans]
+
+
+def spans_rows(e: int, wq: int, spans: Sequence[tuple[int, int, int]]) -> list[Row]:
+    """The rows of a bookie's `share_spans`, regrouped across them."""
+    rows = [row for pos, lo, hi in spans for row in share_rows(e, wq, pos, lo, hi)]
     return regrouped(rows) if len(spans) > 1 else rows
 
 

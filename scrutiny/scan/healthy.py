@@ -5,8 +5,9 @@ full turn of its ensemble, and that names no lost bookie, has checks that depend
 write quorum and its ack quorum alone: its placement, its durability policy, what a rack's loss would do to it; a
 bookie's loss takes one copy of each of its entries. Those are worked out once per distinct shape (locations of each
 segment's ensemble, WQ, AQ) and kept for the ranges that follow: a few hundred shapes on five racks, thousands on
-twenty. The bookies of every ledger of a group are counted in bulk. A group with a finding goes back, ledger by
-ledger, to `classify`'s own path, which stays the reference (a property test holds the two to the same result).
+twenty, most of them the same but for which racks (relabelled, they share the work). The bookies of every ledger of
+a group are counted in bulk. A group with a finding goes back, ledger by ledger, to `classify`'s own path, which
+stays the reference (a property test holds the two to the same result).
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, compress
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from scrutiny.checks import PlacementPolicy, blast_radius, check_durability_policy, check_placement
-from scrutiny.metadata import LedgerMetadata
-from scrutiny.pulsar.owners import Owner, owner_from_custom_metadata
+from scrutiny.metadata import DEFAULT_RACK, LedgerMetadata
+from scrutiny.pulsar.owners import owner_from_custom_metadata
 from scrutiny.scan.context import Pass, RunContext
 from scrutiny.scan.result import TOPIC_OWNERS, BlastTally
 
@@ -62,26 +63,21 @@ def check_healthy(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata]
         else:
             rest.append(i)
     checked = 0
-    bulk = _Bulk()
+    bulk = _Bulk(mode) if ctx.blast_radius else None
     settings = ctx.settings
-    shapes = _SHAPES.setdefault(
-        (settings.placement(), settings.min_write_quorum, settings.min_ack_quorum) if ctx.placement else None, {})
+    policy = settings.placement() if ctx.placement else None
+    memo = _MEMO.get(key := (policy, settings.min_write_quorum, settings.min_ack_quorum) if policy else None)
+    if memo is None:
+        memo = _MEMO[key] = _Shapes(policy is None or policy.kind in _RELABELLED)
     for shape, members in groups.items():
-        md = ledgers[members[0]]
-        known = shapes.get(shape)
-        if known is None:
-            if len(shapes) >= MOST_SHAPES:
-                shapes.clear()
-            least = blast_radius(md, {}, ctx.locations, md.write_quorum)
-            known = shapes[shape] = _Shape(
-                _clean(ctx, md), tuple((key, left) for key, left in least.items() if key[0] == "rack"))
+        known = memo.shapes.get(shape) or memo.work_out(ctx, shape, ledgers[members[0]])
         if not known.clean:
             rest += members
             continue
         checked += len(members)
-        if ctx.blast_radius:
-            bulk.group(mode, shape, known.racks, [ledgers[i] for i in members])
-    if ctx.blast_radius:
+        if bulk is not None:
+            bulk.group(known, [ledgers[i] for i in members])
+    if bulk is not None:
         bulk.into(tally)
     rest.sort()  # a group with a finding joined the rest out of order
     return HealthyGroups(checked, rest)
@@ -95,69 +91,139 @@ def _clean(ctx: RunContext, md: LedgerMetadata) -> bool:
 
 
 class _Shape(NamedTuple):
-    """What every held ledger of a shape shares: no finding of its own (`clean`), and each rack's loss leaves."""
+    """What every held ledger of a shape shares: no finding of its own (`clean`); the racks it depends on; those
+    whose loss alone would leave an entry fewer copies than its ack quorum (`below`), or none (`without`); and
+    whether a bookie's loss alone would (it takes one copy: WQ - 1 are left)."""
 
     clean: bool
-    racks: tuple[tuple[Key, int], ...]
+    depend: tuple[Key, ...]
+    below: tuple[Key, ...]
+    without: tuple[Key, ...]
+    bookie_below: bool
+    bookie_without: bool
 
 
-# Worked out once per placement policy and shape, for every range an executor checks: the same few thousand
-# shapes recur in every range. A shape names the locations themselves, so a bookie moved to another rack is
-# another shape; the policy names every setting that decides `clean` (None: placement not checked).
-_SHAPES: dict[tuple[PlacementPolicy, int, int] | None, dict[Shape, _Shape]] = {}
-MOST_SHAPES = 100_000  # per policy
+# A shape with its racks told apart only by where each first occurs (the default rack, or none, as -1).
+Relabelled = tuple[tuple[tuple[int, ...], ...], int, int]
+# Policies whose checks see only which bookies share a rack, and which are on the default one: the same
+# relabelled shape, the same findings and losses, whichever racks. Zones and regions are read from the names.
+_RELABELLED = ("rackaware", "none")
+
+
+class _Shapes:
+    """What each shape shares under one placement policy, worked out once for every range an executor checks: in
+    a cluster of many racks a range has thousands of shapes, most of them seen before, or the same relabelled."""
+
+    def __init__(self, relabel: bool) -> None:
+        self.shapes: dict[Shape, _Shape] = {}
+        self.relabel = relabel
+        self.relabelled: dict[Relabelled, tuple[bool, tuple[tuple[int, int], ...]]] = {}
+
+    def work_out(self, ctx: RunContext, shape: Shape, md: LedgerMetadata) -> _Shape:
+        """`shape`'s, from `md`, one of its ledgers, or from a shape seen before with the same relabelled racks."""
+        where, wq, aq = shape
+        names: dict[str, int] = {}  # each rack by where it first occurs
+        relabelled = (tuple([tuple([-1 if loc is None or loc == DEFAULT_RACK else names.setdefault(loc, len(names))
+                                    for loc in seg]) for seg in where]), wq, aq) if self.relabel else None
+        known = self.relabelled.get(relabelled) if relabelled is not None else None
+        if known is None:
+            clean = _clean(ctx, md)
+            racks = [(name, left) for (scope, name), left in blast_radius(md, {}, ctx.locations, wq).items()
+                     if scope == "rack"]
+            if relabelled is not None:
+                _keep(self.relabelled, relabelled, (clean, tuple((names.get(name, -1), left) for name, left in racks)))
+        else:
+            by_label = [*names, DEFAULT_RACK]  # -1: the default rack
+            clean, racks = known[0], [(by_label[label], left) for label, left in known[1]]
+        return _keep(self.shapes, shape, _Shape(
+            clean, tuple(("rack", loc) for loc in dict.fromkeys(chain.from_iterable(where)) if loc is not None),
+            tuple(("rack", name) for name, left in racks if left < aq),
+            tuple(("rack", name) for name, left in racks if left <= 0), wq - 1 < aq, wq - 1 <= 0))
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _keep(memo: dict[_K, _V], key: _K, value: _V) -> _V:
+    if len(memo) >= MOST_SHAPES:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
+# Per placement policy: it names every setting that decides `clean` (None: placement not checked). A shape names
+# the locations themselves, so a bookie moved to another rack is another shape.
+_MEMO: dict[tuple[PlacementPolicy, int, int] | None, _Shapes] = {}
+MOST_SHAPES = 100_000  # per policy, of each kind
 
 
 def forget_shapes() -> None:
     """What every shape shares forgotten: the next range works it out again (a first range, measured)."""
-    _SHAPES.clear()
+    _MEMO.clear()
 
 
 class _Bulk:
-    """The blast radius of a range's groups, added up before it goes to the tally (once per kind, not three times
-    per group: in a cluster of many racks, a range has nearly as many shapes as ledgers)."""
+    """The blast radius of a range's groups, added up before it goes to the tally: in a cluster of many racks, a
+    range has nearly as many shapes as ledgers, so a group costs little beyond counting its ledgers' bookies."""
 
     KINDS = ("depend", "below", "without")
 
-    def __init__(self) -> None:
-        self.bookies: dict[str, Counter[str]] = {kind: Counter() for kind in self.KINDS}
+    def __init__(self, mode: Pass) -> None:
+        self.first = mode is Pass.FIRST
+        # each bookie's ledgers; of them, those a bookie's loss leaves at their ack quorum, and those without a copy
+        self.every: Counter[str] = Counter()
+        self.kept: Counter[str] = Counter()
+        self.without: Counter[str] = Counter()
         self.racks: dict[str, Counter[Key]] = {kind: Counter() for kind in self.KINDS}
-        self.topics: dict[str, defaultdict[Key, set[str]]] = {kind: defaultdict(set) for kind in self.KINDS}
-        self.owners: dict[tuple[tuple[str, bytes], ...], Owner | None] = {}
+        self.owned: list[tuple[LedgerMetadata, _Shape]] = []
 
-    def group(self, mode: Pass, shape: Shape, racks: tuple[tuple[Key, int], ...], group: list[LedgerMetadata]) -> None:
-        """One group's: each bookie's and rack's ledgers and topics, and those a loss would take below their ack
-        quorum or without a copy (the same for every ledger of the group: a bookie's loss takes one copy, a
-        rack's as `racks` says)."""
-        where, wq, aq = shape
-        bookie_left = wq - 1
-        kinds = [("depend", True, [("rack", loc) for loc in dict.fromkeys(chain.from_iterable(where))
-                                   if loc is not None])] if mode is Pass.FIRST else []
-        kinds += [("below", bookie_left < aq, [key for key, left in racks if left < aq]),
-                  ("without", bookie_left <= 0, [key for key, left in racks if left <= 0])]
-        by_custom: defaultdict[tuple[tuple[str, bytes], ...], list[frozenset[str]]] = defaultdict(list)
-        for md in group:  # the bookies of each owner's ledgers
-            by_custom[md.custom_metadata].append(md.bookies)
-        by_topic: defaultdict[str, set[str]] = defaultdict(set)
-        for custom, of_ledgers in by_custom.items():
-            each = list(chain.from_iterable(of_ledgers))
-            for kind, with_bookies, _ in kinds:
-                if with_bookies:
-                    self.bookies[kind].update(each)
-            owner = (self.owners[custom] if custom in self.owners
-                     else self.owners.setdefault(custom, owner_from_custom_metadata(custom)))
-            if owner is not None and owner.kind in TOPIC_OWNERS:
-                by_topic[owner.name].update(each)
-        for kind, with_bookies, rack_keys in kinds:
-            topics = self.topics[kind]
-            for topic, named in by_topic.items() if with_bookies else ():
-                for b in named:
-                    topics["bookie", b].add(topic)
-            for key in rack_keys:
-                self.racks[kind][key] += len(group)
-                topics[key].update(by_topic)
+    def group(self, known: _Shape, members: list[LedgerMetadata]) -> None:
+        """A group's ledgers: each depends on its bookies and racks; a bookie's loss, and a rack's as `known`
+        says, leaves each the same copies."""
+        n, racks = len(members), self.racks
+        each = list(chain.from_iterable([md.bookies for md in members]))  # (a list a group: cheaper to count)
+        self.every.update(each)
+        if not known.bookie_below:
+            self.kept.update(each)
+        elif known.bookie_without:
+            self.without.update(each)
+        if self.first:
+            for key in known.depend:
+                racks["depend"][key] += n
+        for key in known.below:
+            racks["below"][key] += n
+        for key in known.without:
+            racks["without"][key] += n
+        self.owned += [(md, known) for md in members if md.custom_metadata]
 
     def into(self, tally: BlastTally) -> None:
+        by_custom: defaultdict[tuple[tuple[str, bytes], ...], list[tuple[frozenset[str], _Shape]]] = defaultdict(list)
+        for md, known in self.owned:
+            by_custom[md.custom_metadata].append((md.bookies, known))
+        owned: defaultdict[str, list[tuple[frozenset[str], _Shape]]] = defaultdict(list)  # a topic's ledgers
+        for custom, of_ledgers in by_custom.items():
+            owner = owner_from_custom_metadata(custom)
+            if owner is not None and owner.kind in TOPIC_OWNERS:
+                owned[owner.name] += of_ledgers
+        topics: dict[str, defaultdict[Key, set[str]]] = {kind: defaultdict(set) for kind in self.KINDS}
+        for topic, of_ledgers in owned.items():  # each topic's bookies and racks, then each one's topics
+            shapes = {id(known): known for _, known in of_ledgers}.values()
+            named = frozenset().union(*[bookies for bookies, _ in of_ledgers])
+            below = frozenset().union(*[bookies for bookies, known in of_ledgers if known.bookie_below])
+            without = frozenset().union(*[bookies for bookies, known in of_ledgers if known.bookie_without])
+            kinds = [("depend", named, [known.depend for known in shapes])] if self.first else []
+            kinds += [("below", below, [known.below for known in shapes]),
+                      ("without", without, [known.without for known in shapes])]
+            for kind, bookies, racks in kinds:
+                of_kind = topics[kind]
+                for b in bookies:
+                    of_kind["bookie", b].add(topic)
+                for key in set(chain.from_iterable(racks)):
+                    of_kind[key].add(topic)
+        every = self.every
+        counted = {"depend": every if self.first else Counter(), "below": every - self.kept if self.kept else every,
+                   "without": self.without}
         for kind in self.KINDS:
-            tally.add(kind, {**{("bookie", b): n for b, n in self.bookies[kind].items()}, **self.racks[kind]},
-                      self.topics[kind])
+            tally.add(kind, {**{("bookie", b): n for b, n in counted[kind].items()}, **self.racks[kind]},
+                      topics[kind])

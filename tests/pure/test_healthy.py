@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,10 +12,10 @@ from scrutiny.checks import BookieAnswers, expected_share, held_exactly_their_sh
 from scrutiny.codec import Availability, encode, encode_groups
 from scrutiny.config import ScanSettings
 from scrutiny.lostbookies import LostBookies
-from scrutiny.metadata import LedgerMetadata, LedgerState, Segment
+from scrutiny.metadata import DEFAULT_RACK, LedgerMetadata, LedgerState, Segment
 from scrutiny.scan.classify import classify
 from scrutiny.scan.context import Pass, RunContext, Silences
-from scrutiny.scan.healthy import check_healthy
+from scrutiny.scan.healthy import check_healthy, forget_shapes
 from scrutiny.scan.result import BlastTally
 
 B = [f"b{i}:3181" for i in range(9)]
@@ -130,3 +131,38 @@ def test_what_a_shape_shares_is_worked_out_again_under_another_policy_or_other_r
         assert result == classify(ctx, Pass.FIRST, mds, answers, grouped=False)
         found.append(len(result.violations))
     assert found == [0, 0, 100, 300]
+
+
+@pytest.mark.parametrize(("kind", "enforce", "wq", "first", "second", "found"), [
+    # a rack unknown, or the default one, is not just another rack (enforceMinNumRacksPerWriteQuorum)
+    ("rackaware", True, 2, ("/a", "/b", "/c"), ("/d", None, "/e"), 50),
+    ("rackaware", True, 2, ("/a", "/b", "/c"), ("/d", DEFAULT_RACK, "/e"), 50),
+    # ... nor when it is allowed: its loss is the default rack's
+    ("rackaware", False, 2, ("/a", None, "/b"), ("/c", None, "/d"), 0),
+    # alike but for the racks: no finding, and a rack's loss named by its own rack
+    ("rackaware", True, 3, ("/a", "/a", "/b"), ("/c", "/c", "/d"), 0),
+    # zones are read from the names: alike relabelled, one softly adhering
+    ("zoneaware", True, 3, ("/z0/u0", "/z1/u0", "/z2/u1"), ("/z0/u0", "/z0/u1", "/z1/u0"), 50),
+])
+def test_shapes_alike_but_for_their_racks_find_what_each_ledger_alone_finds(
+        kind: str, enforce: bool, wq: int, first: tuple[str | None, ...], second: tuple[str | None, ...],
+        found: int) -> None:
+    """A shape's racks relabelled by where each first occurs (`_Shapes.relabelled`): two ensembles alike but for
+    which racks find, and count in the blast radius, what each of their ledgers checked alone finds."""
+    forget_shapes()
+    ensembles = [tuple(B[:3]), tuple(B[3:6])]
+    racks = {b: loc for ens, locs in zip(ensembles, (first, second), strict=True)
+             for b, loc in zip(ens, locs, strict=True) if loc is not None}
+    mds = [LedgerMetadata(lid, LedgerState.CLOSED, 3, wq, 2, 50, 0, (Segment(0, ensembles[lid % 2]),))
+           for lid in range(100)]
+    answers: dict[str, BookieAnswers] = {}
+    for md in mds:
+        for b in md.bookies:
+            answers.setdefault(b, BookieAnswers(b)).encoded[md.ledger_id] = encode_groups(expected_share(md, b))
+    settings = ScanSettings(metadata_service_uri=URI, placement_policy=kind, enforce_min_racks=enforce)
+    ctx = RunContext(settings, racks, {}, {}, 10**13, blast_radius=True)
+    result = classify(ctx, Pass.FIRST, mds, answers)
+    assert result == classify(ctx, Pass.FIRST, mds, answers, grouped=False)
+    assert [v.ledger_id for v in result.violations] == list(range(1, 100, 2))[:found]
+    if first[0] == first[1]:  # a rack of two of a write set of three leaves one copy: below the ack quorum
+        assert {key: b.below_aq for key, b in result.blast.items() if b.below_aq} == {"rack:/a": 50, "rack:/c": 50}
