@@ -19,6 +19,7 @@ from scrutiny.codec import (
     encode_unmerged,
     groups_of,
     is_exact_encoding,
+    laid_out,
 )
 
 G = SequenceGroup
@@ -239,7 +240,7 @@ def test_exact_encodings_are_found_in_bulk_and_nothing_else(sets: list[list[int]
         rows[i, :len(gs)] = gs or np.empty((0, 4))
     counts = np.array([len(gs) for gs in groups])
     exact = [encode_groups(gs) for gs in groups]
-    assert is_exact_encoding(exact, rows, counts).all()
+    assert is_exact_encoding(*laid_out(exact), rows, counts).all()
     answers, want = [], []
     for answer in exact:
         kind = rnd.choice(("same", "reserved", "flip", "short", "long", "odd"))
@@ -257,7 +258,7 @@ def test_exact_encodings_are_found_in_bulk_and_nothing_else(sets: list[list[int]
             b += b"\0"
         answers.append(bytes(b))
         want.append(kind in ("same", "reserved"))
-    assert is_exact_encoding(answers, rows, counts).tolist() == want
+    assert is_exact_encoding(*laid_out(answers), rows, counts).tolist() == want
 
 
 def test_a_direct_io_entry_logs_ledgers_map_ends_at_its_padding() -> None:
