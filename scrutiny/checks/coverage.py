@@ -31,6 +31,7 @@ from scrutiny.codec import (
     Row,
     groups_from_residues,
     is_exact_encoding,
+    leading_words,
     subtract,
 )
 from scrutiny.listedcolumns import Listed
@@ -110,10 +111,11 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata], columns: Mappin
     sizes, quorums, firsts, lasts = np.array(shapes, dtype=np.int64).reshape(-1, 4).T
     # every answer compared, in the order of the rows below: each position of each ledger, each span, each of those
     pairs = span_of + changed_of
-    data, starts, answered = _answers(columns, np.concatenate([
+    leading, answered = _leading_words(columns, np.concatenate([
         np.repeat(np.asarray(ledger_ids, dtype=np.int64), sizes),
         np.fromiter((lid for lid, _ in pairs), np.int64, len(pairs))]),
-        [*itertools.chain.from_iterable(ensembles), *(b for _, b in pairs)])
+        [*itertools.chain.from_iterable(ensembles), *(b for _, b in pairs)],
+        max([3, *(len(share) for _, share in changed)]))
     short = []  # of the ledgers some bookie of which answered other than its share
     if index or spans:
         ledger = np.repeat(np.arange(len(index)), sizes)  # of each (ledger, position)
@@ -125,7 +127,7 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata], columns: Mappin
         rows, counts = share_columns(*position)
         healthy[where] = True
         n = where.size
-        short.append(where[~is_exact_encoding(data, starts[:n], answered[:n], rows, counts)])
+        short.append(where[~is_exact_encoding(leading[:n], answered[:n], rows, counts)])
     if changed:
         most = max(len(share) for _, share in changed)
         rows = np.zeros((len(changed), most, 4), dtype=np.int64)
@@ -136,34 +138,33 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata], columns: Mappin
         where = np.fromiter((i for i, _ in changed), np.int64, len(changed))
         healthy[where] = True
         n = len(changed)
-        short.append(where[~is_exact_encoding(data, starts[-n:], answered[-n:], rows, counts)])
+        short.append(where[~is_exact_encoding(leading[-n:], answered[-n:], rows, counts)])
     for ledgers_short in short:  # after every ledger's True: a changed ledger's bookies may be in both
         healthy[ledgers_short] = False
     return healthy.tolist()
 
 
-def _answers(columns: Mapping[str, Listed], ledger_ids: np.ndarray, bookies: Sequence[str]
-             ) -> tuple[bytes, np.ndarray, np.ndarray]:
-    """Where the answer of each (ledger, bookie) is: every bookie's columns one after another, and per pair where
-    its answer starts in them and its size (-1: none). A bookie's pairs are looked up together."""
-    names = {b: k for k, b in enumerate(columns)}
+def _leading_words(columns: Mapping[str, Listed], ledger_ids: np.ndarray, bookies: Sequence[str], k: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The `leading_words` (k groups) and size (-1: none) of the answer of each (ledger, bookie), read where it
+    lies in its bookie's columns; a bookie's pairs are looked up together."""
+    names = {b: n for n, b in enumerate(columns)}
     small = np.int16 if len(names) < 1 << 15 else np.int32  # (numpy sorts 16-bit ints stably by radix)
     of = np.fromiter(map(names.get, bookies, itertools.repeat(len(names))), small, len(bookies))
     order = np.argsort(of, kind="stable")
     bounds = np.searchsorted(of[order], np.arange(len(names) + 1)).tolist()
-    starts = np.zeros(len(bookies), dtype=np.int64)
+    leading = np.zeros((len(bookies), 1 + 3 * k), dtype=np.uint64)
     sizes = np.full(len(bookies), -1, dtype=np.int64)
-    base = 0
-    for k, listed in enumerate(columns.values()):
-        asked, ids = order[bounds[k]:bounds[k + 1]], listed.ledger_ids
+    for n, listed in enumerate(columns.values()):
+        asked, ids = order[bounds[n]:bounds[n + 1]], listed.ledger_ids
         if asked.size and ids.size:
             wanted = ledger_ids[asked]
             at = np.minimum(np.searchsorted(ids, wanted), ids.size - 1)
             found = ids[at] == wanted
-            starts[asked[found]] = listed.starts[at[found]] + base
-            sizes[asked[found]] = listed.sizes[at[found]]
-        base += len(listed.data)
-    return b"".join([listed.data for listed in columns.values()]), starts, sizes
+            at, asked = at[found], asked[found]
+            leading[asked] = leading_words(listed.data, listed.starts[at], k)
+            sizes[asked] = listed.sizes[at]
+    return leading, sizes
 
 
 NO_ENTRIES: Mapping[str, Collection[int]] = MappingProxyType({})

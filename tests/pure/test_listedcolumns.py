@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from scrutiny.bookieclient import take, take_listed
 from scrutiny.checks import BookieAnswer, BookieAnswers, Outcome
-from scrutiny.codec import is_exact_encoding
+from scrutiny.codec import is_exact_encoding, leading_words
 from scrutiny.listedcolumns import Listed, joined, listed_columns, read_listed
 from scrutiny.v1 import bookie_pb2
 
@@ -45,7 +45,7 @@ def test_joined_columns_keep_each_ledgers_first_answer_and_are_read_as_words(
     groups = [tuple(np.frombuffer(a[64:88], ">i8,>i8,>i4,>i4")[0]) if len(a) == 88 else (0, 0, 0, 0)
               for a in one.answers()]
     rows = np.array(groups, dtype=np.int64).reshape(-1, 1, 4)
-    exact = is_exact_encoding(one.data, one.starts, one.sizes, rows, np.ones(len(first), dtype=np.int64))
+    exact = is_exact_encoding(leading_words(one.data, one.starts, 1), one.sizes, rows, np.ones(len(first), np.int64))
     assert exact.tolist() == [len(a) == 88 and a[:8] == bytes(4) + (1).to_bytes(4, "big") for a in one.answers()]
 
 
