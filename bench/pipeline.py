@@ -72,7 +72,7 @@ def _encoded(bookie_id: str, ids: list[int], messages: list[bytes]) -> BookieAns
 
 def _columns(bookie_id: str, ids: list[int], messages: list[bytes]) -> BookieAnswers:
     got = BookieAnswers(bookie_id)
-    asked, asked_ids = set(ids), np.asarray(ids, np.int64)
+    asked, asked_ids = set(ids), np.asarray(sorted(ids), np.int64)
     for m in messages:
         msg = Message.FromString(m)
         for ans in msg.ledgers:

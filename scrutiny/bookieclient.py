@@ -25,7 +25,7 @@ from scrutiny import retry
 from scrutiny.channels import channel
 from scrutiny.checks import NO_LEDGER, BookieAnswer, BookieAnswers, Outcome, listed
 from scrutiny.config import DEFAULT_AGENT_PORT, ScanSettings
-from scrutiny.listedcolumns import Listed, read_listed
+from scrutiny.listedcolumns import Listed, among, read_listed
 from scrutiny.tls import channel_credentials
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
@@ -78,7 +78,7 @@ def take_listed(bookie_id: str, listed: Listed, asked: np.ndarray, got: BookieAn
     """The answers of one message's columns about ledgers `asked` (ascending) into `got` (the first one counts, as
     `take`'s); the problem, when the columns do not line up: the ledgers they name are then INVALID."""
     ids = listed.ledger_ids
-    keep = asked[np.minimum(np.searchsorted(asked, ids), asked.size - 1)] == ids if asked.size else ids < 0
+    keep = among(ids, asked)
     if got.encoded or got.other:
         keep &= ~np.isin(ids, np.fromiter(itertools.chain(got.encoded, got.other), np.int64))
     if listed.problem:

@@ -80,6 +80,13 @@ def read_listed(msg: Any) -> Listed:
     return Listed(ids, ends - sizes, sizes, data)
 
 
+def among(ids: np.ndarray, ascending: np.ndarray) -> np.ndarray:
+    """Which of `ids` are in `ascending` (sorted, each once): a mask."""
+    if not ascending.size:
+        return np.zeros(ids.shape, dtype=bool)
+    return ascending[np.minimum(np.searchsorted(ascending, ids), ascending.size - 1)] == ids
+
+
 def joined(parts: Sequence[Listed]) -> Listed:
     """One `Listed` of several: each ledger's first answer, ledgers ascending, every answer from a multiple of 8
     bytes of `data` (as `is_exact_encoding` reads them) and `data` a whole number of 8-byte words."""

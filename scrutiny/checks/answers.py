@@ -16,7 +16,7 @@ from scrutiny.codec import (
     CodecError,
     decode,
 )
-from scrutiny.listedcolumns import Listed, joined
+from scrutiny.listedcolumns import Listed, among, joined
 
 
 class Outcome(enum.StrEnum):
@@ -116,7 +116,7 @@ class BookieAnswers(Mapping[int, BookieAnswer]):
         ids = list(ledger_ids)
         if self.listed:
             asked = np.fromiter(ids, np.int64, len(ids))
-            ids = asked[~np.isin(asked, self.joined().ledger_ids)].tolist()
+            ids = asked[~among(asked, self.joined().ledger_ids)].tolist()
         if not self.encoded and not self.other:
             return ids
         return [i for i in ids if i not in self.encoded and i not in self.other]
