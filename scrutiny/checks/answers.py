@@ -80,21 +80,27 @@ class BookieAnswers(Mapping[int, BookieAnswer]):
         return joined([self.joined(), Listed.of(self.encoded)]) if self.encoded else self.joined()
 
     def __getitem__(self, ledger_id: int) -> BookieAnswer:
+        answer = self.get(ledger_id)
+        if answer is None:
+            raise KeyError(ledger_id)
+        return answer
+
+    def get(self, ledger_id: int, default: Any = None) -> Any:
         answer = self.other.get(ledger_id)
         if answer is not None:
             return answer
         encoded = self.encoded.get(ledger_id)
         if encoded is None:
+            if not self.listed:
+                return default
             if self._at is None:
                 ids = self.joined().ledger_ids
                 self._at = dict(zip(ids.tolist(), range(ids.size), strict=True))
-            encoded = self.joined().answer(self._at[ledger_id])
+            at = self._at.get(ledger_id)
+            if at is None:
+                return default
+            encoded = self.joined().answer(at)
         return listed(Outcome.ENTRIES, self.bookie_id, ledger_id, encoded)
-
-    def get(self, ledger_id: int, default: Any = None) -> Any:
-        if ledger_id not in self:
-            return default
-        return self[ledger_id]
 
     def __contains__(self, ledger_id: object) -> bool:
         if ledger_id in self.encoded or ledger_id in self.other:
