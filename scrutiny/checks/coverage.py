@@ -106,18 +106,9 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata], columns: Mappin
                     changed.append((i, spans_rows(e, md.write_quorum, kept)))
                     changed_of.append((lid, b))
     healthy = np.zeros(len(ledgers), dtype=bool)
-    if not (index or spans or changed):
-        return healthy.tolist()
-    sizes, quorums, firsts, lasts = np.array(shapes, dtype=np.int64).reshape(-1, 4).T
-    # every answer compared, in the order of the rows below: each position of each ledger, each span, each of those
-    pairs = span_of + changed_of
-    leading, answered = _leading_words(columns, np.concatenate([
-        np.repeat(np.asarray(ledger_ids, dtype=np.int64), sizes),
-        np.fromiter((lid for lid, _ in pairs), np.int64, len(pairs))]),
-        [*itertools.chain.from_iterable(ensembles), *(b for _, b in pairs)],
-        max([3, *(len(share) for _, share in changed)]))
     short = []  # of the ledgers some bookie of which answered other than its share
     if index or spans:
+        sizes, quorums, firsts, lasts = np.array(shapes, dtype=np.int64).reshape(-1, 4).T
         ledger = np.repeat(np.arange(len(index)), sizes)  # of each (ledger, position)
         pos = np.arange(ledger.size) - (np.cumsum(sizes) - sizes)[ledger]
         by_position = (np.asarray(index, dtype=np.int64)[ledger], sizes[ledger], quorums[ledger], pos, firsts[ledger],
@@ -126,8 +117,12 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata], columns: Mappin
             by_position, np.array(spans, dtype=np.int64).reshape(-1, 6).T, strict=True))
         rows, counts = share_columns(*position)
         healthy[where] = True
-        n = where.size
-        short.append(where[~is_exact_encoding(leading[:n], answered[:n], rows, counts)])
+        # each position of each ledger, then each span
+        leading, answered = _leading_words(columns, np.concatenate([
+            np.repeat(np.asarray(ledger_ids, dtype=np.int64), sizes),
+            np.fromiter((lid for lid, _ in span_of), np.int64, len(span_of))]),
+            [*itertools.chain.from_iterable(ensembles), *(b for _, b in span_of)], rows.shape[1])
+        short.append(where[~is_exact_encoding(leading, answered, rows, counts)])
     if changed:
         most = max(len(share) for _, share in changed)
         rows = np.zeros((len(changed), most, 4), dtype=np.int64)
@@ -137,8 +132,9 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata], columns: Mappin
         counts = np.fromiter((len(share) for _, share in changed), np.int64, len(changed))
         where = np.fromiter((i for i, _ in changed), np.int64, len(changed))
         healthy[where] = True
-        n = len(changed)
-        short.append(where[~is_exact_encoding(leading[-n:], answered[-n:], rows, counts)])
+        leading, answered = _leading_words(columns, np.fromiter((lid for lid, _ in changed_of), np.int64, len(changed)),
+                                           [b for _, b in changed_of], most)
+        short.append(where[~is_exact_encoding(leading, answered, rows, counts)])
     for ledgers_short in short:  # after every ledger's True: a changed ledger's bookies may be in both
         healthy[ledgers_short] = False
     return healthy.tolist()
