@@ -12,9 +12,18 @@ from typing import Any
 
 import psutil
 
+from scrutiny.checks import BookieAnswers
+from scrutiny.listedcolumns import Listed
 from scrutiny.scan import work as range_work
 from scrutiny.testing import processes
 from scrutiny.testing.processes import stop
+
+
+def as_columns(answers: Mapping[str, BookieAnswers]) -> None:
+    """Each bookie's lists of entries as one message's columns, as a scan keeps what an agent sends."""
+    for got in answers.values():
+        got.add_listed(Listed.of(got.encoded))
+        got.encoded.clear()
 
 
 def median_seconds(fn: Callable[[], Any], repeats: int = 5) -> float:

@@ -12,7 +12,7 @@ import argparse
 import gc
 import time
 
-from bench.common import table
+from bench.common import as_columns, table
 from bench.scale import BOOKIES, bookie, rack_of, synthetic_ledgers
 from scrutiny.checks import BookieAnswers, expected_share
 from scrutiny.codec import Availability, encode
@@ -33,6 +33,7 @@ def run(count: int, repeats: int = 5) -> list[dict[str, object]]:
             key = tuple(ids.tolist())
             answers.setdefault(b, BookieAnswers(b)).encoded[md.ledger_id] = encoded.get(key) or encoded.setdefault(
                 key, encode(ids))
+    as_columns(answers)
     ctx = RunContext(ScanSettings(metadata_service_uri="zk+hierarchical://127.0.0.1:2181/ledgers"),
                      {bookie(n): rack_of(n) for n in range(BOOKIES)}, {}, {}, 10**13, blast_radius=True)
     young, *older = gc.get_threshold()

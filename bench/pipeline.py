@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from google.protobuf.internal import decoder as pb_decoder
 
 from bench.common import table
@@ -71,13 +72,13 @@ def _encoded(bookie_id: str, ids: list[int], messages: list[bytes]) -> BookieAns
 
 def _columns(bookie_id: str, ids: list[int], messages: list[bytes]) -> BookieAnswers:
     got = BookieAnswers(bookie_id)
-    asked = set(ids)
+    asked, asked_ids = set(ids), np.asarray(sorted(ids), np.int64)
     for m in messages:
         msg = Message.FromString(m)
         for ans in msg.ledgers:
             if ans.ledger_id in asked:
                 take(bookie_id, ans.ledger_id, ans, got)
-        take_listed(bookie_id, read_listed(msg.listed), asked, got)
+        take_listed(bookie_id, read_listed(msg.listed), asked_ids, got)
     return got
 
 

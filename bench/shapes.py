@@ -15,7 +15,7 @@ import dataclasses
 import gc
 import time
 
-from bench.common import table
+from bench.common import as_columns, table
 from bench.scale import bookie, rack_of, synthetic_ledgers
 from scrutiny.checks import BookieAnswers, expected_share
 from scrutiny.codec import encode_groups
@@ -44,6 +44,7 @@ def _row(racks: int, count: int, repeats: int) -> dict[str, object]:
     for md in mds:  # as an agent encodes a share held exactly
         for b in md.bookies:
             answers.setdefault(b, BookieAnswers(b)).encoded[md.ledger_id] = encode_groups(expected_share(md, b))
+    as_columns(answers)
     locations = {bookie(n): rack_of(n, racks) for n in range(bookies)}
     ctx = RunContext(ScanSettings(metadata_service_uri="zk+hierarchical://127.0.0.1:2181/ledgers"), locations,
                      {}, {}, 10**13, blast_radius=True)

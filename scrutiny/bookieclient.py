@@ -9,6 +9,7 @@ travel in one streaming call.
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import threading
 import time
@@ -24,7 +25,7 @@ from scrutiny import retry
 from scrutiny.channels import channel
 from scrutiny.checks import NO_LEDGER, BookieAnswer, BookieAnswers, Outcome, listed
 from scrutiny.config import DEFAULT_AGENT_PORT, ScanSettings
-from scrutiny.listedcolumns import Listed, read_listed
+from scrutiny.listedcolumns import Listed, among, read_listed
 from scrutiny.tls import channel_credentials
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
@@ -66,24 +67,25 @@ def interpret(bookie_id: str, msg: Any) -> BookieAnswer:
 
 def take(bookie_id: str, lid: int, msg: Any, got: BookieAnswers) -> None:
     """The answer about ledger `lid` into `got` (the first one counts); a list of entries as encoded."""
-    if lid not in got.encoded and lid not in got.other:
+    if lid not in got:
         if msg.status == bookie_pb2.EOK:
             got.encoded[lid] = msg.availability_of_entries_of_ledger
         else:
             got.other[lid] = interpret(bookie_id, msg)
 
 
-def take_listed(bookie_id: str, listed: Listed, asked: Collection[int], got: BookieAnswers) -> str:
-    """The answers of one message's columns about ledgers `asked` into `got` (the first one counts, as `take`'s);
-    the problem, when the columns do not line up: the ledgers they name are then INVALID."""
+def take_listed(bookie_id: str, listed: Listed, asked: np.ndarray, got: BookieAnswers) -> str:
+    """The answers of one message's columns about ledgers `asked` (ascending) into `got` (the first one counts, as
+    `take`'s); the problem, when the columns do not line up: the ledgers they name are then INVALID."""
+    ids = listed.ledger_ids
+    keep = among(ids, asked)
+    if got.encoded or got.other:
+        keep &= ~np.isin(ids, np.fromiter(itertools.chain(got.encoded, got.other), np.int64))
     if listed.problem:
-        invalid(bookie_id, listed.problem, (i for i in listed.ledger_ids if i in asked and i not in got), got)
+        invalid(bookie_id, listed.problem, (i for i in ids[keep].tolist() if i not in got), got)
         return listed.problem
-    # reversed: of a ledger answered twice, the first answer is the one kept
-    fresh = dict(zip(reversed(listed.ledger_ids), reversed(listed.answers), strict=True))
-    for lid in fresh.keys() - asked | (fresh.keys() & got.encoded.keys()) | (fresh.keys() & got.other.keys()):
-        del fresh[lid]
-    got.encoded.update(fresh)
+    if keep.any():  # of a ledger answered twice, `joined` keeps the first columns' answer
+        got.add_listed(listed if keep.all() else listed.only(keep))
     return ""
 
 
@@ -295,7 +297,7 @@ class BookieClient:
 
     def _stream(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
         stub = self._stub(bookie_id)
-        asked = set(ids)
+        asked, asked_ids = set(ids), np.asarray(ids, np.int64)
         problem = ""
         req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ids, listed_as_columns=True)
         for msg in stub.GetListOfEntriesOfLedgers(req, timeout=deadline):
@@ -304,7 +306,7 @@ class BookieClient:
                 if lid in asked:
                     take(bookie_id, lid, ans, got)
             if msg.HasField("listed"):
-                problem = take_listed(bookie_id, read_listed(msg.listed), asked, got) or problem
+                problem = take_listed(bookie_id, read_listed(msg.listed), asked_ids, got) or problem
         if problem:  # columns whose ledgers could not be told: every ledger still unanswered may be among them
             invalid(bookie_id, problem, got.unanswered(ids), got)
 

@@ -185,30 +185,42 @@ def encode_unmerged(entry_ids: Iterable[int] | np.ndarray) -> bytes:
     return encode_groups([SequenceGroup(s, s, z, 0) for s, z in zip(starts.tolist(), sizes.tolist(), strict=True)])
 
 
-def is_exact_encoding(answers: Sequence[bytes], rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Which answers are exactly the encoding of their groups: answer i of the first `counts[i]` rows of
-    `rows[i]` ((n, k, 4) ints: first, last, size, period). All at once and as bytes, so that such an
-    answer is never decoded; the reserved header bytes are not compared (decoding ignores them)."""
-    n, k = rows.shape[:2]
-    # A well-formed answer is a whole number of 64-bit words (64 + 24 * groups bytes): compared as
-    # words. One that is not cannot match, and is left out so that those after it stay aligned.
-    sizes = np.fromiter(map(len, answers), np.int64, n)
-    kept: Sequence[bytes] = answers
-    if (sizes & 7).any():
-        kept = [a if not len(a) & 7 else b"" for a in answers]
-        sizes[sizes & 7 != 0] = 0
-    header_words = HEADER_SIZE // 8
-    words = np.frombuffer(b"".join(kept) + bytes(8 * (header_words + 3 * k)), np.uint64)
-    at = (np.cumsum(sizes) - sizes) // 8
-    header = np.zeros(n, _HEADER_DTYPE)
+def laid_out(answers: Sequence[bytes]) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Answers one after another, each from a multiple of 8 bytes (zeros between), as `is_exact_encoding` reads
+    them: (the bytes, where each starts, its size)."""
+    sizes = np.fromiter(map(len, answers), np.int64, len(answers))
+    if not (sizes & 7).any():  # every well-formed answer (64 + 24 * groups bytes)
+        return b"".join(answers), np.cumsum(sizes) - sizes, sizes
+    padded = sizes + (-sizes & 7)
+    return (b"".join([a + bytes(-len(a) & 7) for a in answers]), np.cumsum(padded) - padded, sizes)
+
+
+def leading_words(data: bytes, starts: np.ndarray, k: int) -> np.ndarray:
+    """(n, 1 + 3k) uint64: of each answer from `starts` (multiples of 8) in `data` (a whole number of 64-bit
+    words), its first header word and the words of its first k groups as `is_exact_encoding` compares them;
+    zeros past the end of `data`."""
+    words = np.frombuffer(data, np.uint64)
+    at = starts[:, None] // 8 + np.concatenate([[0], np.arange(HEADER_SIZE // 8, HEADER_SIZE // 8 + 3 * k)])
+    inside = at < words.size
+    leading = np.zeros(at.shape, dtype=np.uint64)
+    leading[inside] = words[at[inside]]
+    return leading
+
+
+def is_exact_encoding(leading: np.ndarray, sizes: np.ndarray, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Which answers are exactly the encoding of their groups: answer i, of `sizes[i]` bytes (negative: no answer)
+    and `leading[i]` its `leading_words`, of the first `counts[i]` rows of `rows[i]` ((n, k, 4) ints: first,
+    last, size, period). All at once and as 64-bit words, so that such an answer is never decoded; the reserved
+    header bytes are not compared (decoding ignores them)."""
+    k = rows.shape[1]
+    header = np.zeros(len(counts), _HEADER_DTYPE)
     header["count"] = counts
-    groups = np.zeros((n, k), _GROUP_DTYPE)
+    groups = np.zeros((len(counts), k), _GROUP_DTYPE)
     for i, name in enumerate(_GROUP_DTYPE.names or ()):
         groups[name] = rows[..., i]
-    got = words[at[:, None] + header_words + np.arange(3 * k)]
     unused = np.arange(3 * k) >= 3 * counts[:, None]
-    return ((sizes == HEADER_SIZE + GROUP_SIZE * counts) & (words[at] == header.view(np.uint64))
-            & ((got == groups.view(np.uint64)) | unused).all(axis=1))
+    return ((sizes == HEADER_SIZE + GROUP_SIZE * counts) & (leading[:, 0] == header.view(np.uint64))
+            & ((leading[:, 1:1 + 3 * k] == groups.view(np.uint64)) | unused).all(axis=1))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ entry classifies the ledger (no copy, below AQ, below WQ)."""
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -30,8 +31,10 @@ from scrutiny.codec import (
     Row,
     groups_from_residues,
     is_exact_encoding,
+    leading_words,
     subtract,
 )
+from scrutiny.listedcolumns import Listed
 from scrutiny.metadata import (
     LedgerMetadata,
 )
@@ -65,21 +68,21 @@ def each_holds_its_share(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]
     return True
 
 
-def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata],
-                              encoded: Mapping[str, Mapping[int, bytes]]) -> list[bool]:
+def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata], columns: Mapping[str, Listed]) -> list[bool]:
     """Per ledger: did every bookie of this ledger answer with exactly the encoding of its expected share (as an
-    agent encodes a healthy share)? Then every entry has its WQ copies. All the ledgers at once and as bytes, so
-    that a healthy answer is never decoded. False is no verdict: the ledger is then checked alone
+    agent encodes a healthy share)? Then every entry has its WQ copies. `columns`: each bookie's lists of entries,
+    laid out as `joined` lays them out. All the ledgers at once and as words, so that a healthy answer is never
+    decoded, nor even cut out of its columns. False is no verdict: the ledger is then checked alone
     (`check_coverage`)."""
     index: list[int] = []
+    ledger_ids: list[int] = []
     shapes: list[tuple[int, int, int, int]] = []  # (E, WQ, first entry, last entry)
-    answers: list[bytes] = []  # per ensemble position of each of them
+    ensembles: list[tuple[str, ...]] = []
     # of a ledger whose ensemble changed, a bookie that kept one position: (index, E, WQ, position, first, last)
     spans: list[tuple[int, int, int, int, int, int]] = []
-    span_answers: list[bytes] = []
-    changed: list[tuple[int, bytes, list[Row]]] = []  # ... and one that did not: (index, answer, share)
-    of_bookie = {b: got.get for b, got in encoded.items()}  # each bookie's answers by ledger
-    unasked = NO_BYTES.get
+    changed: list[tuple[int, list[Row]]] = []  # ... and one that did not: (index, its share)
+    span_of: list[tuple[int, str]] = []  # (ledger, bookie) of each span
+    changed_of: list[tuple[int, str]] = []  # ... and of each of those
     for i, md in enumerate(ledgers):
         ranges = md.segment_ranges()
         # (numpy's int64 would wrap on entry ids near 2**63: such a ledger is checked alone)
@@ -89,18 +92,19 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata],
         if len(md.segments) == 1:  # most ledgers
             seg, lo, hi = ranges[0]
             if len(seg.ensemble) == e:
-                answers += [of_bookie.get(b, unasked)(lid, b"") for b in seg.ensemble]
+                ensembles.append(seg.ensemble)
                 index.append(i)
+                ledger_ids.append(lid)
                 shapes.append((e, md.write_quorum, lo, hi))
         elif all(len(seg.ensemble) == e for seg in md.segments):
             for b in md.bookies:  # each bookie's share across the segments, as its agent encodes it
                 kept = share_spans(md, b)
-                answer = of_bookie.get(b, unasked)(lid, b"")
                 if len(kept) == 1:  # one round robin (most bookies, a replaced one and its replacement too)
                     spans.append((i, e, md.write_quorum, *kept[0]))
-                    span_answers.append(answer)
+                    span_of.append((lid, b))
                 else:  # regrouped
-                    changed.append((i, answer, spans_rows(e, md.write_quorum, kept)))
+                    changed.append((i, spans_rows(e, md.write_quorum, kept)))
+                    changed_of.append((lid, b))
     healthy = np.zeros(len(ledgers), dtype=bool)
     short = []  # of the ledgers some bookie of which answered other than its share
     if index or spans:
@@ -109,27 +113,56 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata],
         pos = np.arange(ledger.size) - (np.cumsum(sizes) - sizes)[ledger]
         by_position = (np.asarray(index, dtype=np.int64)[ledger], sizes[ledger], quorums[ledger], pos, firsts[ledger],
                        lasts[ledger])
-        where, *columns = (np.concatenate(both) for both in zip(
+        where, *position = (np.concatenate(both) for both in zip(
             by_position, np.array(spans, dtype=np.int64).reshape(-1, 6).T, strict=True))
-        rows, counts = share_columns(*columns)
+        rows, counts = share_columns(*position)
         healthy[where] = True
-        short.append(where[~is_exact_encoding(answers + span_answers, rows, counts)])
+        # each position of each ledger, then each span
+        leading, answered = _leading_words(columns, np.concatenate([
+            np.repeat(np.asarray(ledger_ids, dtype=np.int64), sizes),
+            np.fromiter((lid for lid, _ in span_of), np.int64, len(span_of))]),
+            [*itertools.chain.from_iterable(ensembles), *(b for _, b in span_of)], rows.shape[1])
+        short.append(where[~is_exact_encoding(leading, answered, rows, counts)])
     if changed:
-        most = max(len(share) for _, _, share in changed)
+        most = max(len(share) for _, share in changed)
         rows = np.zeros((len(changed), most, 4), dtype=np.int64)
-        for j, (_, _, share) in enumerate(changed):
+        for j, (_, share) in enumerate(changed):
             if share:
                 rows[j, :len(share)] = share
-        counts = np.fromiter((len(share) for _, _, share in changed), np.int64, len(changed))
-        where = np.fromiter((i for i, _, _ in changed), np.int64, len(changed))
+        counts = np.fromiter((len(share) for _, share in changed), np.int64, len(changed))
+        where = np.fromiter((i for i, _ in changed), np.int64, len(changed))
         healthy[where] = True
-        short.append(where[~is_exact_encoding([a for _, a, _ in changed], rows, counts)])
+        leading, answered = _leading_words(columns, np.fromiter((lid for lid, _ in changed_of), np.int64, len(changed)),
+                                           [b for _, b in changed_of], most)
+        short.append(where[~is_exact_encoding(leading, answered, rows, counts)])
     for ledgers_short in short:  # after every ledger's True: a changed ledger's bookies may be in both
         healthy[ledgers_short] = False
     return healthy.tolist()
 
 
-NO_BYTES: Mapping[int, bytes] = MappingProxyType({})
+def _leading_words(columns: Mapping[str, Listed], ledger_ids: np.ndarray, bookies: Sequence[str], k: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The `leading_words` (k groups) and size (-1: none) of the answer of each (ledger, bookie), read where it
+    lies in its bookie's columns; a bookie's pairs are looked up together."""
+    names = {b: n for n, b in enumerate(columns)}
+    small = np.int16 if len(names) < 1 << 15 else np.int32  # (numpy sorts 16-bit ints stably by radix)
+    of = np.fromiter(map(names.get, bookies, itertools.repeat(len(names))), small, len(bookies))
+    order = np.argsort(of, kind="stable")
+    bounds = np.searchsorted(of[order], np.arange(len(names) + 1)).tolist()
+    leading = np.zeros((len(bookies), 1 + 3 * k), dtype=np.uint64)
+    sizes = np.full(len(bookies), -1, dtype=np.int64)
+    for n, listed in enumerate(columns.values()):
+        asked, ids = order[bounds[n]:bounds[n + 1]], listed.ledger_ids
+        if asked.size and ids.size:
+            wanted = ledger_ids[asked]
+            at = np.minimum(np.searchsorted(ids, wanted), ids.size - 1)
+            found = ids[at] == wanted
+            at, asked = at[found], asked[found]
+            leading[asked] = leading_words(listed.data, listed.starts[at], k)
+            sizes[asked] = listed.sizes[at]
+    return leading, sizes
+
+
 NO_ENTRIES: Mapping[str, Collection[int]] = MappingProxyType({})
 
 

@@ -148,8 +148,8 @@ def classify(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata], ans
     tally = BlastTally()
     deep_answers = deep or {}
     # A deep run counts a corrupt copy as none, and a what-if needs every answer: those look at each.
-    encoded = {b: a.encoded for b, a in answers.items() if isinstance(a, BookieAnswers)}
-    healthy = (held_exactly_their_shares(ledgers, encoded) if encoded and deep is None and not ctx.without
+    columns = {b: a.columns() for b, a in answers.items() if isinstance(a, BookieAnswers)}
+    healthy = (held_exactly_their_shares(ledgers, columns) if columns and deep is None and not ctx.without
                else [False] * len(ledgers))
     checked = not_due = 0
     rest: Iterable[int] = range(len(ledgers))

@@ -50,8 +50,8 @@ def test_agent_streaming_requests(agent_stub: bookie_pb2_grpc.BookieStub, ledger
         return
     answers = [(a.ledger_id, a.status) for m in msgs for a in m.ledgers]
     listed = [read_listed(m.listed) for m in msgs]
-    assert not any(lst.problem for lst in listed) and (columns or not any(lst.ledger_ids for lst in listed))
-    answers += [(lid, bookie_pb2.EOK) for lst in listed for lid in lst.ledger_ids]
+    assert not any(lst.problem for lst in listed) and (columns or not any(lst.ledger_ids.size for lst in listed))
+    answers += [(lid, bookie_pb2.EOK) for lst in listed for lid in lst.ledger_ids.tolist()]
     assert sorted(lid for lid, _ in answers) == sorted(set(ledger_ids))
     assert all(status == (bookie_pb2.EOK if lid < 50 else bookie_pb2.ENOLEDGER) for lid, status in answers)
 

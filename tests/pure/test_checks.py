@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scrutiny.bookieclient import take_listed
 from scrutiny.categories import Category
 from scrutiny.checks import (
     NO_LEDGER,
@@ -29,9 +30,11 @@ from scrutiny.checks import (
 )
 from scrutiny.codec import Availability, decode, encode, encode_groups, encode_unmerged, groups_of
 from scrutiny.config import ScanSettings
+from scrutiny.listedcolumns import listed_columns, read_listed
 from scrutiny.metadata import DEFAULT_RACK, LedgerMetadata, LedgerState, Segment, UnderreplicationMark
 from scrutiny.scan.classify import classify
 from scrutiny.scan.context import Pass, RunContext, Silences
+from scrutiny.v1 import bookie_pb2
 
 B = [f"b{i}:3181" for i in range(12)]
 
@@ -319,6 +322,39 @@ def random_answers(rng: random.Random, md: LedgerMetadata, answers: dict[str, Bo
             got.other[md.ledger_id] = NO_LEDGER
 
 
+def as_a_scan_reads_them(rng: random.Random, answers: dict[str, BookieAnswers]) -> dict[str, BookieAnswers]:
+    """The same answers as a scan takes them from an agent's stream: most lists of entries as columns, a message
+    at a time in any order, now and then with a ledger listed again after its first answer or one not asked; the
+    rest one at a time."""
+    out = {}
+    for b, said in answers.items():
+        got = out[b] = BookieAnswers(b)
+        got.other.update(said.other)
+        items = list(said.encoded.items())
+        rng.shuffle(items)
+        alone = rng.randrange(len(items) // 4 + 1)
+        got.encoded.update(items[:alone])
+        asked = np.array(sorted([*said.encoded, *said.other]), dtype=np.int64)
+        at = alone
+        while at < len(items):
+            message = items[at:at + rng.randint(1, 40)]
+            at += len(message)
+            if rng.random() < 0.3:  # answered already: its first answer counts; not asked: not taken
+                message.append((rng.choice(items[:at])[0], rng.randbytes(88)))
+                message.insert(rng.randrange(len(message)), (10**9 + rng.randrange(100), encode([0])))
+            wire = listed_columns([lid for lid, _ in message], [a for _, a in message]).SerializeToString()
+            assert take_listed(b, read_listed(bookie_pb2.ListedColumns.FromString(wire)), asked, got) == ""
+        assert kept(got) == kept(said) and len(got) == len(said) and sorted(got) == sorted(said)
+        assert all((got[lid].outcome, got[lid].reason) == (said[lid].outcome, said[lid].reason) for lid in said)
+    return out
+
+
+def kept(answers: BookieAnswers) -> dict[int, object]:
+    """Each ledger's answer as kept: its bytes, or any other answer."""
+    listed = answers.columns()
+    return {**dict(zip(listed.ledger_ids.tolist(), listed.answers(), strict=True)), **answers.other}
+
+
 def random_ledgers(rng: random.Random, count: int) -> list[LedgerMetadata]:
     out = []
     for lid in range(count):
@@ -358,7 +394,8 @@ def test_shares_held_exactly_are_found_in_bulk_as_each_ledger_alone_finds_them()
     answers: dict[str, BookieAnswers] = {}
     for md in mds:
         random_answers(rng, md, answers)
-    verdict = held_exactly_their_shares(mds, {b: a.encoded for b, a in answers.items()})
+    sent = as_a_scan_reads_them(rng, answers)
+    verdict = held_exactly_their_shares(mds, {b: a.columns() for b, a in sent.items()})
     for md, held in zip(mds, verdict, strict=True):
         exact = all(answers[b].encoded.get(md.ledger_id) == encode_groups(expected_share(md, b)) for b in md.bookies)
         assert held == exact, md
@@ -385,7 +422,7 @@ def test_a_range_classified_with_answers_kept_encoded_is_classified_as_ledger_by
     ctx = RunContext(ScanSettings(metadata_service_uri="zk+hierarchical://127.0.0.1:2181/ledgers"), racks,
                      {}, {}, 10**13, blast_radius=True, registered=frozenset(B),
                      silent_before=Silences.of({md.ledger_id: tuple(sorted(md.bookies)) for md in mds}))
-    bulk = classify(ctx, mode, mds, answers)
+    bulk = classify(ctx, mode, mds, as_a_scan_reads_them(rng, answers))
     alone = classify(ctx, mode, mds, decoded)
     assert bulk == alone
     assert bulk.violations and (bulk.potentially_faulty or mode is Pass.FINAL)

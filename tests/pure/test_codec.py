@@ -19,6 +19,8 @@ from scrutiny.codec import (
     encode_unmerged,
     groups_of,
     is_exact_encoding,
+    laid_out,
+    leading_words,
 )
 
 G = SequenceGroup
@@ -225,6 +227,12 @@ def test_encode_groups_roundtrip() -> None:
     assert list(decode(encode_groups(gs)).groups) == gs
 
 
+def as_read(answers: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """What `is_exact_encoding` is given of these answers: each one's leading words (3 groups) and its size."""
+    data, starts, sizes = laid_out(answers)
+    return leading_words(data, starts, 3), sizes
+
+
 @settings(max_examples=60)
 @given(st.lists(id_sets, min_size=1, max_size=12), st.randoms(use_true_random=False))
 def test_exact_encodings_are_found_in_bulk_and_nothing_else(sets: list[list[int]], rnd: object) -> None:
@@ -239,7 +247,7 @@ def test_exact_encodings_are_found_in_bulk_and_nothing_else(sets: list[list[int]
         rows[i, :len(gs)] = gs or np.empty((0, 4))
     counts = np.array([len(gs) for gs in groups])
     exact = [encode_groups(gs) for gs in groups]
-    assert is_exact_encoding(exact, rows, counts).all()
+    assert is_exact_encoding(*as_read(exact), rows, counts).all()
     answers, want = [], []
     for answer in exact:
         kind = rnd.choice(("same", "reserved", "flip", "short", "long", "odd"))
@@ -257,7 +265,7 @@ def test_exact_encodings_are_found_in_bulk_and_nothing_else(sets: list[list[int]
             b += b"\0"
         answers.append(bytes(b))
         want.append(kind in ("same", "reserved"))
-    assert is_exact_encoding(answers, rows, counts).tolist() == want
+    assert is_exact_encoding(*as_read(answers), rows, counts).tolist() == want
 
 
 def test_a_direct_io_entry_logs_ledgers_map_ends_at_its_padding() -> None:
