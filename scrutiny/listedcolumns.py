@@ -39,7 +39,7 @@ class Listed(NamedTuple):
 
     @classmethod
     def of(cls, answers: Mapping[int, bytes]) -> Listed:
-        """These answers (ledger -> its encoding), laid out as `joined` lays them out."""
+        """These answers (ledger -> its encoding) in their order, each from a multiple of 8 bytes (`laid_out`)."""
         data, starts, sizes = laid_out(list(answers.values()))
         return cls(np.fromiter(answers, np.int64, len(answers)), starts, sizes, data)
 
