@@ -95,7 +95,8 @@ def joined(parts: Sequence[Listed]) -> Listed:
         if not p.ledger_ids.size:
             continue
         if (p.starts & 7).any():  # an answer of a size no agent sends: each apart, padded
-            p = Listed(p.ledger_ids, *_relaid(p))
+            data, starts, sizes = laid_out(p.answers())
+            p = Listed(p.ledger_ids, starts, sizes, data)
         laid.append(p if not len(p.data) & 7 else p._replace(data=p.data + bytes(-len(p.data) & 7)))
     if not laid:
         return NOTHING_LISTED
@@ -107,8 +108,3 @@ def joined(parts: Sequence[Listed]) -> Listed:
     starts = np.concatenate([p.starts + base for p, base in zip(laid, bases.tolist(), strict=True)])
     sizes = np.concatenate([p.sizes for p in laid])
     return Listed(ledgers, starts[first], sizes[first], b"".join([p.data for p in laid]))
-
-
-def _relaid(p: Listed) -> tuple[np.ndarray, np.ndarray, bytes]:
-    data, starts, sizes = laid_out(p.answers())
-    return starts, sizes, data
