@@ -130,27 +130,33 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
     all comes back with an error (the run is then incomplete)."""
     try:
         with uncollected(), EXECUTOR.use(ctx) as (store, client):
-            reads_before, failed_before = store.reads, client.failed_calls
-            ids = store.ledger_ids(rng)
-            enumerated = (LedgerIds.of(np.array(ids, dtype=np.int64)),) if ctx.holdings and mode is Pass.FIRST else ()
-            reads: Iterable[LedgerRead] = store.read_ledgers(ids)
-            if ctx.pulsar and mode is Pass.FIRST:
-                reads = list(reads)
-                bookkeeper: tuple[BookKeeperLedgers, ...] = (BookKeeperLedgers.of(reads),)
-            else:
-                bookkeeper = ()
-            selection = select(ctx, reads)
-            s = ctx.settings
-            deadline = s.recheck_deadline if mode is Pass.FINAL else s.bookie_deadline_seconds
-            answers = client.fetch_many(wanted(selection.candidates), deadline) if selection.candidates else {}
-            scrub = [md for md in selection.candidates if ctx.scrubs(md)] if s.deep or ctx.scrub else []
-            deep = (DeepScrubClient(client).verify_many(by_bookie(scrub), s.deep_send_passwords) if s.deep or scrub
-                    else None)
-            checked = classify(ctx, mode, selection.candidates, answers, deep, selection.marked)
-            io_stats = {**Scan(bookie_calls_failed=client.failed_calls - failed_before).nonzero(),
-                        **StoreUse(store.reads - reads_before, store.peak_in_flight).nonzero()}
+            # (returned within: the range's objects are freed before the collector is on again, not walked)
+            return _checked(ctx, rng, mode, store, client)
     except (StoreError, DataError) as exc:
         return RangeResult(errors=(f"range {rng.describe()}: {exc}",))
+
+
+def _checked(ctx: RunContext, rng: LedgerRange, mode: Pass, store: MetadataStore, client: BookieClient
+             ) -> RangeResult:
+    reads_before, failed_before = store.reads, client.failed_calls
+    ids = store.ledger_ids(rng)
+    enumerated = (LedgerIds.of(np.array(ids, dtype=np.int64)),) if ctx.holdings and mode is Pass.FIRST else ()
+    reads: Iterable[LedgerRead] = store.read_ledgers(ids)
+    if ctx.pulsar and mode is Pass.FIRST:
+        reads = list(reads)
+        bookkeeper: tuple[BookKeeperLedgers, ...] = (BookKeeperLedgers.of(reads),)
+    else:
+        bookkeeper = ()
+    selection = select(ctx, reads)
+    s = ctx.settings
+    deadline = s.recheck_deadline if mode is Pass.FINAL else s.bookie_deadline_seconds
+    answers = client.fetch_many(wanted(selection.candidates), deadline) if selection.candidates else {}
+    scrub = [md for md in selection.candidates if ctx.scrubs(md)] if s.deep or ctx.scrub else []
+    deep = (DeepScrubClient(client).verify_many(by_bookie(scrub), s.deep_send_passwords) if s.deep or scrub
+            else None)
+    checked = classify(ctx, mode, selection.candidates, answers, deep, selection.marked)
+    io_stats = {**Scan(bookie_calls_failed=client.failed_calls - failed_before).nonzero(),
+                **StoreUse(store.reads - reads_before, store.peak_in_flight).nonzero()}
     return RangeResult.merge([
         RangeResult(selection.counts, selection.violations, deleted=selection.deleted,
                     marked_in_scope=selection.marked_in_scope, stats=io_stats, enumerated=enumerated,
