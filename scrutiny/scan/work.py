@@ -114,8 +114,9 @@ atexit.register(EXECUTOR.close)
 def uncollected() -> Iterator[None]:
     """The cyclic collector off while a range is worked, on again after (unless it was off already). Its
     objects have no cycles, and reference counting frees them: the collector would only walk them again and
-    again while they live. Another range in another thread may find it off and leave it so; the first one
-    turns it back on when it ends, so it is never off longer than a range."""
+    again while they live. They must be freed before the block ends, or the first collection after it walks
+    them all. Another range in another thread may find it off and leave it so; the first one turns it back on
+    when it ends, so it is never off longer than a range."""
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -130,7 +131,7 @@ def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> R
     all comes back with an error (the run is then incomplete)."""
     try:
         with uncollected(), EXECUTOR.use(ctx) as (store, client):
-            # (returned within: the range's objects are freed before the collector is on again, not walked)
+            # returned within: the range's objects are freed before the collector is on again
             return _checked(ctx, rng, mode, store, client)
     except (StoreError, DataError) as exc:
         return RangeResult(errors=(f"range {rng.describe()}: {exc}",))
