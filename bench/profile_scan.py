@@ -1,7 +1,8 @@
 """Where a scan's time goes beyond the floor: cProfile of the executor-side work (`check_range`) over
 a synthetic cluster, in one process, with the agents in their own processes, grouped by component.
 cProfile sees the main thread alone: a run before it, not profiled, gives each thread's CPU (the
-ZooKeeper session's, the bookie calls', gRPC's own), from the kernel's per-thread counters.
+ZooKeeper session's, the bookie calls', gRPC's own), from the kernel's per-thread counters, and the cyclic
+collector's time within it (wall time of its collections, by generation).
 
 `--spark`: the same cluster scanned as a full run scans it, on Spark `local[2]`, twice (the first warms the
 Python workers: their imports, sessions and channels); the second's CPU by worker thread, not profiled, beside
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import pstats
 import re
 import subprocess
@@ -62,6 +64,27 @@ def cpu_by_thread(work: Callable[[], object]) -> dict[str, float]:
         spent["main" if t.id == threading.main_thread().native_id else re.sub(r"_\d+$", "", name)] += (
             t.user_time + t.system_time - before.get(t.id, 0.0))
     return dict(sorted(spent.items(), key=lambda kv: -kv[1]))
+
+
+class CollectorTime:
+    """The cyclic collector's own time over a span, by generation (`gc.callbacks`), in any thread."""
+
+    def __init__(self) -> None:
+        self.by_generation: dict[int, float] = defaultdict(float)
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.by_generation[info["generation"]] += time.perf_counter() - self._started
+
+    def __enter__(self) -> CollectorTime:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
 
 
 def spark_threads(settings: ScanSettings, leave_out: list[int]) -> dict[str, float]:
@@ -118,7 +141,8 @@ def main() -> None:
             for a in agents:
                 a.stdout.readline()  # type: ignore[union-attr]
             settings = ScanSettings(metadata_service_uri=uri)
-            threads = cpu_by_thread(lambda: ScrutinyRun(settings, LocalEngine()).execute())
+            with CollectorTime() as collector:
+                threads = cpu_by_thread(lambda: ScrutinyRun(settings, LocalEngine()).execute())
             workers = spark_threads(settings, [zk.pid, *(a.pid for a in agents)]) if args.spark else {}
             run = ScrutinyRun(settings, LocalEngine())
             profile = cProfile.Profile()
@@ -142,6 +166,8 @@ def main() -> None:
     rows = [{"thread": name, "CPU us per ledger": cpu / count * 1e6} for name, cpu in threads.items()
             if cpu / count >= 5e-8]
     rows.append({"thread": "in one process, every thread", "CPU us per ledger": sum(threads.values()) / count * 1e6})
+    rows += [{"thread": f"of it, the cyclic collector (generation {g})", "CPU us per ledger": spent / count * 1e6}
+             for g, spent in sorted(collector.by_generation.items())]
     if workers:
         rows += [{"thread": name, "CPU us per ledger": cpu / count * 1e6} for name, cpu in workers.items()
                  if cpu / count >= 5e-8]

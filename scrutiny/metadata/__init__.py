@@ -54,6 +54,7 @@ from scrutiny.metadata.paths import (
     format_layout,
     is_ledger_child,
     ledger_path,
+    ledger_paths,
     parse_layout,
     tree_change,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "is_ledger_child",
     "ledger_id_of_mark",
     "ledger_path",
+    "ledger_paths",
     "normalize_rack",
     "parse_host_port",
     "parse_layout",

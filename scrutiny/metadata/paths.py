@@ -4,6 +4,7 @@ what a change at a path means (continuous scrutiny's watch)."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from scrutiny.errors import MetadataError
@@ -32,6 +33,21 @@ def ledger_path(layout: Layout, root: str, ledger_id: int) -> str:
         return f"{root}/{s[0:2]}/{s[2:6]}/L{s[6:10]}"
     s = f"{ledger_id:019d}"
     return f"{root}/{s[0:3]}/{s[3:7]}/{s[7:11]}/{s[11:15]}/L{s[15:19]}"
+
+
+def ledger_paths(layout: Layout, root: str, ledger_ids: Iterable[int]) -> Iterator[tuple[int, str]]:
+    """Each ledger with its path, as `ledger_path` makes it; the ids that share a leaf bucket share its prefix,
+    made once (a range's ids are one bucket's, and every read of a scan asks for a path)."""
+    bucket: tuple[int, bool] | None = None
+    prefix = ""
+    for lid in ledger_ids:
+        if layout is Layout.FLAT or lid < 0:
+            yield lid, ledger_path(layout, root, lid)
+            continue
+        leaf, within = divmod(lid, 10_000)
+        if (leaf, lid < SHORT_PATH_LIMIT) != bucket:  # (a bucket may straddle the short form's limit)
+            bucket, prefix = (leaf, lid < SHORT_PATH_LIMIT), ledger_path(layout, root, lid)[:-4]
+        yield lid, f"{prefix}{within:04d}"
 
 
 def is_ledger_child(name: str) -> bool:

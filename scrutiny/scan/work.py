@@ -26,7 +26,8 @@ from scrutiny.store import LedgerRange, LedgerRead, MetadataStore, open_store
 
 # A range is tens of thousands of short-lived objects without cycles. CPython's default, a young
 # collection every 700 allocations (and so a full one every 70,000), re-walks the whole range each
-# time: about 15% of a scan's CPU for nothing collected (measured over 100k ledgers).
+# time: about 15% of a scan's CPU for nothing collected (measured over 100k ledgers). An executor
+# process's collector runs this seldom between ranges, and not at all during one (`uncollected`).
 YOUNG_COLLECTION_THRESHOLD = 10_000
 
 
@@ -109,32 +110,54 @@ EXECUTOR = ExecutorResources()
 atexit.register(EXECUTOR.close)
 
 
+@contextlib.contextmanager
+def uncollected() -> Iterator[None]:
+    """The cyclic collector off while a range is worked, on again after (unless it was off already). Its
+    objects have no cycles, and reference counting frees them: the collector would only walk them again and
+    again while they live. They must be freed before the block ends, or the first collection after it walks
+    them all. Another range in another thread may find it off and leave it so; the first one turns it back on
+    when it ends, so it is never off longer than a range."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> RangeResult:
     """Read one range and check it. Never raises for one bad ledger; a range that cannot be read at
     all comes back with an error (the run is then incomplete)."""
     try:
-        with EXECUTOR.use(ctx) as (store, client):
-            reads_before, failed_before = store.reads, client.failed_calls
-            ids = store.ledger_ids(rng)
-            enumerated = (LedgerIds.of(np.array(ids, dtype=np.int64)),) if ctx.holdings and mode is Pass.FIRST else ()
-            reads: Iterable[LedgerRead] = store.read_ledgers(ids)
-            if ctx.pulsar and mode is Pass.FIRST:
-                reads = list(reads)
-                bookkeeper: tuple[BookKeeperLedgers, ...] = (BookKeeperLedgers.of(reads),)
-            else:
-                bookkeeper = ()
-            selection = select(ctx, reads)
-            s = ctx.settings
-            deadline = s.recheck_deadline if mode is Pass.FINAL else s.bookie_deadline_seconds
-            answers = client.fetch_many(wanted(selection.candidates), deadline) if selection.candidates else {}
-            scrub = [md for md in selection.candidates if ctx.scrubs(md)] if s.deep or ctx.scrub else []
-            deep = (DeepScrubClient(client).verify_many(by_bookie(scrub), s.deep_send_passwords) if s.deep or scrub
-                    else None)
-            checked = classify(ctx, mode, selection.candidates, answers, deep, selection.marked)
-            io_stats = {**Scan(bookie_calls_failed=client.failed_calls - failed_before).nonzero(),
-                        **StoreUse(store.reads - reads_before, store.peak_in_flight).nonzero()}
+        with uncollected(), EXECUTOR.use(ctx) as (store, client):
+            # returned within: the range's objects are freed before the collector is on again
+            return _checked(ctx, rng, mode, store, client)
     except (StoreError, DataError) as exc:
         return RangeResult(errors=(f"range {rng.describe()}: {exc}",))
+
+
+def _checked(ctx: RunContext, rng: LedgerRange, mode: Pass, store: MetadataStore, client: BookieClient
+             ) -> RangeResult:
+    reads_before, failed_before = store.reads, client.failed_calls
+    ids = store.ledger_ids(rng)
+    enumerated = (LedgerIds.of(np.array(ids, dtype=np.int64)),) if ctx.holdings and mode is Pass.FIRST else ()
+    reads: Iterable[LedgerRead] = store.read_ledgers(ids)
+    if ctx.pulsar and mode is Pass.FIRST:
+        reads = list(reads)
+        bookkeeper: tuple[BookKeeperLedgers, ...] = (BookKeeperLedgers.of(reads),)
+    else:
+        bookkeeper = ()
+    selection = select(ctx, reads)
+    s = ctx.settings
+    deadline = s.recheck_deadline if mode is Pass.FINAL else s.bookie_deadline_seconds
+    answers = client.fetch_many(wanted(selection.candidates), deadline) if selection.candidates else {}
+    scrub = [md for md in selection.candidates if ctx.scrubs(md)] if s.deep or ctx.scrub else []
+    deep = (DeepScrubClient(client).verify_many(by_bookie(scrub), s.deep_send_passwords) if s.deep or scrub
+            else None)
+    checked = classify(ctx, mode, selection.candidates, answers, deep, selection.marked)
+    io_stats = {**Scan(bookie_calls_failed=client.failed_calls - failed_before).nonzero(),
+                **StoreUse(store.reads - reads_before, store.peak_in_flight).nonzero()}
     return RangeResult.merge([
         RangeResult(selection.counts, selection.violations, deleted=selection.deleted,
                     marked_in_scope=selection.marked_in_scope, stats=io_stats, enumerated=enumerated,

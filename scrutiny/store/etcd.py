@@ -31,7 +31,7 @@ from scrutiny.metadata import (
     SHORT_PATH_LIMIT,
     Layout,
     MetadataServiceUri,
-    ledger_path,
+    ledger_paths,
     parse_metadata_service_uri,
 )
 from scrutiny.pulsar.records import managed_ledger_of, schema_id_of
@@ -226,7 +226,7 @@ class EtcdStore(TreeStore):
             yield from self._read_chunk(chunk)
 
     def _read_chunk(self, ids: list[int]) -> Iterator[LedgerRead]:
-        path = {lid: ledger_path(Layout.HIERARCHICAL, self.root, lid).encode() for lid in ids}
+        path = {lid: p.encode() for lid, p in ledger_paths(Layout.HIERARCHICAL, self.root, ids)}
         spans: list[tuple[bytes, bytes]] = []
         sparse: list[bytes] = []
         for _bucket, group in groupby(sorted(path.values()), key=lambda p: p.rsplit(b"/", 1)[0]):

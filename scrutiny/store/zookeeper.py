@@ -8,6 +8,7 @@ enumerates the ledger tree and Pulsar's records level by level, and keeps the se
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from scrutiny.metadata import (
     Layout,
     MetadataServiceUri,
     is_ledger_child,
-    ledger_path,
+    ledger_paths,
     parse_metadata_service_uri,
 )
 from scrutiny.pulsar.records import managed_ledger_of, schema_id_of
@@ -199,17 +200,15 @@ class ZooKeeperStore(ZooKeeperRequests, TreeStore):
         return sorted(ids)
 
     def read_ledgers(self, ledger_ids: Iterable[int]) -> Iterator[LedgerRead]:
-        layout = self.layout
-        ids: dict[str, int] = {}
+        asked: deque[int] = deque()  # `get_many` answers in the order asked
 
         def paths() -> Iterator[str]:
-            for lid in ledger_ids:
-                p = ledger_path(layout, self.root, lid)
-                ids[p] = lid
-                yield p
+            for lid, path in ledger_paths(self.layout, self.root, ledger_ids):
+                asked.append(lid)
+                yield path
 
-        for path, got in self.get_many(paths()):
-            lid = ids.pop(path)
+        for _, got in self.get_many(paths()):
+            lid = asked.popleft()
             yield (LedgerRead(lid, deleted=True) if got is None
                    else LedgerRead.of(lid, got[0], got[1].ctime, got[1].version, got[1].mtime))
 

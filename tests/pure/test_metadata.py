@@ -5,11 +5,12 @@ import contextlib
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from scrutiny.metadata import (
     DEFAULT_RACK,
+    SHORT_PATH_LIMIT,
     BookieRegistration,
     Endpoint,
     Layout,
@@ -29,6 +30,7 @@ from scrutiny.metadata import (
     encode_ur_mark,
     format_layout,
     ledger_path,
+    ledger_paths,
     parse_layout,
     parse_metadata_service_uri,
     store_scheme,
@@ -176,6 +178,16 @@ def test_ledger_paths_per_layout() -> None:
     assert ledger_path(Layout.HIERARCHICAL, "/ledgers", 2147483647) == "/ledgers/000/0000/0021/4748/L3647"
     assert ledger_path(Layout.HIERARCHICAL, "/ledgers", 2147483648) == "/ledgers/000/0000/0021/4748/L3648"
     assert ledger_path(Layout.LONG_HIERARCHICAL, "/ledgers", 1) == "/ledgers/000/0000/0000/0000/L0001"
+
+
+@given(st.sampled_from(Layout), st.lists(st.one_of(
+    st.integers(0, 2**63 - 1), st.integers(SHORT_PATH_LIMIT - 20_000, SHORT_PATH_LIMIT + 20_000),
+    st.integers(0, 30_000)), max_size=60), st.booleans())
+# (a leaf bucket that straddles the short form's limit)
+@example(Layout.HIERARCHICAL, [SHORT_PATH_LIMIT - 1, SHORT_PATH_LIMIT, SHORT_PATH_LIMIT - 1], False)
+def test_a_ledgers_path_is_the_same_made_alone_or_among_others(layout: Layout, ids: list[int], ordered: bool) -> None:
+    ids = sorted(ids) if ordered else ids  # a range's ids are ascending; any order gives the same paths
+    assert list(ledger_paths(layout, "/ledgers", ids)) == [(lid, ledger_path(layout, "/ledgers", lid)) for lid in ids]
 
 
 def test_layout_znode() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,13 @@ from scrutiny.metadata import (
 from scrutiny.scan import engines
 from scrutiny.scan.driver import ScrutinyRun
 from scrutiny.scan.engines import LocalEngine
+from scrutiny.scan.work import YOUNG_COLLECTION_THRESHOLD
 from scrutiny.store import MetadataStore, chunk_ids, open_store
 from scrutiny.testing import store_on
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.demo import DECOMMISSIONED, DemoCluster, bookie, build_demo_cluster, demo_agents
 from scrutiny.testing.localzk import LocalZooKeeper
-from tests.conftest import Place
+from tests.conftest import Place, place_on
 from tests.support.helpers import HookEngine
 
 
@@ -253,3 +255,23 @@ def test_weak_durability_policies_are_named_per_ledger_and_per_topic(
     assert topics == {"persistent://public/demo/topic-1": {"WEAK_DURABILITY_POLICY": 1},
                       "persistent://public/demo/topic-2": {"WEAK_DURABILITY_POLICY": 2}}  # ledgers 2 and 7
     assert found(stricter.violations) == {("WEAK_DURABILITY_POLICY", i) for i in (1, 2, 3, 7, 8)}  # WQ 2 < 3
+
+
+def test_a_ranges_objects_are_freed_before_the_cyclic_collector_is_on_again(
+        request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collector is paused while a range is worked: by the time it is on again the range's objects must be
+    gone, or its first young collection walks them all (what the pause was to spare)."""
+    young: list[int] = []  # the objects the young generation holds as the collector comes back on
+    enable = gc.enable
+
+    def enabled() -> None:
+        young.append(gc.get_count()[0])
+        enable()
+
+    with place_on(request, "zk") as place:
+        cluster = build_demo_cluster(place.client, place.root, tmp_path, healthy=3000)  # one range
+        with demo_agents(cluster, place.registry):
+            monkeypatch.setattr(gc, "enable", enabled)
+            report = ScrutinyRun(only_coverage(place.uri), LocalEngine()).execute()
+    assert report.complete and report.ledgers["seen"] == cluster.ledgers
+    assert young and max(young) < YOUNG_COLLECTION_THRESHOLD, young
