@@ -3,8 +3,10 @@ guessed at."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from scrutiny.bookieclient import take, take_listed
@@ -29,6 +31,7 @@ one_group = st.binary(min_size=80, max_size=80).map(lambda b: bytes(4) + (1).to_
 
 @given(st.lists(st.lists(st.tuples(st.integers(0, 30), st.one_of(st.binary(max_size=100), one_group)), max_size=12),
                 max_size=5))
+@example([[(5, b"c" * 8), (6, b"d" * 8)], [(1, b"a" * 8), (2, b"b" * 8)], [(2, b"again!!!"), (3, b"e" * 8)]])  # overlap
 def test_joined_columns_keep_each_ledgers_first_answer_and_are_read_as_words(
         messages: list[list[tuple[int, bytes]]]) -> None:
     """Several messages' columns as one: each ledger's first answer, ledgers ascending, and every answer where
@@ -47,6 +50,23 @@ def test_joined_columns_keep_each_ledgers_first_answer_and_are_read_as_words(
     rows = np.array(groups, dtype=np.int64).reshape(-1, 1, 4)
     exact = is_exact_encoding(leading_words(one.data, one.starts, 1), one.sizes, rows, np.ones(len(first), np.int64))
     assert exact.tolist() == [len(a) == 88 and a[:8] == bytes(4) + (1).to_bytes(4, "big") for a in one.answers()]
+
+
+@given(st.lists(st.integers(0, 10**6), unique=True, max_size=40).map(sorted),
+       st.lists(st.integers(1, 8), max_size=8), st.randoms(), st.data())
+def test_messages_that_follow_one_another_are_joined_end_to_end_in_any_order(
+        ids: list[int], cuts: list[int], rng: random.Random, data: st.DataObject) -> None:
+    """A bookie's messages as its agent sends them (each ascending, each after the last), come in any order: joined
+    as one, each answer its own, words aligned."""
+    answers = {i: data.draw(st.one_of(st.binary(max_size=100), one_group)) for i in ids}
+    messages, at = [], 0
+    for n in [*cuts, len(ids)]:
+        messages.append(ids[at:at + n])
+        at += n
+    rng.shuffle(messages)
+    one = joined([read_listed(listed_columns(m, [answers[i] for i in m])) for m in messages])
+    assert one.ledger_ids.tolist() == ids and one.answers() == [answers[i] for i in ids]
+    assert not (one.starts % 8).any() and not len(one.data) % 8
 
 
 def test_columns_that_do_not_line_up_are_named() -> None:
