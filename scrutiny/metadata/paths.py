@@ -45,8 +45,9 @@ def ledger_paths(layout: Layout, root: str, ledger_ids: Iterable[int]) -> Iterat
             yield lid, ledger_path(layout, root, lid)
             continue
         leaf, within = divmod(lid, 10_000)
-        if (leaf, lid < SHORT_PATH_LIMIT) != bucket:  # (a bucket may straddle the short form's limit)
-            bucket, prefix = (leaf, lid < SHORT_PATH_LIMIT), ledger_path(layout, root, lid)[:-4]
+        form = (leaf, lid < SHORT_PATH_LIMIT)  # (a leaf bucket may straddle the short form's limit)
+        if form != bucket:
+            bucket, prefix = form, ledger_path(layout, root, lid)[:-4]
         yield lid, f"{prefix}{within:04d}"
 
 
