@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from scrutiny.config import ScanSettings
 from scrutiny.scan.context import Pass, RunContext
 from scrutiny.scan.result import RangeResult
-from scrutiny.scan.work import EXECUTOR, check_range
+from scrutiny.scan.work import BETWEEN_TASKS, EXECUTOR, check_range
 from scrutiny.store import LedgerRange
 
 Progress = Callable[[int, int, int], None]  # (ranges done, ranges in all, ledgers seen so far)
@@ -84,6 +84,7 @@ def _partition(ctx: RunContext, mode: Pass, ranges: Iterator[LedgerRange], seen:
     # One merged result per partition: less to pickle and collect than one per range.
     result = RangeResult.merge(check_range(ctx, rng, mode) for rng in ranges)
     seen.add(result.counts.get("seen", 0))  # a Spark accumulator: the progress bar's ledger count
+    BETWEEN_TASKS.ended()
     yield result
 
 

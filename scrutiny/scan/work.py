@@ -126,6 +126,29 @@ def uncollected() -> Iterator[None]:
             gc.enable()
 
 
+class BetweenTasks:
+    """What a reused Spark worker keeps from task to task (its store sessions and agent channels, its modules, the
+    shapes it worked out) moved out of the cyclic collector's sight when a task ends. pyspark's daemon runs a full
+    collection after every task, which walked all of it again each time. A task's own cycles are collected first;
+    every `FULL_EVERY`th task the kept objects are collected too, so that a cycle among them (a retired session's)
+    is not kept for the process's life. One worker runs one task at a time."""
+
+    FULL_EVERY = 100
+
+    def __init__(self) -> None:
+        self.tasks = 0
+
+    def ended(self) -> None:
+        self.tasks += 1
+        if self.tasks % self.FULL_EVERY == 0:
+            gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+
+
+BETWEEN_TASKS = BetweenTasks()
+
+
 def check_range(ctx: RunContext, rng: LedgerRange, mode: Pass = Pass.FIRST) -> RangeResult:
     """Read one range and check it. Never raises for one bad ledger; a range that cannot be read at
     all comes back with an error (the run is then incomplete)."""
