@@ -55,7 +55,7 @@ def _cycle() -> tuple[_Node, weakref.ref[_Node]]:
     return a, weakref.ref(b)
 
 
-def tracked(obj: object) -> bool:
+def _tracked(obj: object) -> bool:
     """Is `obj` in the collector's sight (frozen objects are not)?"""
     return any(o is obj for o in gc.get_objects())
 
@@ -68,7 +68,7 @@ def test_what_a_task_keeps_is_frozen_what_it_left_in_cycles_is_collected_first()
     del garbage
     between.ended()
     assert gone() is None  # collected, not frozen for the process's life
-    assert not tracked(kept)  # out of sight of the daemon's collection after each task
+    assert not _tracked(kept)  # out of sight of the daemon's collection after each task
     assert gc.get_freeze_count() > 0
 
 
