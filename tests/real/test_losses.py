@@ -105,7 +105,14 @@ def detection_state(auditor: Auditor, agents: Agents, bookie: RealBookie) -> str
     found = sorted((str(f.violation.category), f.violation.ledger_id) for f in auditor.current.findings())
     runs = {kind: (t.run_id, t.finished_ms) for kind, t in auditor.last.items()}
     return (f"found {found}; continuous: feeds {dict(c.feeds)}, figures {dict(c.stats)}, {c.pending()} pending; "
-            f"last runs {runs}; the agent of {bookie.bookie_id} saw {seen}")
+            f"last runs {runs}; the agent of {bookie.bookie_id} saw {seen}, its watch looked {looks(agents, bookie)} "
+            f"times (watching: {registry.get_sample_value('scrutiny_agent_watching')})")
+
+
+def looks(agents: Agents, bookie: RealBookie) -> float:
+    """How many looks the bookie's agent's watch made: a log made and removed between two looks is never listed."""
+    registry = agents.agents[bookie.bookie_id].servicer.metrics.registry
+    return registry.get_sample_value("scrutiny_agent_watch_seconds_count") or 0.0
 
 
 def finished_log(bookie: RealBookie) -> tuple[int, Path]:
@@ -138,8 +145,9 @@ def test_an_entry_log_removed_under_a_running_bookie(bookkeeper: RealBookKeeper,
     def found_now() -> set[tuple[str, int]]:
         return {(str(f.violation.category), f.violation.ledger_id) for f in watched.current.findings()}
 
-    removed = time.monotonic()
-    wait_for(lambda: want <= found_now(), 60, lambda: detection_state(watched, agents, bookie))
+    removed, looked = time.monotonic(), looks(agents, bookie)
+    wait_for(lambda: want <= found_now(), 60,
+             lambda: f"{detection_state(watched, agents, bookie)}, {looked} of them before the removal")
     assert time.monotonic() - removed <= DETECTION_GOAL_SECONDS
     full = scan(c)
     assert findings(full) == want
