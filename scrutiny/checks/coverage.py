@@ -151,8 +151,7 @@ def held_plain(plain: PlainLedgers, columns: Mapping[str, Listed]) -> np.ndarray
                                  plain.last_entry_id[ledger])
     names = {b: n for n, b in enumerate(columns)}
     column_of = np.fromiter((names.get(b, len(names)) for b in plain.bookies), np.int64, len(plain.bookies))
-    leading, answered = _leading_words_at(columns, plain.ledger_ids[ledger],
-                                          column_of[plain.members[ledger, pos]] if ledger.size else pos,
+    leading, answered = _leading_words_at(columns, plain.ledger_ids[ledger], column_of[plain.members[ledger, pos]],
                                           rows.shape[1])
     held = np.ones(len(plain), dtype=bool)
     held[ledger[~is_exact_encoding(leading, answered, rows, counts)]] = False
