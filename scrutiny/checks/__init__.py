@@ -14,7 +14,13 @@
 from __future__ import annotations
 
 from scrutiny.checks.answers import NO_LEDGER, BookieAnswer, BookieAnswers, Outcome, listed
-from scrutiny.checks.coverage import CoverageResult, check_coverage, healthy_coverage, held_exactly_their_shares
+from scrutiny.checks.coverage import (
+    CoverageResult,
+    check_coverage,
+    healthy_coverage,
+    held_exactly_their_shares,
+    held_plain,
+)
 from scrutiny.checks.deep import DeepAnswer, check_deep, in_deep_slice, served_corrupt, without_corrupt
 from scrutiny.checks.marks import check_underreplication_age
 from scrutiny.checks.messages import check_checksums, deep_slice_key, holds_messages
@@ -34,5 +40,5 @@ __all__ = ["NO_LEDGER", "WOULD_HAVE", "BookieAnswer", "BookieAnswers", "Coverage
            "PlacementPolicy", "PlacementResult", "Violation", "blast_radius", "blast_radius_marked",
            "check_checksums", "check_coverage", "check_deep", "check_durability_policy", "check_ensemble",
            "check_past_the_close", "check_placement", "check_underreplication_age", "coverage_without",
-           "deep_slice_key", "expected_share", "healthy_coverage", "held_exactly_their_shares", "holds_messages",
-           "in_deep_slice", "listed", "served_corrupt", "without_corrupt"]
+           "deep_slice_key", "expected_share", "healthy_coverage", "held_exactly_their_shares", "held_plain",
+           "holds_messages", "in_deep_slice", "listed", "served_corrupt", "without_corrupt"]

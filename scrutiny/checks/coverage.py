@@ -38,6 +38,7 @@ from scrutiny.listedcolumns import Listed
 from scrutiny.metadata import (
     LedgerMetadata,
 )
+from scrutiny.metadata.columns import PlainLedgers
 
 
 @dataclass(frozen=True)
@@ -140,17 +141,42 @@ def held_exactly_their_shares(ledgers: Sequence[LedgerMetadata], columns: Mappin
     return healthy.tolist()
 
 
+def held_plain(plain: PlainLedgers, columns: Mapping[str, Listed]) -> np.ndarray:
+    """`held_exactly_their_shares` of plain ledgers (`scrutiny.metadata.columns`), from their columns: one segment
+    from entry 0, each ensemble position's share."""
+    sizes = plain.ensemble_size
+    ledger = np.repeat(np.arange(len(plain)), sizes)  # of each (ledger, position)
+    pos = np.arange(ledger.size) - (np.cumsum(sizes) - sizes)[ledger]
+    rows, counts = share_columns(sizes[ledger], plain.write_quorum[ledger], pos, np.zeros_like(pos),
+                                 plain.last_entry_id[ledger])
+    names = {b: n for n, b in enumerate(columns)}
+    column_of = np.fromiter((names.get(b, len(names)) for b in plain.bookies), np.int64, len(plain.bookies))
+    leading, answered = _leading_words_at(columns, plain.ledger_ids[ledger], column_of[plain.members[ledger, pos]],
+                                          rows.shape[1])
+    held = np.ones(len(plain), dtype=bool)
+    held[ledger[~is_exact_encoding(leading, answered, rows, counts)]] = False
+    return held
+
+
 def _leading_words(columns: Mapping[str, Listed], ledger_ids: np.ndarray, bookies: Sequence[str], k: int
                    ) -> tuple[np.ndarray, np.ndarray]:
     """The `leading_words` (k groups) and size (-1: none) of the answer of each (ledger, bookie), read where it
-    lies in its bookie's columns; a bookie's pairs are looked up together."""
+    lies in its bookie's columns."""
     names = {b: n for n, b in enumerate(columns)}
-    small = np.int16 if len(names) < 1 << 15 else np.int32  # (numpy sorts 16-bit ints stably by radix)
-    of = np.fromiter(map(names.get, bookies, itertools.repeat(len(names))), small, len(bookies))
+    return _leading_words_at(columns, ledger_ids, np.fromiter(map(names.get, bookies, itertools.repeat(len(names))),
+                                                              np.int64, len(bookies)), k)
+
+
+def _leading_words_at(columns: Mapping[str, Listed], ledger_ids: np.ndarray, of: np.ndarray, k: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """The same, each pair's bookie named by its place in `columns` (len(columns): it did not answer); a bookie's
+    pairs are looked up together."""
+    small = np.int16 if len(columns) < 1 << 15 else np.int32  # (numpy sorts 16-bit ints stably by radix)
+    of = of.astype(small)
     order = np.argsort(of, kind="stable")
-    bounds = np.searchsorted(of[order], np.arange(len(names) + 1)).tolist()
-    leading = np.zeros((len(bookies), 1 + 3 * k), dtype=np.uint64)
-    sizes = np.full(len(bookies), -1, dtype=np.int64)
+    bounds = np.searchsorted(of[order], np.arange(len(columns) + 1)).tolist()
+    leading = np.zeros((of.size, 1 + 3 * k), dtype=np.uint64)
+    sizes = np.full(of.size, -1, dtype=np.int64)
     for n, listed in enumerate(columns.values()):
         asked, ids = order[bounds[n]:bounds[n + 1]], listed.ledger_ids
         if asked.size and ids.size:

@@ -209,14 +209,26 @@ def _from_proto(ledger_id: int, msg: Any, version: int, znode_ctime: int, znode_
     segs = msg.segment
     if len(segs) == 1:
         s = segs[0]
-        segments: tuple[Segment, ...] = (Segment(s.firstEntryId, tuple(s.ensembleMember)),)
+        members = tuple(s.ensembleMember)
+        segments: tuple[Segment, ...] = (Segment(s.firstEntryId, members),)
     else:
         segments = tuple([Segment(s.firstEntryId, tuple(s.ensembleMember)) for s in segs])
+        members = tuple([b for seg in segments for b in seg.ensemble])
+    try:  # protobuf gives a string that is not UTF-8 as bytes
+        "".join(members)
+    except TypeError:
+        bad = next(b for b in members if not isinstance(b, str))
+        raise MetadataError(f"ledger {ledger_id}: bookie id {bad!r} in its ensemble is not UTF-8") from None
     custom = msg.customMetadata
     return LedgerMetadata(  # the fields in their order (an unknown digest type reads as CRC32, its default)
         ledger_id, state, e, wq, aq, last, msg.length, segments, ctime,
-        tuple([(c.key, bytes(c.value)) for c in custom]) if custom else (),
+        tuple([(_text(c.key), bytes(c.value)) for c in custom]) if custom else (),
         _DIGEST_TYPES.get(msg.digestType, "CRC32"), msg.password, msg.cToken, version, znode_version, znode_mtime)
+
+
+def _text(key: str | bytes) -> str:
+    """A custom metadata key as BookKeeper's Java reads it: what is not UTF-8 replaced."""
+    return key if isinstance(key, str) else key.decode("utf-8", "replace")
 
 
 def _decode_v1(ledger_id: int, body: bytes, znode_ctime: int, znode_version: int, znode_mtime: int

@@ -5,7 +5,7 @@ not objects: a million ledgers travel back from the executors in a few tens of m
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -25,6 +25,13 @@ def name_hash(name: str) -> int:
     """A stable 63-bit hash of an owner's name (Python's own hash differs from process to process)."""
     data = name.encode()
     return (zlib.crc32(data) << 31) ^ zlib.adler32(data)
+
+
+def _tag(custom: tuple[tuple[str, bytes], ...]) -> tuple[int, int]:
+    """The owner kind's code and the name's hash that a ledger's custom metadata gives it ((0, 0): not Pulsar's)."""
+    owner = owner_from_custom_metadata(custom)
+    code = _TAG_CODE.get(owner.kind, 0) if owner is not None else 0
+    return code, name_hash(owner.name) if owner is not None and code else 0
 
 
 class LedgerFact(NamedTuple):
@@ -53,15 +60,26 @@ class BookKeeperLedgers:
             md = r.metadata
             if md is None:
                 continue
-            owner = owner_from_custom_metadata(md.custom_metadata)
-            code, name = (_TAG_CODE.get(owner.kind, 0), owner.name) if owner is not None else (0, "")
+            code, owner = _tag(md.custom_metadata)
             rows.append((md.ledger_id, md.last_entry_id, md.ctime if md.ctime > 0 else -1,
-                         code | (_CLOSED if md.closed else 0), name_hash(name) if code else 0))
+                         code | (_CLOSED if md.closed else 0), owner))
         return cls.from_rows(rows)
 
     @classmethod
+    def of_closed(cls, ids: np.ndarray, last_entry: np.ndarray, ctime: np.ndarray, owner: np.ndarray,
+                  customs: Sequence[tuple[tuple[str, bytes], ...]]) -> BookKeeperLedgers:
+        """Closed ledgers given as columns (a range's plain ones), `owner` each one's custom metadata as its number
+        in `customs` (-1: none); the same as `of` their reads."""
+        tags = np.array([*map(_tag, customs), (0, 0)], dtype=np.int64)  # (the -1: the last)
+        return cls._of(np.column_stack([ids, last_entry, np.where(ctime > 0, ctime, -1), tags[owner, 0] | _CLOSED,
+                                        tags[owner, 1]]))
+
+    @classmethod
     def from_rows(cls, rows: list[tuple[int, int, int, int, int]]) -> BookKeeperLedgers:
-        a = np.array(rows, dtype=np.int64).reshape(-1, 5)
+        return cls._of(np.array(rows, dtype=np.int64).reshape(-1, 5))
+
+    @classmethod
+    def _of(cls, a: np.ndarray) -> BookKeeperLedgers:
         a = a[np.argsort(a[:, 0], kind="stable")]
         return cls(a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy(), a[:, 3].astype(np.uint8), a[:, 4].copy())
 

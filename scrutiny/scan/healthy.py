@@ -13,13 +13,16 @@ stays the reference (a property test holds the two to the same result).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress
 from typing import NamedTuple, TypeVar
 
+import numpy as np
+
 from scrutiny.checks import PlacementPolicy, blast_radius, check_durability_policy, check_placement
 from scrutiny.metadata import DEFAULT_RACK, LedgerMetadata
+from scrutiny.metadata.columns import PlainLedgers
 from scrutiny.pulsar.owners import owner_from_custom_metadata
 from scrutiny.scan.context import Pass, RunContext
 from scrutiny.scan.result import TOPIC_OWNERS, BlastTally
@@ -64,11 +67,7 @@ def check_healthy(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata]
             rest.append(i)
     checked = 0
     bulk = _Bulk(mode) if ctx.blast_radius else None
-    settings = ctx.settings
-    policy = settings.placement() if ctx.placement else None
-    memo = _MEMO.get(key := (policy, settings.min_write_quorum, settings.min_ack_quorum) if policy else None)
-    if memo is None:
-        memo = _MEMO[key] = _Shapes(policy is None or policy.kind in _RELABELLED)
+    memo = _shapes_of(ctx)
     for shape, members in groups.items():
         known = memo.shapes.get(shape) or memo.work_out(ctx, shape, ledgers[members[0]])
         if not known.clean:
@@ -81,6 +80,60 @@ def check_healthy(ctx: RunContext, mode: Pass, ledgers: Sequence[LedgerMetadata]
         bulk.into(tally)
     rest.sort()  # a group with a finding joined the rest out of order
     return HealthyGroups(checked, rest)
+
+
+def check_healthy_plain(ctx: RunContext, mode: Pass, plain: PlainLedgers, held: np.ndarray,
+                        metadata_of: Callable[[int], LedgerMetadata], tally: BlastTally) -> np.ndarray:
+    """`check_healthy` of plain ledgers (`scrutiny.metadata.columns`), from their columns, `held` their verdicts;
+    `metadata_of(row)`: a row's `LedgerMetadata`, for a shape not worked out before. Returns the rows not checked."""
+    e, members = plain.ensemble_size, plain.members
+    full = held & (plain.last_entry_id >= e - 1)  # a full turn of the ensemble (a plain ledger's are distinct)
+    if ctx.lost is not None:
+        registered = ctx.lost.registered
+        known_to = np.array([b in registered for b in plain.bookies] + [True])  # (the padding's -1: the last)
+        full &= known_to[members].all(axis=1)
+    rows = np.flatnonzero(full)
+    if not rows.size:
+        return np.flatnonzero(~full)
+    locate = ctx.locations.get
+    codes: dict[str | None, int] = {}
+    code_of = np.array([codes.setdefault(locate(b), len(codes)) for b in plain.bookies] + [-1], dtype=np.int64)
+    located = list(codes)
+    shapes, first, which = _distinct_rows(np.column_stack([e[rows], plain.write_quorum[rows], plain.ack_quorum[rows],
+                                                           code_of[members[rows]]]))
+    memo = _shapes_of(ctx)
+    knowns = []
+    for j, (size, wq, aq, *where) in enumerate(shapes.tolist()):
+        shape = ((tuple([located[c] for c in where[:size]]),), wq, aq)
+        knowns.append(memo.shapes.get(shape) or memo.work_out(ctx, shape, metadata_of(int(rows[first[j]]))))
+    clean = np.array([known.clean for known in knowns])[which]
+    if ctx.blast_radius:
+        _Bulk(mode).plain(plain, rows[clean], knowns, which[clean]).into(tally)
+    full[rows[~clean]] = False
+    return np.flatnonzero(~full)
+
+
+def _distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`np.unique(rows, axis=0)`'s distinct rows, the first of each, which each row is; each row made one number
+    first where its values allow (a sort of numbers, not of rows: much the cheaper)."""
+    shifted = rows - rows.min(initial=0)
+    base = int(shifted.max(initial=0)) + 1
+    if base ** rows.shape[1] < 1 << 62:
+        _, first, which = np.unique(shifted @ (base ** np.arange(rows.shape[1] - 1, -1, -1, dtype=np.int64)),
+                                    return_index=True, return_inverse=True)
+        return rows[first], first, which
+    distinct, first, which = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    return distinct, first, which.ravel()
+
+
+def _shapes_of(ctx: RunContext) -> _Shapes:
+    """What each shape shares under the run's placement policy, as far as worked out."""
+    settings = ctx.settings
+    policy = settings.placement() if ctx.placement else None
+    memo = _MEMO.get(key := (policy, settings.min_write_quorum, settings.min_ack_quorum) if policy else None)
+    if memo is None:
+        memo = _MEMO[key] = _Shapes(policy is None or policy.kind in _RELABELLED)
+    return memo
 
 
 def _clean(ctx: RunContext, md: LedgerMetadata) -> bool:
@@ -176,18 +229,42 @@ class _Bulk:
         self.kept: Counter[str] = Counter()
         self.without: Counter[str] = Counter()
         self.racks: dict[str, Counter[Key]] = {kind: Counter() for kind in self.KINDS}
-        self.owned: list[tuple[LedgerMetadata, _Shape]] = []
+        self.owned: list[tuple[tuple[tuple[str, bytes], ...], frozenset[str], _Shape]] = []  # (custom, bookies, ..)
 
     def group(self, known: _Shape, members: list[LedgerMetadata]) -> None:
         """A group's ledgers: each depends on its bookies and racks; a bookie's loss, and a rack's as `known`
         says, leaves each the same copies."""
-        n, racks = len(members), self.racks
         each = list(chain.from_iterable([md.bookies for md in members]))  # (a list a group: cheaper to count)
         self.every.update(each)
         if not known.bookie_below:
             self.kept.update(each)
         elif known.bookie_without:
             self.without.update(each)
+        self._racks(known, len(members))
+        self.owned += [(md.custom_metadata, md.bookies, known) for md in members if md.custom_metadata]
+
+    def plain(self, plain: PlainLedgers, rows: np.ndarray, knowns: list[_Shape], which: np.ndarray) -> _Bulk:
+        """The same of plain ledgers' `rows`, each of the shape `knowns[which]`, counted in columns."""
+        members, names = plain.members[rows], plain.bookies
+        below = np.array([known.bookie_below for known in knowns])[which]
+        without = np.array([known.bookie_without for known in knowns])[which]
+        for counter, of in ((self.every, members), (self.kept, members[~below]), (self.without,
+                                                                                   members[below & without])):
+            counts = np.bincount(of[of >= 0], minlength=len(names))
+            counter.update({names[b]: int(counts[b]) for b in np.flatnonzero(counts).tolist()})
+        for j, n in enumerate(np.bincount(which, minlength=len(knowns)).tolist()):
+            if n:
+                self._racks(knowns[j], n)
+        owned = np.flatnonzero(plain.owner[rows] >= 0)
+        if owned.size:
+            ensembles, _, ensemble_of = _distinct_rows(members[owned])
+            bookies = [frozenset(names[b] for b in ensemble if b >= 0) for ensemble in ensembles.tolist()]
+            self.owned += [(plain.customs[c], bookies[x], knowns[w]) for c, x, w in zip(
+                plain.owner[rows[owned]].tolist(), ensemble_of.tolist(), which[owned].tolist(), strict=True)]
+        return self
+
+    def _racks(self, known: _Shape, n: int) -> None:
+        racks = self.racks
         if self.first:
             for key in known.depend:
                 racks["depend"][key] += n
@@ -195,12 +272,11 @@ class _Bulk:
             racks["below"][key] += n
         for key in known.without:
             racks["without"][key] += n
-        self.owned += [(md, known) for md in members if md.custom_metadata]
 
     def into(self, tally: BlastTally) -> None:
         by_custom: defaultdict[tuple[tuple[str, bytes], ...], list[tuple[frozenset[str], _Shape]]] = defaultdict(list)
-        for md, known in self.owned:
-            by_custom[md.custom_metadata].append((md.bookies, known))
+        for custom, bookies, known in self.owned:
+            by_custom[custom].append((bookies, known))
         owned: defaultdict[str, list[tuple[frozenset[str], _Shape]]] = defaultdict(list)  # a topic's ledgers
         for custom, of_ledgers in by_custom.items():
             owner = owner_from_custom_metadata(custom)

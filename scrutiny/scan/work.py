@@ -21,8 +21,9 @@ from scrutiny.pulsar.ledgers import BookKeeperLedgers
 from scrutiny.runstats import Scan, StoreUse
 from scrutiny.scan.classify import by_bookie, classify, select, wanted
 from scrutiny.scan.context import Pass, RunContext
+from scrutiny.scan.plain import PlainRange, in_columns
 from scrutiny.scan.result import RangeResult
-from scrutiny.store import LedgerRange, LedgerRead, MetadataStore, open_store
+from scrutiny.store import LedgerRange, LedgerRead, MetadataStore, ReadsZnodes, open_store
 
 # A range is tens of thousands of short-lived objects without cycles. CPython's default, a young
 # collection every 700 allocations (and so a full one every 70,000), re-walks the whole range each
@@ -165,6 +166,14 @@ def _checked(ctx: RunContext, rng: LedgerRange, mode: Pass, store: MetadataStore
     reads_before, failed_before = store.reads, client.failed_calls
     ids = store.ledger_ids(rng)
     enumerated = (LedgerIds.of(np.array(ids, dtype=np.int64)),) if ctx.holdings and mode is Pass.FIRST else ()
+    if in_columns(ctx, mode) and isinstance(store, ReadsZnodes):
+        plain = PlainRange.of(ctx, list(store.read_znodes(ids)))
+        asked = plain.wanted()
+        checked = plain.classify(ctx, mode, client.fetch_many(asked, ctx.settings.bookie_deadline_seconds)
+                                 if asked else {})
+        return RangeResult.merge([RangeResult(stats=_io(store, client, reads_before, failed_before),
+                                              enumerated=enumerated, bookkeeper=(plain.brief(),) if ctx.pulsar else ()),
+                                  checked])
     reads: Iterable[LedgerRead] = store.read_ledgers(ids)
     if ctx.pulsar and mode is Pass.FIRST:
         reads = list(reads)
@@ -179,12 +188,16 @@ def _checked(ctx: RunContext, rng: LedgerRange, mode: Pass, store: MetadataStore
     deep = (DeepScrubClient(client).verify_many(by_bookie(scrub), s.deep_send_passwords) if s.deep or scrub
             else None)
     checked = classify(ctx, mode, selection.candidates, answers, deep, selection.marked)
-    io_stats = {**Scan(bookie_calls_failed=client.failed_calls - failed_before).nonzero(),
-                **StoreUse(store.reads - reads_before, store.peak_in_flight).nonzero()}
     return RangeResult.merge([
         RangeResult(selection.counts, selection.violations, deleted=selection.deleted,
-                    marked_in_scope=selection.marked_in_scope, stats=io_stats, enumerated=enumerated,
-                    bookkeeper=bookkeeper),
+                    marked_in_scope=selection.marked_in_scope, stats=_io(store, client, reads_before, failed_before),
+                    enumerated=enumerated, bookkeeper=bookkeeper),
         checked,
     ])
+
+
+def _io(store: MetadataStore, client: BookieClient, reads_before: int, failed_before: int) -> dict[str, int]:
+    """What a range cost the store and the bookies' agents."""
+    return {**Scan(bookie_calls_failed=client.failed_calls - failed_before).nonzero(),
+            **StoreUse(store.reads - reads_before, store.peak_in_flight).nonzero()}
 

@@ -16,7 +16,7 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Protocol, Self
+from typing import TYPE_CHECKING, NamedTuple, Protocol, Self, runtime_checkable
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from scrutiny.metadata import (
     decode_ur_mark,
     store_scheme,
 )
+from scrutiny.metadata.columns import Znode
 from scrutiny.pulsar.snapshot import StoredRecords
 
 if TYPE_CHECKING:
@@ -85,6 +86,14 @@ class LedgerRead(NamedTuple):  # one per ledger of a scan: a tuple is the cheape
             return cls(ledger_id, decode_ledger_metadata(ledger_id, data, ctime, version, znode_mtime=mtime))
         except MetadataError as exc:
             return cls(ledger_id, error=str(exc))
+
+
+@runtime_checkable
+class ReadsZnodes(Protocol):
+    """A store that gives each ledger's record as stored, undecoded (a range is then decoded in columns)."""
+
+    def read_znodes(self, ledger_ids: Iterable[int]) -> Iterator[Znode]:
+        """Each ledger's record and its stat, in order (no data: deleted)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from scrutiny.metadata import (
     ledger_paths,
     parse_metadata_service_uri,
 )
+from scrutiny.metadata.columns import Znode
 from scrutiny.pulsar.records import managed_ledger_of, schema_id_of
 from scrutiny.pulsar.snapshot import StoredRecords
 from scrutiny.store import (
@@ -216,6 +217,10 @@ class EtcdStore(TreeStore):
                       if len(leaf) == 5 and leaf[:1] == b"L" and leaf[1:].isdigit())
 
     def read_ledgers(self, ledger_ids: Iterable[int]) -> Iterator[LedgerRead]:
+        for z in self.read_znodes(ledger_ids):
+            yield LedgerRead.of(*z)
+
+    def read_znodes(self, ledger_ids: Iterable[int]) -> Iterator[Znode]:
         chunk: list[int] = []
         for lid in ledger_ids:
             chunk.append(lid)
@@ -225,7 +230,7 @@ class EtcdStore(TreeStore):
         if chunk:
             yield from self._read_chunk(chunk)
 
-    def _read_chunk(self, ids: list[int]) -> Iterator[LedgerRead]:
+    def _read_chunk(self, ids: list[int]) -> Iterator[Znode]:
         path = {lid: p.encode() for lid, p in ledger_paths(Layout.HIERARCHICAL, self.root, ids)}
         spans: list[tuple[bytes, bytes]] = []
         sparse: list[bytes] = []
@@ -242,11 +247,8 @@ class EtcdStore(TreeStore):
             got[key] = None if one is None else (one.value, one.version)
         for lid in ids:
             found = got.get(path[lid])
-            if found is None:
-                yield LedgerRead(lid, deleted=True)
-                continue
             # etcd has no creation or modification time (Pulsar's Stat says 0: unknown); version 1 is Stat's 0
-            yield LedgerRead.of(lid, found[0], version=found[1] - 1)
+            yield Znode(lid, None) if found is None else Znode(lid, found[0], version=found[1] - 1)
 
     def pulsar_records(self, topics: Iterable[str] | None = None, under: Iterable[str] = ()) -> StoredRecords:
         """Managed ledgers are the keys whose parent is a `persistent` domain, cursors their children;

@@ -24,6 +24,7 @@ from scrutiny.metadata import (
     ledger_paths,
     parse_metadata_service_uri,
 )
+from scrutiny.metadata.columns import Znode
 from scrutiny.pulsar.records import managed_ledger_of, schema_id_of
 from scrutiny.pulsar.snapshot import StoredRecords
 from scrutiny.store import (
@@ -200,6 +201,10 @@ class ZooKeeperStore(ZooKeeperRequests, TreeStore):
         return sorted(ids)
 
     def read_ledgers(self, ledger_ids: Iterable[int]) -> Iterator[LedgerRead]:
+        for z in self.read_znodes(ledger_ids):
+            yield LedgerRead.of(*z)
+
+    def read_znodes(self, ledger_ids: Iterable[int]) -> Iterator[Znode]:
         asked: deque[int] = deque()  # `get_many` answers in the order asked
 
         def paths() -> Iterator[str]:
@@ -209,8 +214,7 @@ class ZooKeeperStore(ZooKeeperRequests, TreeStore):
 
         for _, got in self.get_many(paths()):
             lid = asked.popleft()
-            yield (LedgerRead(lid, deleted=True) if got is None
-                   else LedgerRead.of(lid, got[0], got[1].ctime, got[1].version, got[1].mtime))
+            yield Znode(lid, None) if got is None else Znode(lid, got[0], got[1].ctime, got[1].version, got[1].mtime)
 
     def pulsar_records(self, topics: Iterable[str] | None = None, under: Iterable[str] = ()) -> StoredRecords:
         base, schemas_base = self.uri.managed_ledgers_path, self.uri.schemas_path

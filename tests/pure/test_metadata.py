@@ -155,6 +155,16 @@ def test_inconsistent_metadata_is_refused(md: LedgerMetadata, words: str) -> Non
         decode_ledger_metadata(7, encode_ledger_metadata(md, 3))
 
 
+def test_a_string_that_is_not_utf8_is_a_bookie_id_refused_and_a_key_read_as_java_reads_it() -> None:
+    """protobuf gives a proto2 string that is not UTF-8 as bytes: a bookie's id so is refused, naming it (a check
+    would fail on it far from the znode); a custom metadata key is read as BookKeeper's Java reads it."""
+    v3 = encode_ledger_metadata(sample(custom_metadata=(("applicati\u00f6n", b"pulsar"),)), 3)
+    with pytest.raises(MetadataError, match=r"ledger 7: bookie id b'\\xff:3181' in its ensemble is not UTF-8"):
+        decode_ledger_metadata(7, v3.replace(b"a:3181", b"\xff:3181"))
+    md = decode_ledger_metadata(7, v3.replace("\u00f6".encode(), b"\xff\xff"))
+    assert md.custom_metadata == (("applicati\ufffd\ufffdn", b"pulsar"),)
+
+
 @settings(max_examples=300)
 @given(st.binary(max_size=300))
 def test_random_bytes_never_crash_the_decoder(data: bytes) -> None:
