@@ -141,10 +141,14 @@ class ZooKeeperStore(ZooKeeperRequests, TreeStore):
         return self.exists(path)
 
     def put(self, path: str, data: bytes) -> None:
-        if self.exists(path):
+        # one request where the record is there (the leader's records are written again and again)
+        try:
             self.client.set(path, data)
-        else:
-            self.client.create(path, data, makepath=True)
+        except NoNodeError:
+            try:
+                self.client.create(path, data, makepath=True)
+            except NodeExistsError:  # made meanwhile by another writer: this write is the later one
+                self.client.set(path, data)
 
     def create_unless_changed(self, path: str, data: bytes, guard: str, guard_version: int,
                               fence: Fence | None) -> bool | None:
