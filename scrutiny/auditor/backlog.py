@@ -28,6 +28,8 @@ class Backlog:
         self._due: dict[str, dict[Any, Due]] = {lane: {} for lane in LANES}
         self._looking = dict.fromkeys(LANES, 0)
         self._pokes = pokes  # wake the loop that takes each lane
+        # (not before, until): how long each lane's loop planned to sleep at its last look at it; None: never looked
+        self._sleeps: dict[str, tuple[float, float] | None] = dict.fromkeys(LANES)
 
     def __len__(self) -> int:
         with self._lock:
@@ -36,24 +38,42 @@ class Backlog:
     def add(self, ledger_ids: list[int] | tuple[int, ...], at_ms: int, why: str) -> None:
         with self._lock:
             due = self._due[LEDGERS]
+            soonest = math.inf
             for lid in ledger_ids:
                 old = due.get(lid)
-                due[lid] = Due(max(at_ms, old.at_ms) if old else at_ms, why)
-        self._pokes[LEDGERS]()
+                due[lid] = d = Due(max(at_ms, old.at_ms) if old else at_ms, why)
+                soonest = min(soonest, d.at_ms)
+            sooner = self._sooner(LEDGERS, soonest)
+        if sooner:
+            self._pokes[LEDGERS]()
 
     def add_named(self, lane: str, name: str, at_ms: int, why: str) -> None:
         """A bookie, or a topic: its look due then (as last asked)."""
         with self._lock:
             self._due[lane][name] = Due(at_ms, why)
-        self._pokes[lane]()
+            sooner = self._sooner(lane, at_ms)
+        if sooner:
+            self._pokes[lane]()
+
+    def _sooner(self, lane: str, at_ms: float) -> bool:
+        """Whether the lane's loop must wake for something due then: a loop woken for every change only to
+        sleep again until its planned time cost the leader a thread's wake-up per change (under the lock)."""
+        sleep = self._sleeps[lane]
+        return sleep is None or max(at_ms, sleep[0]) < sleep[1]
 
     def forget(self, ledger_id: int) -> None:
         with self._lock:
             self._due[LEDGERS].pop(ledger_id, None)
 
-    def first_due_ms(self, lane: str) -> int | None:
+    def sleep_ms(self, lane: str, now_ms: int, not_before_ms: float) -> float | None:
+        """How long the lane's loop may sleep from `now_ms`: until the first look due, not before
+        `not_before_ms`; None when nothing is due (until poked). From then on an add wakes it only for a look
+        due sooner than that: one it would take then anyway is found by its next call (the lock orders them)."""
         with self._lock:
-            return min((d.at_ms for d in self._due[lane].values()), default=None)
+            first = min((d.at_ms for d in self._due[lane].values()), default=None)
+            wake = math.inf if first is None else max(first, not_before_ms)
+            self._sleeps[lane] = (not_before_ms, wake)
+            return None if first is None else wake - now_ms
 
     def take(self, lane: str, now_ms: int, most: float = math.inf) -> tuple[dict[Any, Due], int]:
         """What is due now in this lane, and how many more than `most` made a mass event instead. Counted

@@ -240,14 +240,14 @@ class Continuous:
         interval, last, poke = self.settings.continuous_batch_seconds, -math.inf, self._pokes[lane]
         while not self._stop.is_set():
             poke.clear()
-            first = self.backlog.first_due_ms(lane)
-            if first is None:
+            now = self._ms()
+            sleep_ms = self.backlog.sleep_ms(lane, now, now + (last + interval - time.monotonic()) * 1000)
+            if sleep_ms is None:
                 self._record_cursors_if_settled(self._cursors_now())
                 poke.wait()
                 continue
-            delay = max((first - self._ms()) / 1000, last + interval - time.monotonic())
-            if delay > 0:
-                poke.wait(delay)
+            if sleep_ms > 0:
+                poke.wait(sleep_ms / 1000)
                 continue
             last = time.monotonic()
             try:
