@@ -286,8 +286,9 @@ class AuditorProcess:
     """`scrutiny auditor` on the bench's cluster, with continuous mode on or off."""
 
     def __init__(self, cluster: Any, continuous: bool, workdir: Path, scan: dict[str, Any] | None = None,
-                 auditor: dict[str, Any] | None = None) -> None:
-        """`cluster`: what has the `uri`; `scan` and `auditor`: settings besides the bench's own."""
+                 auditor: dict[str, Any] | None = None, launcher: tuple[str, ...] = ("-m", "scrutiny.cli")) -> None:
+        """`cluster`: what has the `uri`; `scan` and `auditor`: settings besides the bench's own; `launcher`:
+        how Python is told to run scrutiny's command line."""
         self.token = "bench"
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "token").write_text(self.token)
@@ -302,7 +303,7 @@ class AuditorProcess:
                   "metrics": {"listen": f"127.0.0.1:{self.port}"}, **(scan or {})}
         path = workdir / f"auditor-{continuous}.yaml"
         path.write_text(yaml.safe_dump(config))
-        self.proc = processes.spawn([sys.executable, "-m", "scrutiny.cli", "auditor", "--config", str(path),
+        self.proc = processes.spawn([sys.executable, *launcher, "auditor", "--config", str(path),
                                       "--log-level", "WARNING"], stdout=subprocess.PIPE,
                                      stderr=open(workdir / f"auditor-{continuous}.log", "w"), text=True)  # noqa: SIM115
         say("starting an auditor")

@@ -4,8 +4,9 @@ requests, in one process; the agents in their own processes, on a synthetic clus
 `bench.continuous`'s (the local engine, no placement, no orphan check, no blast radius); the facts are kept
 between looks as the leader keeps them (`FactsCache`).
 
-At a few changes a second most of continuous mode's hour is its looks (one every 10 s, whatever the rate), so a
-look's cost is the part of `bench.continuous`'s hour that can be measured in a minute.
+At a few changes a second about half of continuous mode's hour is its looks (one every 10 s, whatever the rate;
+`bench.continuous_threads` has the rest, thread by thread), so a look's cost is the part of `bench.continuous`'s
+hour that can be measured in a minute.
 
     python -m bench.continuous_batch [--ledgers 20000 --per-batch 28 --batches 100]
 """

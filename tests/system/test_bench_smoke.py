@@ -116,3 +116,14 @@ def test_continuous_bench_runs() -> None:
     rows = continuous.cost_rows(out, [60.0])
     assert rows[0]["cost"] == "zk_requests" and rows[0]["full run"] > 0
     assert out["missed"] == ["scrutiny_continuous_missed_total 0.0"]
+
+
+@pytest.mark.soak  # half a minute: one auditor process, a few seconds of churn
+def test_continuous_threads_bench_names_the_auditors_threads() -> None:
+    from bench import continuous_threads
+
+    out = continuous_threads.measure(300, idle_s=2, churn_s=5, rate=5.0)
+    rows, threads = out["rows"], out["threads"]
+    assert isinstance(rows, list) and isinstance(threads, list) and isinstance(out["changes"], int)
+    assert out["changes"] >= 20 and rows[-1]["thread"] == "the process"
+    assert {"continuous", "continuous-feeds", "election"} <= set(threads)  # named by the auditor itself
