@@ -10,6 +10,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -50,6 +51,17 @@ def free_port() -> int:
                 continue
             return int(s.getsockname()[1])
     raise LocalZooKeeperError("no free port below the ephemeral range")
+
+
+def free_ports(n: int, besides: Collection[int] = ()) -> list[int]:
+    """`n` ports free now, none the same nor among `besides`: each `free_port` is free only when picked, so two
+    picks can be one port (an ensemble whose peer had one port for quorum and election would not start)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports and port not in besides:
+            ports.append(port)
+    return ports
 
 
 def _answers(port: int) -> bool:
@@ -274,7 +286,8 @@ class LocalEnsemble:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="scrutiny-zk-ensemble-"))
         self.members = [LocalZooKeeper(workdir=self.workdir / f"zk{i + 1}", heap="256m") for i in range(size)]
-        peers = [(i + 1, free_port(), free_port()) for i in range(size)]
+        ports = free_ports(2 * size, besides={m.port for m in self.members})
+        peers = [(i + 1, ports[2 * i], ports[2 * i + 1]) for i in range(size)]
         for i, m in enumerate(self.members):
             m.peers, m.myid = peers, i + 1
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from scrutiny.testing import processes
-from scrutiny.testing.localzk import LocalZooKeeper, LocalZooKeeperError, free_port
+from scrutiny.testing.localzk import LocalZooKeeper, LocalZooKeeperError, free_port, free_ports
 
 PARENT = """
 import sys, threading
@@ -76,3 +76,14 @@ def test_a_test_server_whose_port_was_taken_meanwhile_starts_on_another() -> Non
         with pytest.raises(LocalZooKeeperError, match="exited"):  # a port the caller chose: no other
             fixed.start(timeout=20)
     fixed.close()
+
+
+def test_ports_picked_together_are_all_different(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ensemble's quorum and election ports once came out the same (each pick is free only when made)."""
+    from scrutiny.testing import localzk
+
+    picks = iter([31538, 31538, 11636, 18954, 11636, 28110])
+    monkeypatch.setattr(localzk, "free_port", lambda: next(picks))
+    assert free_ports(3, besides={18954}) == [31538, 11636, 28110]
+    monkeypatch.undo()
+    assert len(set(free_ports(30, besides={free_port()}))) == 30  # the real picks
