@@ -54,6 +54,7 @@ MOMENTS = ("lost_bookies", "potentially_faulty", "rechecked_again", "reanalyzed_
 ORPHAN_GRACE = 5  # seconds: longer than the churn's garbage collection takes (at most 3 re-check delays)
 LOST_BOOKIE_GRACE = 2  # seconds: longer than a restart or a session renewal keeps a bookie unregistered
 RENEWAL_HELD_MOST = LOST_BOOKIE_GRACE / 2  # a renewal held over a run's first pass ends by then at the latest
+KEPT_CLOSED = 20  # the churn deletes only while it keeps this many closed ledgers: the faults are aimed at them
 
 
 @dataclass
@@ -324,7 +325,7 @@ class ChurnCluster:
             self.pulsar.step()
             return
         op = self.rng.random()
-        if op < 0.30 or len(self.closed) < 20:
+        if op < 0.30 or len(self.closed) < KEPT_CLOSED:
             self.create()
         elif op < 0.35:
             self.create(past_the_close=self.rng.choice((1, 2)))
@@ -384,7 +385,10 @@ class AimedEngine:
         # right after a pass, before the re-check or the re-read: move, delete, restart
         for _ in range(3):
             c.rereplicate()
-            c.delete()
+            if len(c.closed) >= KEPT_CLOSED:  # back-to-back runs deleted faster than the churn created
+                c.delete()
+            else:
+                c.create()
             if c.pulsar is not None:  # a topic rolls over, trims, deletes an offloaded ledger
                 c.pulsar.step()
         c.restart(whole_bookie=c.rng.random() < 0.5)
