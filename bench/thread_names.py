@@ -18,7 +18,9 @@ def run() -> int:
     out = Path(sys.argv[1])
 
     def write(signum: int, frame: FrameType | None) -> None:
-        out.write_text(json.dumps({t.native_id: t.name for t in threading.enumerate() if t.native_id}))
+        part = out.with_suffix(".part")
+        part.write_text(json.dumps({t.native_id: t.name for t in threading.enumerate() if t.native_id}))
+        part.replace(out)  # whole when it appears
 
     signal.signal(signal.SIGUSR2, write)
     return main(sys.argv[2:])
