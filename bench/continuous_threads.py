@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from bench.common import table
-from bench.continuous import AuditorProcess, Cluster, say
+from bench.continuous import AuditorProcess, Cluster, say, window
 
 TAIL_SECONDS = 15.0  # the last changes' looks: write-cache grace, then the batch
 
@@ -76,11 +76,7 @@ def measure(ledgers: int, idle_s: float, churn_s: float, rate: float) -> dict[st
                 time.sleep(idle_s)
                 b, t1 = per_thread(pid), time.monotonic()
                 say(f"churn for {churn_s:.0f} s at {rate} changes/s")
-                n = 0
-                while time.monotonic() - t1 < churn_s:
-                    cluster.churn_once()
-                    n += 1
-                    time.sleep(max(0.0, t1 + n / rate - time.monotonic()))
+                n = int(window(cluster, auditor, churn_s, cluster.churn_once, rate)["changes"])
                 time.sleep(TAIL_SECONDS)
                 c, t2 = per_thread(pid), time.monotonic()
                 os.kill(pid, signal.SIGUSR2)
