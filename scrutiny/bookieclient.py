@@ -9,6 +9,7 @@ travel in one streaming call.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import logging
 import threading
@@ -20,6 +21,7 @@ from typing import Any, NamedTuple
 import grpc
 import grpc.experimental
 import numpy as np
+from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from scrutiny import retry
@@ -27,6 +29,7 @@ from scrutiny.channels import channel
 from scrutiny.checks import NO_LEDGER, BookieAnswer, BookieAnswers, Outcome, listed
 from scrutiny.config import DEFAULT_AGENT_PORT, ScanSettings
 from scrutiny.listedcolumns import Listed, among, read_listed
+from scrutiny.streamloop import StreamLoop
 from scrutiny.tls import channel_credentials
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
@@ -35,6 +38,7 @@ log = logging.getLogger(__name__)
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE,)
 HEALTH_CHECK_SECONDS = 2.0  # after a call timed out: is the agent there at all?
 STREAMING_ASKED_AGAIN_SECONDS = 600.0  # an agent that had no streaming call is asked for it again after this
+LOOP_SLACK_SECONDS = 30.0  # calls on the loop over within their deadline and this, or the loop is stuck
 
 
 class Held(NamedTuple):
@@ -96,6 +100,36 @@ def invalid(bookie_id: str, problem: str, ledger_ids: Iterable[int], got: Bookie
     got.other.update((i, bad) for i in ledger_ids)
 
 
+class Reading:
+    """One streaming call's messages about `ids` into `got`, as they come."""
+
+    def __init__(self, bookie_id: str, ids: list[int], got: BookieAnswers) -> None:
+        self.bookie_id, self.ids, self.got = bookie_id, ids, got
+        self.asked, self.asked_ids = set(ids), np.asarray(ids, np.int64)
+        self.problem = ""
+
+    def take(self, msg: Any) -> None:
+        for ans in msg.ledgers:
+            if ans.ledger_id in self.asked:
+                take(self.bookie_id, ans.ledger_id, ans, self.got)
+        if msg.HasField("listed"):
+            problem = take_listed(self.bookie_id, read_listed(msg.listed), self.asked_ids, self.got)
+            self.problem = problem or self.problem
+
+    def end(self) -> None:
+        if self.problem:  # columns whose ledgers could not be told: every ledger still unanswered may be among them
+            invalid(self.bookie_id, self.problem, self.got.unanswered(self.ids), self.got)
+
+
+First = Callable[[BookieAnswers], None]  # a first attempt made already: its answers into these, its failure raised
+
+
+def _replay(answers: BookieAnswers, failure: Exception | None, got: BookieAnswers) -> None:
+    got.merge(answers)
+    if failure is not None:
+        raise failure
+
+
 class EndpointResolver:
     """Where a bookie's agent listens: an explicit address, else the agent's own registration,
     else the configured default port on the bookie's host."""
@@ -144,6 +178,8 @@ class BookieClient:
         self._per_bookie: dict[str, threading.Semaphore] = {}
         self._lock = threading.Lock()
         self._pool = futures.ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="bookie-call")
+        self._loop = StreamLoop(credentials, [("grpc.max_receive_message_length", max_message_bytes),
+                                              ("grpc.enable_retries", 0)])
 
     @classmethod
     def from_settings(cls, s: ScanSettings, registered: Mapping[str, str]) -> BookieClient:
@@ -178,6 +214,7 @@ class BookieClient:
             ch = self._channels.pop(self.resolver.address(bookie_id), None)
         if ch is not None:
             ch.close()
+        self._loop.forget(self.resolver.address(bookie_id))
 
     def view(self, registered: Mapping[str, str]) -> BookieClient:
         """This client as one run sees the agents' registrations (its own reading of them): the channels, the
@@ -195,6 +232,7 @@ class BookieClient:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._loop.close()
         with self._lock:
             for ch in self._channels.values():
                 ch.close()
@@ -211,56 +249,92 @@ class BookieClient:
     def fetch_many(self, wanted: Mapping[str, Collection[int]], deadline: float = 0.0) -> dict[str, BookieAnswers]:
         """Ask every bookie about its ledgers, bookies in parallel, calls per bookie bounded; each call
         within `deadline` seconds (0: the client's own)."""
-        deadline = deadline or self.deadline
-        tasks = []
-        for bookie_id, ledger_ids in wanted.items():
-            ids = sorted(set(ledger_ids))
-            for i in range(0, len(ids), self.ledgers_per_call):
-                chunk = ids[i:i + self.ledgers_per_call]
-                tasks.append((bookie_id, self._pool.submit(self._fetch_chunk, bookie_id, chunk, deadline)))
+        deadline, most = deadline or self.deadline, self.ledgers_per_call
+        asks = {b: sorted(set(ids)) for b, ids in wanted.items()}
         out = {b: BookieAnswers(b) for b in wanted}
-        for bookie_id, fut in tasks:
-            out[bookie_id].merge(fut.result())
+        # A small fetch (a continuous look): one call a bookie, all read on one loop; what one of them ended with,
+        # a failure included, is its first attempt below, the rest asked as ever
+        firsts = self._together(asks, deadline) if sum(map(len, asks.values())) <= most else {}
+        again = {b: made for b, (made, failure) in firsts.items() if failure is not None}
+        tasks = [(b, self._pool.submit(self._fetch_chunk, b, ids[i:i + most], deadline, again.get(b)))
+                 for b, ids in asks.items() if b not in firsts or b in again for i in range(0, len(ids), most)]
+        for b, (made, failure) in firsts.items():
+            if failure is None:  # read whole: nothing to ask again, only what it did not answer for to tell
+                out[b].merge(self._ask_chunk(b, asks[b], deadline, made))
+        for b, fut in tasks:
+            out[b].merge(fut.result())
         return out
+
+    def _together(self, asks: Mapping[str, list[int]], deadline: float) -> dict[str, tuple[First, Exception | None]]:
+        """One streaming call to each bookie that streams and has a call free, at once on the loop; each bookie's
+        first attempt (its answers, and how the call ended)."""
+        slots = {b: self._slot(b) for b, ids in asks.items() if ids and self._streams(b)}
+        slots = {b: slot for b, slot in slots.items() if slot.acquire(blocking=False)}
+        got = {b: BookieAnswers(b) for b in slots}
+        try:
+            ended = self._loop.read_all({b: (self.resolver.address(b), functools.partial(
+                self._read_aio, b, asks[b], got[b], deadline)) for b in slots}, deadline + LOOP_SLACK_SECONDS)
+        finally:
+            for slot in slots.values():
+                slot.release()
+        return {b: (functools.partial(_replay, got[b], exc), exc) for b, exc in ended.items()}
+
+    async def _read_aio(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float,
+                        channel: aio.Channel) -> None:
+        reading = Reading(bookie_id, ids, got)
+        req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ids, listed_as_columns=True)
+        async for msg in bookie_pb2_grpc.BookieStub(channel).GetListOfEntriesOfLedgers(req, timeout=deadline):
+            reading.take(msg)
+        reading.end()
 
     def fetch(self, bookie_id: str, ledger_ids: Iterable[int]) -> BookieAnswers:
         return self.fetch_many({bookie_id: list(ledger_ids)})[bookie_id]
 
-    def _fetch_chunk(self, bookie_id: str, ids: list[int], deadline: float) -> BookieAnswers:
+    def _fetch_chunk(self, bookie_id: str, ids: list[int], deadline: float, first: First | None = None
+                     ) -> BookieAnswers:
         with self._slot(bookie_id):
-            got = BookieAnswers(bookie_id)
+            return self._ask_chunk(bookie_id, ids, deadline, first)
 
-            def ask() -> None:
-                remaining = got.unanswered(ids)
-                if not remaining:
-                    return
-                streams = self._streams(bookie_id)
-                try:
-                    if streams:
-                        self._stream(bookie_id, remaining, got, deadline)
-                    else:
-                        self._unary(bookie_id, remaining, got, deadline)
-                except grpc.RpcError as exc:
-                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED and streams:
-                        log.info("bookie %s: its agent has no streaming call: unary calls", bookie_id)
-                        with self._lock:
-                            self._unary_only[self.resolver.address(bookie_id)] = time.monotonic()
-                        self.failed_calls += 1
-                        return ask()
-                    if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (exc.details() or ""):
-                        self.failed_calls += 1
-                        return self._one_by_one(bookie_id, got.unanswered(remaining), got, deadline)
-                    raise
-                ended = BookieAnswer(Outcome.UNAVAILABLE, reason="the agent's stream ended without it")
-                got.other.update((i, ended) for i in got.unanswered(remaining))
+    def _ask_chunk(self, bookie_id: str, ids: list[int], deadline: float, first: First | None = None
+                   ) -> BookieAnswers:
+        """`ids`' answers, retried as `_retried` says; `first`: the first attempt, made already (`_together`)."""
+        got = BookieAnswers(bookie_id)
 
-            reason = self._retried(ask)
-            unanswered = got.unanswered(ids)
-            if unanswered:
-                silent = BookieAnswer(Outcome.UNAVAILABLE, reason=f"bookie {bookie_id}: {reason}")
-                got.other.update(dict.fromkeys(unanswered, silent))
-            self._tell_slow_from_down(bookie_id, got, deadline)
-            return got
+        def ask() -> None:
+            nonlocal first
+            remaining = got.unanswered(ids)
+            if not remaining:
+                return
+            streams = first is not None or self._streams(bookie_id)
+            try:
+                if first is not None:
+                    made, first = first, None
+                    made(got)
+                elif streams:
+                    self._stream(bookie_id, remaining, got, deadline)
+                else:
+                    self._unary(bookie_id, remaining, got, deadline)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED and streams:
+                    log.info("bookie %s: its agent has no streaming call: unary calls", bookie_id)
+                    with self._lock:
+                        self._unary_only[self.resolver.address(bookie_id)] = time.monotonic()
+                    self.failed_calls += 1
+                    return ask()
+                if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (exc.details() or ""):
+                    self.failed_calls += 1
+                    return self._one_by_one(bookie_id, got.unanswered(remaining), got, deadline)
+                raise
+            ended = BookieAnswer(Outcome.UNAVAILABLE, reason="the agent's stream ended without it")
+            got.other.update((i, ended) for i in got.unanswered(remaining))
+
+        reason = self._retried(ask)
+        unanswered = got.unanswered(ids)
+        if unanswered:
+            silent = BookieAnswer(Outcome.UNAVAILABLE, reason=f"bookie {bookie_id}: {reason}")
+            got.other.update(dict.fromkeys(unanswered, silent))
+        self._tell_slow_from_down(bookie_id, got, deadline)
+        return got
 
     def _streams(self, bookie_id: str) -> bool:
         """Whether to ask this bookie's agent in one streaming call: unless it answered, at its address and not
@@ -288,30 +362,19 @@ class BookieClient:
                                                         f"not this call within {deadline:g} s)")
 
     def _serving(self, bookie_id: str) -> bool:
-        with self._lock:
-            ch = self._channels.get(self.resolver.address(bookie_id))
-        if ch is None:
-            return False
+        health = health_pb2_grpc.HealthStub(self._channel(bookie_id))  # the call that timed out: maybe the loop's
         try:
-            got = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=HEALTH_CHECK_SECONDS)
+            got = health.Check(health_pb2.HealthCheckRequest(), timeout=HEALTH_CHECK_SECONDS)
         except grpc.RpcError:
             return False
         return bool(got.status == health_pb2.HealthCheckResponse.SERVING)
 
     def _stream(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
-        stub = self._stub(bookie_id)
-        asked, asked_ids = set(ids), np.asarray(ids, np.int64)
-        problem = ""
+        reading = Reading(bookie_id, ids, got)
         req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ids, listed_as_columns=True)
-        for msg in stub.GetListOfEntriesOfLedgers(req, timeout=deadline):
-            for ans in msg.ledgers:
-                lid = ans.ledger_id
-                if lid in asked:
-                    take(bookie_id, lid, ans, got)
-            if msg.HasField("listed"):
-                problem = take_listed(bookie_id, read_listed(msg.listed), asked_ids, got) or problem
-        if problem:  # columns whose ledgers could not be told: every ledger still unanswered may be among them
-            invalid(bookie_id, problem, got.unanswered(ids), got)
+        for msg in self._stub(bookie_id).GetListOfEntriesOfLedgers(req, timeout=deadline):
+            reading.take(msg)
+        reading.end()
 
     def _unary(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
         """One call per ledger, as upstream's auditor does, a bounded number in flight."""

@@ -26,7 +26,7 @@ from kazoo.client import KazooClient
 from scrutiny import codec
 from scrutiny.agent import MESSAGE_BYTES, BookieAgent, in_messages
 from scrutiny.agent.servicer import BookieServicer
-from scrutiny.bookieclient import BookieClient, EndpointResolver, Outcome
+from scrutiny.bookieclient import BookieAnswers, BookieClient, EndpointResolver, Outcome
 from scrutiny.bookkeeper import bookie_protocol_pb2 as bkp
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources import BookieBridgeSource, DbLedgerStorageSource, SyntheticStore
@@ -459,6 +459,49 @@ def test_a_hung_agent_costs_one_deadline(synthetic: Path) -> None:
         reap(proc)
     assert {a.outcome for a in got.values()} == {Outcome.UNAVAILABLE}
     assert "DEADLINE_EXCEEDED" in got[1].reason and elapsed < 3
+
+
+@pytest.mark.timeout(60)  # a call left held keeps the next look waiting for good
+def test_a_small_fetchs_calls_on_one_loop_are_each_read_as_alone_and_free_after(synthetic: Path,
+                                                                                agent: BookieAgent) -> None:
+    """A small fetch (a continuous look): one call a bookie, all at once on one loop. Each bookie's answers are what
+    it alone would give whatever the others did (hung, down, killed mid-stream), a hung agent costs one deadline
+    for all and is told slow, not down, and each bookie's only call is free again after."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    nobody = s.getsockname()[1]
+    s.close()
+    hung, hung_port = slow_agent(synthetic, 30)
+    killed, killed_port = slow_agent(synthetic, 0.005)
+    ports = {"b1:3181": agent.port, "b2:3181": hung_port, "b3:3181": nobody, "b4:3181": killed_port,
+             "b5:3181": agent.port, "b6:3181": agent.port}
+    wanted = {"b1:3181": [1, 5], "b2:3181": [1], "b3:3181": [1], "b4:3181": list(range(100, 400)), "b5:3181": [4],
+              "b6:3181": list(range(100, 500))}  # 705 ledgers: within one call's 1,000, a small fetch
+    try:
+        threading.Timer(0.5, lambda: os.kill(killed.pid, signal.SIGKILL)).start()
+        with BookieClient(EndpointResolver({b: f"127.0.0.1:{p}" for b, p in ports.items()}), deadline=2.0,
+                          retries=1, backoff=Backoff(0.05), max_calls_per_bookie=1) as c:
+            t0 = time.monotonic()
+            got = c.fetch_many(wanted)
+            elapsed = time.monotonic() - t0
+            again: list[dict[str, BookieAnswers]] = []
+            t = threading.Thread(target=lambda: again.append(c.fetch_many({b: [1] for b in ports})), daemon=True)
+            t.start()
+            t.join(timeout=30)
+    finally:
+        reap(hung)
+        reap(killed)
+    assert got["b1:3181"][1].availability is not None and got["b1:3181"][1].availability.groups == (G(0, 0, 100, 0),)
+    assert got["b1:3181"][5].outcome is Outcome.NO_LEDGER
+    assert got["b2:3181"][1].outcome is Outcome.UNAVAILABLE and "DEADLINE_EXCEEDED" in got["b2:3181"][1].reason
+    assert got["b2:3181"][1].slow  # it answers its health check
+    assert got["b3:3181"][1].outcome is Outcome.UNAVAILABLE
+    assert {got["b4:3181"][i].outcome for i in range(100, 400)} == {Outcome.ENTRIES, Outcome.UNAVAILABLE}
+    assert got["b5:3181"][4].outcome is Outcome.ENTRIES
+    assert {got["b6:3181"][i].outcome for i in range(100, 500)} == {Outcome.ENTRIES}
+    assert elapsed < 8  # the hung agent's deadline once, not once a bookie after it
+    assert again, "a bookie's only call was still held after the look"
+    assert again[0]["b1:3181"][1].outcome is Outcome.ENTRIES and again[0]["b5:3181"][1].outcome is Outcome.ENTRIES
 
 
 def test_store_file_validation(tmp_path: Path) -> None:
