@@ -37,6 +37,7 @@ from scrutiny.store import (
     chunk_ids,
 )
 from scrutiny.store.tree import TreeStore
+from scrutiny.store.zkhandler import PollingHandler
 from scrutiny.store.zkrequests import DEFAULT_MAX_IN_FLIGHT, OPERATION_TIMEOUT, MultiRead, ZooKeeperRequests, submit
 from scrutiny.store.zkwatch import TreeWatch
 from scrutiny.tls import read_credentials
@@ -88,7 +89,7 @@ def client_args(auth_file: str = "", ca: str = "", cert: str = "", key: str = ""
 
 def new_client(settings: ClusterSettings, uri: MetadataServiceUri) -> KazooClient:
     """The one way scrutiny makes a ZooKeeper client from settings: TLS, auth, session timeout."""
-    return KazooClient(hosts=uri.hosts, timeout=settings.zk_session_timeout,
+    return KazooClient(hosts=uri.hosts, timeout=settings.zk_session_timeout, handler=PollingHandler(),
                        connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 2.0},
                        **client_args(settings.zk_auth_file, settings.zk_tls_ca, settings.zk_tls_cert,
                                      settings.zk_tls_key))

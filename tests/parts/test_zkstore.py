@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.handlers.utils import selector_select
 
 from scrutiny.metadata import (
     BookieRegistration,
@@ -19,6 +21,7 @@ from scrutiny.metadata import (
     UnderreplicationMark,
     encode_ledger_metadata,
 )
+from scrutiny.store.zkhandler import PollingHandler
 from scrutiny.store.zookeeper import ZooKeeperStore
 from scrutiny.testing import store_at
 from scrutiny.testing.clusterwriter import ClusterWriter
@@ -307,3 +310,23 @@ def test_a_mark_is_written_as_bookkeepers_auditor_writes_it_and_only_on_the_ledg
         assert not store.mark_underreplicated(UnderreplicationMark(far, ("a:3181",), 1), -1)  # version unknown
         assert store.mark_underreplicated(UnderreplicationMark(far, ("a:3181",), 1), judged[far])
         assert zk_client.exists(f"{root}/underreplication/ledgers/0000/0100/0000/0007/urL{far:010d}")
+
+
+def test_the_polling_handlers_select_answers_as_kazoos_own() -> None:
+    """Ready sockets in the order given, as kazoo's own selector gives them (its connection loop reads when its
+    socket comes first, sends otherwise); the writable apart; nothing ready within the timeout: nothing."""
+    (a, a_peer), (b, b_peer) = socket.socketpair(), socket.socketpair()
+    handler = PollingHandler()
+    try:
+        assert handler.select([a, b], [], [], 0.01) == ([], [], [])
+        a_peer.send(b"x")
+        assert handler.select([a, b], [], [], 1) == selector_select([a, b], [], [], 1) == ([a], [], [])
+        b_peer.send(b"y")
+        for given in ([a, b], [b, a]):
+            assert handler.select(given, [], [], 1) == selector_select(given, [], [], 1) == (given, [], [])
+        assert handler.select([], [a], [], 1) == ([], [a], [])
+        with pytest.raises(ValueError, match="non-negative"):
+            handler.select([a], [], [], -1)
+    finally:
+        for s in (a, a_peer, b, b_peer):
+            s.close()
