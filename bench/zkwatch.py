@@ -24,12 +24,21 @@ import threading
 import time
 from typing import Any
 
-import psutil
 from kazoo.client import KazooClient
 
 from bench.common import cpu_seconds, table
-from scrutiny.metadata import Layout, LedgerMetadata, LedgerState, Segment, encode_ledger_metadata, ledger_path
+from scrutiny.config import ScanSettings
+from scrutiny.metadata import (
+    Layout,
+    LedgerMetadata,
+    LedgerState,
+    Segment,
+    encode_ledger_metadata,
+    ledger_path,
+    parse_metadata_service_uri,
+)
 from scrutiny.store.zkwatch import TreeWatch
+from scrutiny.store.zookeeper import new_client
 from scrutiny.testing import processes, store_at
 from scrutiny.testing.clusterwriter import ClusterWriter
 from scrutiny.testing.localzk import LocalZooKeeper
@@ -54,8 +63,10 @@ c.stop()
 
 def thread_cpu(native_id: int) -> float:
     """One thread's CPU seconds (the watch's receiving thread: kazoo's connection thread, where the
-    auditor's leader takes note of each change)."""
-    return next(t.user_time + t.system_time for t in psutil.Process().threads() if t.id == native_id)
+    auditor's leader takes note of each change), to the nanosecond: psutil's count in 10 ms ticks, and the
+    slow rate's 120 notifications cost a few of them."""
+    with open(f"/proc/self/task/{native_id}/schedstat") as f:
+        return int(f.read().split()[0]) / 1e9
 
 
 def md(lid: int, last: int = 999) -> LedgerMetadata:
@@ -75,7 +86,8 @@ def notifications(zk: LocalZooKeeper, ids: list[int], rate: float) -> tuple[floa
     receiving thread, its idle CPU over the same time subtracted (the thread's, not the process's: waiting
     for the writer with a bound polls in this process); and ZooKeeper's, all of it (the writes' own cost
     is subtracted by the caller)."""
-    client = KazooClient(hosts=zk.hosts)
+    uri = f"zk+hierarchical://{zk.hosts}{ROOT}"
+    client = new_client(ScanSettings(metadata_service_uri=uri), parse_metadata_service_uri(uri))  # as the auditor's
     client.start()
     seen, all_seen = [0], threading.Event()
 
