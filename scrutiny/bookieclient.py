@@ -270,6 +270,8 @@ class BookieClient:
         first attempt (its answers, and how the call ended)."""
         slots = {b: self._slot(b) for b, ids in asks.items() if ids and self._streams(b)}
         slots = {b: slot for b, slot in slots.items() if slot.acquire(blocking=False)}
+        if not slots:
+            return {}
         got = {b: BookieAnswers(b) for b in slots}
         try:
             ended = self._loop.read_all({b: (self.resolver.address(b), functools.partial(
