@@ -108,6 +108,10 @@ class Reading:
         self.asked, self.asked_ids = set(ids), np.asarray(ids, np.int64)
         self.problem = ""
 
+    def request(self) -> Any:
+        """The call that asks for these answers (as columns, where the agent knows how)."""
+        return bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=self.ids, listed_as_columns=True)
+
     def take(self, msg: Any) -> None:
         for ans in msg.ledgers:
             if ans.ledger_id in self.asked:
@@ -284,8 +288,8 @@ class BookieClient:
     async def _read_aio(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float,
                         channel: aio.Channel) -> None:
         reading = Reading(bookie_id, ids, got)
-        req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ids, listed_as_columns=True)
-        async for msg in bookie_pb2_grpc.BookieStub(channel).GetListOfEntriesOfLedgers(req, timeout=deadline):
+        async for msg in bookie_pb2_grpc.BookieStub(channel).GetListOfEntriesOfLedgers(reading.request(),
+                                                                                       timeout=deadline):
             reading.take(msg)
         reading.end()
 
@@ -373,8 +377,7 @@ class BookieClient:
 
     def _stream(self, bookie_id: str, ids: list[int], got: BookieAnswers, deadline: float) -> None:
         reading = Reading(bookie_id, ids, got)
-        req = bookie_pb2.GetListOfEntriesOfLedgersRequest(ledger_ids=ids, listed_as_columns=True)
-        for msg in self._stub(bookie_id).GetListOfEntriesOfLedgers(req, timeout=deadline):
+        for msg in self._stub(bookie_id).GetListOfEntriesOfLedgers(reading.request(), timeout=deadline):
             reading.take(msg)
         reading.end()
 
