@@ -182,8 +182,9 @@ class BookieClient:
         self._per_bookie: dict[str, threading.Semaphore] = {}
         self._lock = threading.Lock()
         self._pool = futures.ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="bookie-call")
+        # the loop's calls are small (a look's): no bandwidth probe's ping after each answer
         self._loop = StreamLoop(credentials, [("grpc.max_receive_message_length", max_message_bytes),
-                                              ("grpc.enable_retries", 0)])
+                                              ("grpc.enable_retries", 0), ("grpc.http2.bdp_probe", 0)])
 
     @classmethod
     def from_settings(cls, s: ScanSettings, registered: Mapping[str, str]) -> BookieClient:

@@ -48,7 +48,8 @@ class AgentFeeds:
         self.options = [("grpc.max_receive_message_length", max_message_bytes), ("grpc.enable_retries", 0),
                         ("grpc.keepalive_time_ms", KEEPALIVE_MS), ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
                         ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-                        ("grpc.http2.max_pings_without_data", 0)]  # a quiet stream sends no data: ping anyway
+                        ("grpc.http2.max_pings_without_data", 0),  # a quiet stream sends no data: ping anyway
+                        ("grpc.http2.bdp_probe", 0)]  # no bandwidth probe (a ping) after each message
         self._loop = asyncio.new_event_loop()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping = False  # set before the tasks are cancelled: a follow still on its way starts nothing
