@@ -10,8 +10,9 @@ process with BookKeeper's write-cache lag (`write_cache_grace_seconds` 10) and n
 Measured, in this order:
 1. without continuous mode (the auditor's off, the DbLedgerStorage agent not watching its bookie): idle
    for `--idle-seconds`; then, for each of `--hourly-shares` (1% and 10% of the ledgers an hour), that
-   churn for `--churn-seconds` (creates, closes, deletes collected later by the bookies, re-replications
-   that copy first; on every bookie, the DbLedgerStorage one too); then one full run (rescan), its cost;
+   churn for `--churn-seconds` (creates, closes, deletes, re-replications that copy first; on every bookie,
+   the DbLedgerStorage one too; what a bookie no longer needs is deleted at its garbage collector's next pass,
+   every `--gc-wait-seconds`); then one full run (rescan), its cost;
 2. with continuous mode on (the default; the agent restarted, watching every 5 s): the election's full
    run and its cost; idle for `--idle-seconds`; the same churns for `--churn-seconds` each;
 3. time to detect: `--per-class` losses of each class, each on its own ledger, from the moment of the loss
@@ -28,6 +29,7 @@ own churn, ZooKeeper's and the processes' idle cost are in both), against one fu
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import statistics
@@ -37,6 +39,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,6 +65,9 @@ SMALL = [f"127.0.4.{n}:3181" for n in range(1, 51)]  # bookies with few ledgers:
 ENTRIES = 30
 BULK_LOG = 0x7FFF  # the live bookie's bulk ledgers: indexed, their entry log not on disk (never read here)
 CATEGORY = "LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY"
+# a bookie's garbage collector's pass: BookKeeper's gcWaitTime is 600 s in code, 900 s in its bk_server.conf; passes
+# ten times as often send its agent's feed ten times the messages (each pass's deletes are one message)
+GC_WAIT_SECONDS = 60.0
 KINDS = ("ledger gone from a synthetic bookie's index", "ledger gone from a DbLedgerStorage bookie's index",
          "entry log gone (DbLedgerStorage, apache/bookkeeper #4607)", "re-replicated to a bookie without the entries",
          "a small bookie back empty (all its ledgers found)")
@@ -95,7 +101,8 @@ def wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
 class Cluster(BenchCluster):
     """ZooKeeper, the ledgers, the bookies and their agents: everything but the auditor."""
 
-    def __init__(self, ledgers: int, per_class: int, small_ledgers: int, workdir: Path, seed: int) -> None:
+    def __init__(self, ledgers: int, per_class: int, small_ledgers: int, workdir: Path, seed: int,
+                 gc_wait_seconds: float = GC_WAIT_SECONDS) -> None:
         super().__init__(heap="4g" if ledgers > 300_000 else "2g")
         self.rng = random.Random(seed)
         self.workdir = workdir
@@ -150,7 +157,12 @@ class Cluster(BenchCluster):
         self.writer.register_bookie(BookieRegistration(LIVE, False))
         self.touched: set[int] = set()  # ledgers a loss was aimed at: the churn leaves them alone
         self.plain = [x for x in range(ledgers) if x not in self.log_ids]
-        self.timers: list[threading.Timer] = []
+        self.gc_wait = gc_wait_seconds
+        self.collectible: dict[str, list[int]] = defaultdict(list)  # by bookie: for its garbage collector's next pass
+        self.gc_lock = threading.Lock()
+        self.gc_stop = threading.Event()
+        self.gc = threading.Thread(target=self.garbage_collectors, name="bookies-gc", daemon=True)
+        self.gc.start()
 
     def start_live_agent(self, watching: bool) -> None:
         """The DbLedgerStorage bookie's agent (again), looking at its bookie every 5 s or never."""
@@ -165,8 +177,8 @@ class Cluster(BenchCluster):
         self.live_agent.stdout.readline()  # type: ignore[union-attr]
 
     def close(self) -> None:
-        for t in self.timers:
-            t.cancel()
+        self.gc_stop.set()
+        self.gc.join()
         if self.live_agent is not None:
             stop(self.live_agent)
         self.live.close()
@@ -198,21 +210,31 @@ class Cluster(BenchCluster):
             self.holdings[b].put(m.ledger_id, share(m, b))
 
     def collect_later(self, lid: int, bookies: Any) -> None:
-        """The bookies' garbage collector, a little after the metadata changed (the live bookie's index
-        loses the ledger, then its locations at a later checkpoint)."""
-        def collect() -> None:
+        """The ledger deleted, or moved off these bookies: each deletes it at its garbage collector's next pass."""
+        with self.gc_lock:
             for b in bookies:
-                if b == LIVE:
-                    with self.live_lock:
+                self.collectible[b].append(lid)
+
+    def garbage_collectors(self) -> None:
+        """Each bookie's garbage collector: a pass every `gc_wait` seconds (the bookies' passes spread evenly over
+        it), deleting at once every ledger it no longer needs, as BookKeeper's GarbageCollectorThread does every
+        gcWaitTime (the live bookie's index loses them, then their locations: a checkpoint's cleanup)."""
+        big = [*SYNTHETIC, LIVE]
+        start = time.monotonic()
+        for n in itertools.count(1):
+            if self.gc_stop.wait(max(0.0, start + n * self.gc_wait / len(big) - time.monotonic())):
+                return
+            b = big[n % len(big)]
+            with self.gc_lock:
+                ids = self.collectible.pop(b, [])
+            if b == LIVE:
+                with self.live_lock:
+                    for lid in ids:
                         self.live.delete(lid)
                         self.live.cleanup(lid)
-                else:
+            else:
+                for lid in ids:
                     self.holdings[b].drop(lid)
-
-        t = threading.Timer(2.0, collect)
-        t.daemon = True
-        self.timers = [x for x in self.timers if x.is_alive()] + [t]
-        t.start()
 
     def churn_once(self) -> None:
         """A change BookKeeper makes: a ledger written and closed, one deleted (collected later), or one
@@ -368,10 +390,10 @@ def spent(cluster: Cluster, auditor: AuditorProcess, fn: Callable[[], float]) ->
 
 
 def run(ledgers: int, per_class: int, small_ledgers: int, idle_s: float, churn_s: float,
-        shares: list[float], seed: int = 5) -> dict[str, Any]:
+        shares: list[float], gc_wait_s: float = GC_WAIT_SECONDS, seed: int = 5) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        cluster = Cluster(ledgers, per_class, small_ledgers, work, seed)
+        cluster = Cluster(ledgers, per_class, small_ledgers, work, seed, gc_wait_s)
         say(f"the cluster: {len(cluster.ledgers):,} ledgers in {cluster.built_s:.0f} s")
         out: dict[str, Any] = {"ledgers": len(cluster.ledgers), "live_bookie_ledgers": sum(
             LIVE in m.bookies for m in cluster.ledgers.values()), "build_s": cluster.built_s}
@@ -510,11 +532,13 @@ def main() -> None:
     p.add_argument("--idle-seconds", type=float, default=300)
     p.add_argument("--churn-seconds", type=float, default=300)
     p.add_argument("--hourly-shares", default="0.01,0.1", help="the churns: shares of the ledgers changed an hour")
+    p.add_argument("--gc-wait-seconds", type=float, default=GC_WAIT_SECONDS,
+                   help="each bookie's garbage collector's pass (BookKeeper's gcWaitTime)")
     p.add_argument("--output", help="also write the figures as JSON here")
     a = p.parse_args()
     shares = [float(x) for x in a.hourly_shares.split(",")]
-    out = run(a.ledgers, a.per_class, a.small_ledgers, a.idle_seconds, a.churn_seconds, shares)
-    out["churn_seconds"], out["hourly_shares"] = a.churn_seconds, shares
+    out = run(a.ledgers, a.per_class, a.small_ledgers, a.idle_seconds, a.churn_seconds, shares, a.gc_wait_seconds)
+    out["churn_seconds"], out["hourly_shares"], out["gc_wait_seconds"] = a.churn_seconds, shares, a.gc_wait_seconds
     if a.output:
         Path(a.output).write_text(json.dumps(out, indent=1, default=str))
     print(f"## time to detect ({out['ledgers']:,} ledgers; the DbLedgerStorage bookie holds "

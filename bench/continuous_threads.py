@@ -1,10 +1,11 @@
 """Where continuous mode's hour goes in the auditor, thread by thread: its CPU idle (an hour of it), and what
 each change adds (ms a change), at a steady churn.
 
-`bench.continuous`'s cluster (its bookies, agents and churn: creates, closes, deletes collected later,
-re-replications) at `--ledgers`, and a `scrutiny auditor` with continuous mode on; after its election's full run,
-`--idle-seconds` idle, then `--churn-seconds` of churn at `--rate` changes a second (2.78: 1% an hour of 1M
-ledgers) and 15 s for the last looks. Each thread's CPU is read from /proc, named by the auditor itself
+`bench.continuous`'s cluster (its bookies, agents and churn: creates, closes, deletes and re-replications, what
+a bookie no longer needs deleted at its garbage collector's pass every `--gc-wait-seconds`) at `--ledgers`, and a
+`scrutiny auditor` with continuous mode on; after its election's full run, `--idle-seconds` idle, then
+`--churn-seconds` of churn at `--rate` changes a second (2.78: 1% an hour of 1M ledgers) and 15 s for the last
+looks. Each thread's CPU is read from /proc, named by the auditor itself
 (`bench.thread_names`); a change's cost is the churn window's CPU less the idle rate over it.
 
     python -m bench.continuous_threads [--ledgers 100000 --idle-seconds 120 --churn-seconds 180 --rate 2.78]
@@ -25,7 +26,7 @@ from pathlib import Path
 import psutil
 
 from bench.common import table
-from bench.continuous import AuditorProcess, Cluster, say, window
+from bench.continuous import GC_WAIT_SECONDS, AuditorProcess, Cluster, say, window
 
 TAIL_SECONDS = 15.0  # the last changes' looks: write-cache grace, then the batch
 
@@ -57,10 +58,11 @@ def by_name(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, fl
     return spent
 
 
-def measure(ledgers: int, idle_s: float, churn_s: float, rate: float) -> dict[str, object]:
+def measure(ledgers: int, idle_s: float, churn_s: float, rate: float,
+            gc_wait_s: float = GC_WAIT_SECONDS) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        cluster = Cluster(ledgers, 5, 20, work, seed=5)
+        cluster = Cluster(ledgers, 5, 20, work, seed=5, gc_wait_seconds=gc_wait_s)
         names_file = work / "threads.json"
         try:
             cluster.start_live_agent(watching=True)
@@ -105,8 +107,10 @@ def main() -> None:
     p.add_argument("--idle-seconds", type=float, default=120)
     p.add_argument("--churn-seconds", type=float, default=180)
     p.add_argument("--rate", type=float, default=2.78, help="changes a second (2.78: 1%% an hour of 1M ledgers)")
+    p.add_argument("--gc-wait-seconds", type=float, default=GC_WAIT_SECONDS,
+                   help="each bookie's garbage collector's pass (BookKeeper's gcWaitTime)")
     a = p.parse_args()
-    out = measure(a.ledgers, a.idle_seconds, a.churn_seconds, a.rate)
+    out = measure(a.ledgers, a.idle_seconds, a.churn_seconds, a.rate, a.gc_wait_seconds)
     print(f"## the auditor's CPU by thread, continuous mode on ({out['ledgers']:,} ledgers; {out['changes']} changes "
           f"in {out['churn_window_s']:.0f} s)\n")
     print(table(out["rows"]))  # type: ignore[arg-type]
