@@ -14,6 +14,7 @@ from bench import (
     deepscrub,
     driver_findings,
     ensemble_changes,
+    feed_messages,
     messages,
     pipeline,
     repair,
@@ -29,6 +30,11 @@ def test_codec_bench_agrees_with_its_baseline() -> None:
     rows = codec.run([20_000], 1)
     assert [r["shape"] for r in rows] == ["healthy share", "random 90%"]
     assert rows[0]["groups"] == 2
+
+
+def test_feed_messages_bench_reads_every_message_both_ways() -> None:
+    rows = feed_messages.run(2, rate=20, seconds=1, rounds=1)  # fewer messages read than sent: it raises
+    assert [r["us a message"] for r in rows] == ["as the leader follows (no probe)", "with gRPC's probe"]
 
 
 def test_zookeeper_and_agent_benches_run() -> None:
