@@ -5,8 +5,8 @@ each change adds (ms a change), at a steady churn.
 a bookie no longer needs deleted at its garbage collector's pass every `--gc-wait-seconds`) at `--ledgers`, and a
 `scrutiny auditor` with continuous mode on; after its election's full run, `--idle-seconds` idle, then
 `--churn-seconds` of churn at `--rate` changes a second (2.78: 1% an hour of 1M ledgers) and 15 s for the last
-looks. Each thread's CPU is read from /proc, named by the auditor itself
-(`bench.thread_names`); a change's cost is the churn window's CPU less the idle rate over it.
+looks. Each thread's CPU is read from /proc, named by the auditor itself (`bench.thread_names`); a change's cost
+is the churn window's CPU less the idle rate over it.
 
     python -m bench.continuous_threads [--ledgers 100000 --idle-seconds 120 --churn-seconds 180 --rate 2.78]
 """

@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from bench.common import table
+from bench.common import table, thread_cpu
 from scrutiny.agent.server import KEEPALIVE_PINGS_AT_MOST_EVERY_MS
 from scrutiny.auditor.feeds import AgentFeeds
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
@@ -90,8 +90,7 @@ def threads_cpu() -> dict[str, float]:
     out: dict[str, float] = {}
     for tid in os.listdir("/proc/self/task"):
         try:
-            with open(f"/proc/self/task/{tid}/schedstat") as f:
-                cpu = int(f.read().split()[0]) / 1e9
+            cpu = thread_cpu(int(tid))
             with open(f"/proc/self/task/{tid}/comm") as f:
                 comm = f.read().strip()
         except OSError:  # ended meanwhile

@@ -26,7 +26,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from bench.common import cpu_seconds, table
+from bench.common import cpu_seconds, table, thread_cpu
 from scrutiny.config import ScanSettings
 from scrutiny.metadata import (
     Layout,
@@ -59,14 +59,6 @@ for i, p in enumerate(paths):
         time.sleep(max(0.0, t0 + (i + 1) / rate - time.monotonic()))
 c.stop()
 """
-
-
-def thread_cpu(native_id: int) -> float:
-    """One thread's CPU seconds (the watch's receiving thread: kazoo's connection thread, where the
-    auditor's leader takes note of each change), to the nanosecond: psutil's count in 10 ms ticks, and the
-    slow rate's 120 notifications cost a few of them."""
-    with open(f"/proc/self/task/{native_id}/schedstat") as f:
-        return int(f.read().split()[0]) / 1e9
 
 
 def md(lid: int, last: int = 999) -> LedgerMetadata:
