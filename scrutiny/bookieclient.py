@@ -25,7 +25,7 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from scrutiny import retry
-from scrutiny.channels import channel
+from scrutiny.channels import TO_AGENT, channel
 from scrutiny.checks import NO_LEDGER, BookieAnswer, BookieAnswers, Outcome, listed
 from scrutiny.config import DEFAULT_AGENT_PORT, ScanSettings
 from scrutiny.listedcolumns import Listed, among, read_listed
@@ -184,7 +184,7 @@ class BookieClient:
         self._pool = futures.ThreadPoolExecutor(max_workers=parallelism, thread_name_prefix="bookie-call")
         # the loop's calls are small (a look's): no bandwidth probe's ping after each answer
         self._loop = StreamLoop(credentials, [("grpc.max_receive_message_length", max_message_bytes),
-                                              ("grpc.enable_retries", 0), ("grpc.http2.bdp_probe", 0)])
+                                              ("grpc.enable_retries", 0), ("grpc.http2.bdp_probe", 0), *TO_AGENT])
 
     @classmethod
     def from_settings(cls, s: ScanSettings, registered: Mapping[str, str]) -> BookieClient:
@@ -209,7 +209,8 @@ class BookieClient:
                 # each call's answers are read on the thread that made it: without a thread of gRPC's per call
                 # (`bench.continuous_batch`: a continuous look's calls took half their CPU in those threads)
                 options = [("grpc.max_receive_message_length", self.max_message_bytes),
-                           ("grpc.enable_retries", 0), (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)]
+                           ("grpc.enable_retries", 0), (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
+                           *TO_AGENT]
                 ch = self._channels[address] = channel(address, self.credentials, options)
             return ch
 

@@ -11,6 +11,11 @@ from grpc import aio
 
 Options = Sequence[tuple[str, Any]]
 
+# An agent back after an outage is called again at once. gRPC's own reconnect backoff (1 s, growing 1.6 times to
+# 120 s while the address refuses) fails every call fast for as long after the agent is back: a run's re-check 10 s
+# later still found it "unavailable" (a false alarm). Our own retries (`retry.BOOKIE_CALL`) pace the calls.
+TO_AGENT: Options = (("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 1000))
+
 
 def channel(address: str, credentials: grpc.ChannelCredentials | None = None, options: Options = ()) -> grpc.Channel:
     if credentials is not None:

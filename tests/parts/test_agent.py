@@ -40,7 +40,7 @@ from scrutiny.testing.dbledgerstorage import LiveBookie, write_index
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.processes import reap
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
-from tests.support.helpers import slow_agent
+from tests.support.helpers import slow_agent, wait_for
 
 G = codec.SequenceGroup
 
@@ -419,6 +419,32 @@ def test_an_agent_without_the_streaming_call_is_asked_it_again_later_and_at_a_ne
     finally:
         for s in servers:
             s.stop(0)
+
+
+def test_an_agent_back_at_its_address_is_reached_at_once_however_long_it_was_down(synthetic: Path) -> None:
+    """An agent down a while, then back at the same address: the client's next calls reach it within about a second,
+    whatever gRPC's reconnect backoff had grown to while the address refused (a run's re-check, 10 s after its first
+    look, found an agent back for seconds "unavailable": a false alarm). Both ways of calling: a look's loop, and
+    the threaded calls."""
+    agent = BookieAgent(SyntheticStore(synthetic), bind="127.0.0.1:0").start()
+    port = agent.port
+
+    def answered(c: BookieClient) -> bool:
+        return (c.fetch_many({"b1:3181": [1]})["b1:3181"][1].outcome is Outcome.ENTRIES
+                and c.fetch("b1:3181", [1])[1].outcome is Outcome.ENTRIES)
+
+    with client_for(port) as c:
+        assert answered(c)
+        agent.stop(grace=0)
+        down = time.monotonic() + 18  # refused all along: gRPC's own backoff ends it at 6 s or more between attempts
+        while time.monotonic() < down:
+            assert c.fetch_many({"b1:3181": [1]})["b1:3181"][1].outcome is Outcome.UNAVAILABLE
+            time.sleep(0.5)
+        agent = BookieAgent(SyntheticStore(synthetic), bind=f"127.0.0.1:{port}").start()
+        try:
+            wait_for(lambda: answered(c), 4)
+        finally:
+            agent.stop(grace=0)
 
 
 def test_nobody_listening_is_unavailable_not_missing() -> None:
