@@ -158,6 +158,38 @@ class Agents:
         self.store.close()
 
 
+def _count(read: Callable[[], tuple[np.ndarray, bool] | None]) -> str:
+    try:
+        got = read()
+    except Exception as exc:
+        return repr(exc)
+    return "no ledger" if got is None else f"{got[0].size}{' limbo' if got[1] else ''}"
+
+
+def holding_now(agents: Agents, bookie: RealBookie, ledger_id: int) -> str:
+    """What the bookie holds of the ledger now, two ways: its agent, and its indexes opened afresh; and the entry
+    logs the fresh reading places the entries in, against those in its directory. A false alarm's diagnosis: a stale
+    agent, or an index or a log that lacks them. (A DbLedgerStorage bookie does not answer BP-34's call itself.)"""
+    from scrutiny.entrysources.entrylogs import log_ids_in
+
+    source = agents.agents[bookie.bookie_id].source
+    if not isinstance(source, DbLedgerStorageSource):
+        return f"{bookie.bookie_id} ledger {ledger_id}: no agent reading its files"
+    fresh = DbLedgerStorageSource([bookie.ledger_dir], agents.tmp_path / f"fresh-{next(_roots)}")
+    try:
+        logs = sorted({loc >> 32 for _, _, loc in fresh.locations_of(ledger_id) or []})
+        afresh = _count(lambda: fresh.entry_ids(ledger_id))
+    finally:
+        fresh.close()
+
+    def agent_now() -> tuple[np.ndarray, bool] | None:
+        source.refresh()
+        return source.entry_ids(ledger_id)
+
+    return (f"{bookie.bookie_id} ledger {ledger_id}: agent {_count(agent_now)}, afresh {afresh}; in logs {logs}, "
+            f"logs there {sorted(log_ids_in(bookie.ledger_dir))}")
+
+
 @pytest.fixture
 def agents(bookkeeper: RealBookKeeper, tmp_path: Path) -> Iterator[Agents]:
     a = Agents(bookkeeper, tmp_path)
