@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import grpc
 from grpc import aio
 
-from scrutiny.channels import Options, aio_channel
+from scrutiny.channels import Options, aio_channel, aio_loop
 
 log = logging.getLogger(__name__)
 STOP_SECONDS = 10
@@ -97,7 +97,7 @@ class StreamLoop:
     def _running(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:
-                loop = asyncio.new_event_loop()
+                loop = aio_loop()
                 self._thread = threading.Thread(target=self._run, args=(loop,), name="bookie-calls", daemon=True)
                 self._loop = loop
                 self._thread.start()

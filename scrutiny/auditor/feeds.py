@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from scrutiny.channels import TO_AGENT, aio_channel
+from scrutiny.channels import aio_channel, aio_loop
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -49,8 +49,8 @@ class AgentFeeds:
                         ("grpc.keepalive_time_ms", KEEPALIVE_MS), ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
                         ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
                         ("grpc.http2.max_pings_without_data", 0),  # a quiet stream sends no data: ping anyway
-                        ("grpc.http2.bdp_probe", 0), *TO_AGENT]  # (no bandwidth probe: a ping after each message)
-        self._loop = asyncio.new_event_loop()
+                        ("grpc.http2.bdp_probe", 0)]  # no bandwidth probe (a ping) after each message
+        self._loop = aio_loop()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping = False  # set before the tasks are cancelled: a follow still on its way starts nothing
         self._thread = threading.Thread(target=self._run, name="continuous-feeds", daemon=True)

@@ -5,6 +5,7 @@ watch is said to be unavailable."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 
 from scrutiny.auditor import feeds
 from scrutiny.auditor.feeds import AgentFeeds
+from scrutiny.channels import aio_loop
 from scrutiny.testing.processes import stop
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
 from tests.support.helpers import wait_for
@@ -213,3 +215,29 @@ def test_a_stop_that_runs_out_of_time_leaves_nothing_pending(monkeypatch: pytest
     assert not pending() - before
     gc.collect()
     assert not [r for r in caplog.records if "destroyed but it is pending" in r.getMessage()]
+
+
+class PollerHandle:
+    """What asyncio names as the callback that raised: grpc.aio's completion queue, as it prints it."""
+
+    def __repr__(self) -> str:
+        return "<Handle PollerCompletionQueue._handle_events(<_UnixSelectorEventLoop running=True>)()>"
+
+
+def test_a_loop_woken_in_vain_by_grpcs_completion_queue_prints_nothing_and_a_real_error_is_still_printed(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """grpc.aio's one completion queue wakes the feeds' loop and the looks' loop alike (grpc/grpc#25364): the one
+    that finds nothing to read, or hands an event to a loop closed since, is no error; anything else still is."""
+    loop = aio_loop()
+    try:
+        with caplog.at_level(logging.DEBUG):
+            for exc in (BlockingIOError(11, "Resource temporarily unavailable"), RuntimeError("Event loop is closed"),
+                        ValueError("a real error")):
+                loop.call_exception_handler({"message": "Exception in callback", "exception": exc,
+                                             "handle": PollerHandle()})
+            loop.call_exception_handler({"message": "Exception in callback", "exception": BlockingIOError(11, "x"),
+                                         "handle": "<Handle something_else()>"})
+    finally:
+        loop.close()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [type(r.exc_info[1]).__name__ for r in errors if r.exc_info] == ["ValueError", "BlockingIOError"]
