@@ -217,6 +217,13 @@ def soak(client: Any, root: str, uri: str, seconds: float, engines: dict[str, En
         result.handoff_wrong = [w + _held(state, w) for w in result.handoff_wrong]
         cluster.settle(timeout=60)  # every pending garbage collection and restart is done
         time.sleep(recheck_delay * 4)  # ... and the agents' feeds told continuous mode
+        # ... and every agent followed again: one restarted late is followed anew after a gap, once its new feed has
+        # taken stock, and what changed before that is a full run's (the soak makes none here). A loaded machine
+        # stretched that past the faults: the copy lost at a bookie whose feed was still reconnecting went unseen
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(
+                state != "up" for feed, state in list(watcher.feeds.items()) if feed.startswith("agent ")):
+            time.sleep(0.1)
         result.continuous_false_alarms += _unexplained(state, cluster, recheck_delay)
         faults = cluster.inject_faults()
         result.faults = sorted(f"{c} {lid}" for c, lid in faults)
