@@ -19,6 +19,7 @@ from scrutiny.codec import Availability
 from scrutiny.config import ScanSettings
 from scrutiny.entrysources import DbLedgerStorageSource
 from scrutiny.entrysources.bridge import BookieBridgeSource
+from scrutiny.entrysources.entrylogs import log_ids_in
 from scrutiny.metadata import LedgerState
 from scrutiny.report import Report
 from scrutiny.scan.driver import ScrutinyRun
@@ -170,8 +171,6 @@ def holding_now(agents: Agents, bookie: RealBookie, ledger_id: int) -> str:
     """What the bookie holds of the ledger now, two ways: its agent, and its indexes opened afresh; and the entry
     logs the fresh reading places the entries in, against those in its directory. A false alarm's diagnosis: a stale
     agent, or an index or a log that lacks them. (A DbLedgerStorage bookie does not answer BP-34's call itself.)"""
-    from scrutiny.entrysources.entrylogs import log_ids_in
-
     source = agents.agents[bookie.bookie_id].source
     if not isinstance(source, DbLedgerStorageSource):
         return f"{bookie.bookie_id} ledger {ledger_id}: no agent reading its files"
