@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from scrutiny.entrysources.source import SourceError
 
 _SKIPPED_FILES = ("LOCK", "rocksdict-config.json")
+CATCH_UP_TRIES = 5  # a bookie's flushes are minutes apart, its restart's recovery a moment: one more read settles
 
 
 class IndexState(NamedTuple):
@@ -90,9 +91,25 @@ class SecondaryIndex:
             options.set_block_based_table_factory(table)
         return Rdict(str(view), options=options, access_type=AccessType.secondary(str(secondary)))
 
+    def _current(self) -> bytes:
+        """The MANIFEST the bookie's database names now (it names another after each of its openings)."""
+        try:
+            return (self.db / "CURRENT").read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    def _stood_still(self, current: bytes) -> bool:
+        """Whether the bookie's database stood still while the secondary read it: the same MANIFEST named, and
+        every write-ahead log it was to replay still there. A secondary reads the MANIFEST, then the logs after
+        it: a log the bookie flushed into an SST and removed in between (a memtable's flush; a restart, whose
+        recovery flushes every log) is skipped, and its keys are in neither (on real bookies: every ledger of a
+        bookie restarting, or its entries, missing from one answer)."""
+        return self._current() == current and self._wals <= {n for n in os.listdir(self.db) if n.endswith(".log")}
+
     def catch_up(self) -> None:
-        for attempt in range(3):
+        for attempt in range(CATCH_UP_TRIES):
             try:
+                current = self._current()
                 if self._handle is not None and _identity(self.db) != self.identity:
                     self.close()  # another database: never answer from the one the bookie no longer has
                 if self._handle is not None:
@@ -107,11 +124,14 @@ class SecondaryIndex:
                         self._handle.try_catch_up_with_primary()
                 if self._handle is None:
                     self._handle = self._open()
-                return
+                if self._stood_still(current):
+                    return
+                self.close()  # read while the bookie moved its keys from a log into an SST: again
             except Exception as exc:  # a compaction may remove a file between listing and reading
                 self.close()
-                if attempt == 2:
+                if attempt == CATCH_UP_TRIES - 1:
                     raise SourceError(f"cannot read the index {self.db}: {exc}") from None
+        raise SourceError(f"the index {self.db} kept moving its keys while read ({CATCH_UP_TRIES} tries)")
 
     def state(self) -> IndexState:
         h = self._handle

@@ -156,6 +156,16 @@ class LiveBookie:
         self.ledgers.flush()
         self.locations.flush()
 
+    def restart(self) -> None:
+        """The bookie stopped and started: both indexes closed and opened again (RocksDB's recovery flushes their
+        write-ahead logs into SST files, then removes them)."""
+        from rocksdict import Options, Rdict
+
+        self.close()
+        current = self.ledger_dir / "current"
+        self.ledgers = Rdict(str(current / "ledgers"), options=Options(raw_mode=True))
+        self.locations = Rdict(str(current / "locations"), options=Options(raw_mode=True))
+
     def close(self) -> None:
         for db in (self.ledgers, self.locations):
             with contextlib.suppress(Exception):
