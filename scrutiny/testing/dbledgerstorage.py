@@ -81,11 +81,14 @@ class LiveBookie:
     """Both indexes of one ledger directory, open read-write (the bookie's side of a test)."""
 
     def __init__(self, ledger_dir: str | Path) -> None:
+        self.ledger_dir = Path(ledger_dir)
+        (self.ledger_dir / "current").mkdir(parents=True, exist_ok=True)
+        self._open()
+
+    def _open(self) -> None:
         from rocksdict import Options, Rdict
 
-        self.ledger_dir = Path(ledger_dir)
         current = self.ledger_dir / "current"
-        current.mkdir(parents=True, exist_ok=True)
         self.ledgers = Rdict(str(current / "ledgers"), options=Options(raw_mode=True))
         self.locations = Rdict(str(current / "locations"), options=Options(raw_mode=True))
 
@@ -159,12 +162,8 @@ class LiveBookie:
     def restart(self) -> None:
         """The bookie stopped and started: both indexes closed and opened again (RocksDB's recovery flushes their
         write-ahead logs into SST files, then removes them)."""
-        from rocksdict import Options, Rdict
-
         self.close()
-        current = self.ledger_dir / "current"
-        self.ledgers = Rdict(str(current / "ledgers"), options=Options(raw_mode=True))
-        self.locations = Rdict(str(current / "locations"), options=Options(raw_mode=True))
+        self._open()
 
     def close(self) -> None:
         for db in (self.ledgers, self.locations):
