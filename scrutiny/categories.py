@@ -64,7 +64,7 @@ class Fact(enum.StrEnum):
 
     METADATA = "metadata"  # the ledger's metadata znode, at the version the finding was computed from
     NOT_MARKED = "not_marked"  # the ledger is not marked under-replicated (BP-34: then it is being repaired)
-    ANSWERS = "answers"  # the bookies' answers: re-asked after the delay when some bookie was silent
+    ANSWERS = "answers"  # the bookies' answers: asked again, after the delay when some bookie was silent
     MARK = "mark"  # the under-replication mark itself, with the same ctime
     RACKS = "racks"  # the racks of the ledger's bookies
     REGISTRATIONS = "registrations"  # a blamed bookie still registered; one whose copies count as gone still not

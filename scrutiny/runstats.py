@@ -71,6 +71,7 @@ class Scan(Figures):
     rechecked_again: int = 0
     left_unsettled_after_rechecks: int = 0
     left_unsettled_after_rereads: int = 0
+    reasked_before_reporting: int = 0
     reanalyzed_after_metadata_change: int = 0
     reanalyzed_after_rack_change: int = 0
     relooked_after_registration_change: int = 0

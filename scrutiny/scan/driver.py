@@ -2,35 +2,26 @@
 
 It enumerates ledger ranges and hands them to an engine for the first pass; then it does BP-34's steps
 upstream never built: ledgers whose bookies did not answer are re-checked after a delay, and before
-reporting every fact a finding rests on is read again: the ledger's metadata (deleted: dropped; changed:
-analysed again), its under-replication mark (now marked: dropped), the registrations of the bookies it
-blames or counts as gone, the racks of a placement finding, and each under-replication mark that is
-reported for its age. Which findings each step touches comes from the category registry (the facts a
-finding rests on), never from a list of categories here.
+reporting every fact a finding rests on is read again (`scrutiny.scan.confirm`); then the reverse check,
+Pulsar's record, the marks' age and the owners.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
 
-from scrutiny.categories import Category, Fact, resting_on
 from scrutiny.checks import Violation, check_underreplication_age
 from scrutiny.checks.remedy import RepairContext
-from scrutiny.checks.sequences import LedgerSequences
 from scrutiny.config import ScanSettings
 from scrutiny.findings import Findings
 from scrutiny.logsetup import FINDINGS
 from scrutiny.lostbookies import SIGHTINGS as LOST_BOOKIE_SIGHTINGS
 from scrutiny.lostbookies import LostBookies
 from scrutiny.metadata import UnderreplicationMark
-from scrutiny.orphans import LedgerIds
 from scrutiny.pulsar.ledgers import BookKeeperLedgers
 from scrutiny.pulsar.owners import UNKNOWN, owner_from_custom_metadata
 from scrutiny.pulsar.scope import Scope
@@ -48,74 +39,22 @@ from scrutiny.runstats import (
     Scan,
     Timings,
 )
+from scrutiny.scan.confirm import ON_ANSWERS, Confirmation
 from scrutiny.scan.context import LEDGER_COUNTERS, NO_SILENCES, Pass, RunContext, Silences
 from scrutiny.scan.engines import Engine, Progress, make_engine
 from scrutiny.scan.holdings import HoldingsPhase
 from scrutiny.scan.messages import MessagesPhase, unvalidated
-from scrutiny.scan.result import Blast, RangeResult
+from scrutiny.scan.pending import PendingRun
+from scrutiny.scan.result import Blast
 from scrutiny.scan.topics import TopicsPhase, pulsar_store
 from scrutiny.store import LedgerRange, MetadataStore, MetadataStoreUnavailable, open_store
 from scrutiny.store.facts import ClusterFacts
-from scrutiny.times import iso
+from scrutiny.times import iso, now_ms
 
 log = logging.getLogger(__name__)
 findings_log = logging.getLogger(FINDINGS)
 
-_RECHECKED = resting_on(Fact.ANSWERS)  # a delayed re-check recomputes these
-_ON_METADATA = resting_on(Fact.METADATA)  # re-read before reporting: the metadata must be unchanged
-_ON_RACKS = resting_on(Fact.RACKS)  # the rack map must be unchanged
 LOGGED_FINDINGS = 100  # a line each, worst first; a lost rack's million findings are in the report only
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-@dataclass
-class PendingRun:
-    """A run between its first pass and its end (the delayed re-check). Its findings change only
-    through `absorb` and `drop`."""
-
-    store: MetadataStore
-    started_ms: int
-    ctx: RunContext
-    marks: dict[int, UnderreplicationMark]
-    scope: set[int] | None = None
-    registered_at_start: frozenset[str] = frozenset()  # a bookie's copies are gone only if unregistered at every look
-    racks_from_store: bool = False
-    counts: Counter[str] = field(default_factory=lambda: Counter({k: 0 for k in LEDGER_COUNTERS}))
-    findings: Findings = field(default_factory=Findings)
-    errors: list[str] = field(default_factory=list)
-    stats: RunFigures = field(default_factory=RunFigures)
-    faulty: Silences = NO_SILENCES
-    blast: dict[str, Blast] = field(default_factory=dict)
-    enumerated: list[LedgerIds] = field(default_factory=list)  # every ledger id of the first pass (`holdings`)
-    marked_in_scope: list[int] = field(default_factory=list)  # a one-bookie run's marked ledgers
-    unregistered: set[str] = field(default_factory=set)  # bookies named by checked ledgers, registered at no look
-    bookkeeper: list[BookKeeperLedgers] = field(default_factory=list)  # the first pass's ledgers in brief (`pulsar`)
-    messages: dict[int, LedgerSequences] = field(default_factory=dict)  # a deep run's topic ledgers, the last look's
-    pulsar_topics: tuple[str, ...] | None = None  # the topics whose record the run holds (None: every topic's)
-    replication_disabled: bool | None = None  # at the start: each finding's remedy depends on it
-    unsettled: set[int] = field(default_factory=set)  # ledgers it could not settle: nothing said of them
-
-    def absorb(self, result: RangeResult, first_look: bool = True) -> None:
-        """One range's result. Ledgers looked at again were counted at their first look: only their
-        deletions count again."""
-        if first_look:
-            self.counts.update(result.counts)
-            self.enumerated += result.enumerated
-            self.marked_in_scope += result.marked_in_scope
-            self.bookkeeper += result.bookkeeper
-        else:
-            self.counts["deleted_during_run"] += result.counts.get("deleted_during_run", 0)
-        self.stats.add(result.stats)
-        self.unregistered |= result.unregistered
-        self.messages.update((m.ledger_id, m) for m in result.messages)
-        self.findings.add(result.violations)
-        self.findings.drop(result.deleted)
-        self.errors += result.errors
-        for key, b in result.blast.items():
-            self.blast[key] = b.plus(self.blast[key]) if key in self.blast else b
 
 
 class ScrutinyRun:
@@ -146,8 +85,8 @@ class ScrutinyRun:
             self.sleep(self.settings.recheck_delay)
         return self.finish(pending)
 
-    def _pass(self, pending: PendingRun, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
-              first_look: bool = True, progress: Progress | None = None) -> Silences:
+    def look(self, pending: PendingRun, ctx: RunContext, ranges: list[LedgerRange], mode: Pass,
+             first_look: bool = True, progress: Progress | None = None) -> Silences:
         """One pass, each range's result absorbed as it arrives (never a whole pass's findings in
         memory); the ledgers it left potentially faulty."""
         faulty = NO_SILENCES
@@ -221,7 +160,7 @@ class ScrutinyRun:
             ranges = store.ranges_of(wanted) if scoped else store.ledger_ranges()
             log.info("%s run %s: %d ranges to check", self.kind, self.run_id, len(ranges))
             t0 = time.monotonic()
-            pending.faulty = self._pass(pending, ctx, ranges, Pass.FIRST, progress=self.progress)
+            pending.faulty = self.look(pending, ctx, ranges, Pass.FIRST, progress=self.progress)
             pending.stats.add(Timings(first_pass_ms=int((time.monotonic() - t0) * 1000)))
             if only:
                 pending.scope = set(pending.marked_in_scope)
@@ -279,11 +218,12 @@ class ScrutinyRun:
         return report
 
     def _recheck_and_verify(self, pending: PendingRun) -> None:
+        confirmation = Confirmation(self)
         t0 = time.monotonic()
-        self._recheck(pending, pending.faulty)
+        confirmation.recheck(pending, pending.faulty)
         pending.stats.add(Timings(recheck_ms=int((time.monotonic() - t0) * 1000)))
         t0 = time.monotonic()
-        self._verify(pending)
+        confirmation.reread(pending)
         pending.stats.add(Timings(verify_ms=int((time.monotonic() - t0) * 1000)))
 
     def _lost_bookies(self, pending: PendingRun) -> None:
@@ -295,87 +235,6 @@ class ScrutinyRun:
         aged = [m for lid, m in pending.marks.items() if pending.scope is None or lid in pending.scope]
         pending.findings.add(aged_marks(pending.store, aged, self.settings.underreplicated_grace_period,
                                         pending.stats))
-
-    def _recheck(self, pending: PendingRun, faulty: Silences) -> None:
-        """BP-34's delayed re-check, as many looks as it takes (at most `verify_rounds`): a bookie silent
-        at two looks a delay apart and still registered is reported; one unregistered at every look has
-        lost its copies; any other silence (newly silent, or unregistered only now: a rolling restart)
-        gets its own delayed look. The caller waited the delay before the first look."""
-        store, ctx = pending.store, pending.ctx
-        if faulty:
-            pending.stats.add(Scan(potentially_faulty=len(faulty)))
-            log.info("run %s: re-checking %d potentially faulty ledgers", self.run_id, len(faulty))
-        for look in range(self.settings.verify_rounds):
-            if not faulty:
-                return
-            if look:
-                pending.stats.add(Scan(rechecked_again=len(faulty)))
-                self.sleep(self.settings.recheck_delay)
-            facts = ClusterFacts.read(store)  # an agent that came back may listen elsewhere now
-            silent = faulty.silent()
-            lost = frozenset(b for b in silent if b not in facts.registered and b not in pending.registered_at_start)
-            again = dataclasses.replace(ctx, agent_addresses=facts.agent_addresses, now_ms=now_ms(), placement=False,
-                                        lost_bookies=lost, registered=frozenset(silent) & facts.registered,
-                                        silent_before=faulty, lost=ctx.lost and ctx.lost.with_registered(
-                                            facts.registered))
-            pending.findings.drop(faulty, only=_RECHECKED)
-            faulty = self._pass(pending, again, store.ranges_of(faulty.ledger_ids), Pass.FINAL, first_look=False)
-        if faulty:
-            # Never a finding on a silence not yet confirmed: the next run looks again.
-            pending.unsettled |= set(faulty.ledger_ids)
-            pending.stats.add(Scan(left_unsettled_after_rechecks=len(faulty)))
-            log.warning("run %s: %d ledgers still had newly silent bookies after %d looks; not reported",
-                        self.run_id, len(faulty), self.settings.verify_rounds)
-
-    def _verify(self, pending: PendingRun) -> None:
-        """Before reporting, every fact each finding rests on is read again (see the module's doc)."""
-        store, findings = pending.store, pending.findings
-        for round_ in range(self.settings.verify_rounds + 1):
-            suspects = False
-            reanalyse: set[int] = set()
-            for chunk in findings.ledger_chunks(_ON_METADATA):
-                suspects = True
-                versions = {lid: (least, most) for lid, least, most in chunk}
-                marked = store.marked(versions)
-                gone = []
-                for read in store.read_ledgers(list(versions)):
-                    lid = read.ledger_id
-                    if read.deleted:
-                        gone.append(lid)
-                        pending.counts["deleted_during_run"] += 1
-                    elif lid in marked:
-                        gone.append(lid)
-                        pending.stats.add(Scan(dropped_marked_during_run=1))
-                    elif read.metadata is not None and versions[lid] != (read.metadata.znode_version,) * 2:
-                        reanalyse.add(lid)  # includes metadata that was unreadable and now reads
-                findings.drop(gone)
-            if not suspects:
-                return
-            if reanalyse:
-                pending.stats.add(Scan(reanalyzed_after_metadata_change=len(reanalyse)))
-            reanalyse |= self._racks_changed(pending)
-            changed = registrations_changed(pending, self.settings.bookie_endpoints)
-            relook = {lid: bookies for lid, bookies in changed.items() if lid not in reanalyse}
-            if not reanalyse and not relook:
-                return
-            if round_ == self.settings.verify_rounds:
-                # Facts that keep changing under a finding: no finding on them, and one ledger never makes the
-                # whole run incomplete; the next run (or continuous mode's look) settles it.
-                pending.unsettled |= reanalyse | set(relook)
-                findings.drop(reanalyse | set(relook))
-                pending.stats.add(Scan(left_unsettled_after_rereads=len(reanalyse | set(relook))))
-                log.warning("run %s: the facts of %d findings kept changing after %d re-reads; not reported",
-                            self.run_id, len(reanalyse | set(relook)), self.settings.verify_rounds)
-                return
-            log.info("run %s: facts of %d findings changed during the run; looking again", self.run_id,
-                     len(reanalyse) + len(relook))
-            findings.drop(reanalyse)
-            # (the blast radius counted these ledgers at their first look already)
-            faulty = self._pass(pending, dataclasses.replace(pending.ctx, blast_radius=False, holdings=False),
-                                store.ranges_of(reanalyse), Pass.FIRST, first_look=False)
-            if faulty:
-                self.sleep(self.settings.recheck_delay)
-            self._recheck(pending, faulty.plus(relook))
 
     def _holdings(self, pending: PendingRun) -> None:
         """The reverse check: what the bookies hold beyond the metadata (`scrutiny.scan.holdings`)."""
@@ -403,21 +262,6 @@ class ScrutinyRun:
         pending.findings.add(phase.run(pending.messages, pending.stats))
         pending.messages.clear()
 
-    def _racks_changed(self, pending: PendingRun) -> set[int]:
-        """Ledgers with a placement finding on a bookie whose rack changed during the run (the racks
-        of the run's context are replaced by the current ones)."""
-        if not pending.racks_from_store or not pending.findings.counts().keys() & _ON_RACKS:
-            return set()
-        racks, _ = pending.store.racks(self.settings.racks_znode)
-        if racks == dict(pending.ctx.locations):
-            return set()
-        moved = {b for b in set(racks) | set(pending.ctx.locations) if racks.get(b) != pending.ctx.locations.get(b)}
-        pending.ctx = dataclasses.replace(pending.ctx, locations=racks)
-        out = set(pending.findings.naming(moved, categories=_ON_RACKS, or_none=True))
-        pending.stats.add(Scan(reanalyzed_after_rack_change=len(out)))
-        return out
-
-
 def attach_owners(pending: PendingRun, settings: ScanSettings) -> None:
     """Pulsar's record, read once and only when needed: for findings on ledgers without Pulsar's keys in
     their metadata (older Pulsar), and to drop coverage findings on ledgers offloaded to tiered storage
@@ -428,39 +272,17 @@ def attach_owners(pending: PendingRun, settings: ScanSettings) -> None:
                   for r in store.read_ledgers([lid for lid, _, _ in chunk]) if r.metadata is not None)
         findings.set_owners({lid: o for lid, o in owners if o is not None})
     lacking = findings.any_unowned()
-    topics = findings.topics(_RECHECKED)
+    topics = findings.topics(ON_ANSWERS)
     if not lacking and not topics:
         return
     # Every topic's record when some finding has no owner yet; else only the topics concerned.
     with pulsar_store(store, settings) as pulsar:
         record = PulsarRecord.decode(pulsar.pulsar_records(None if lacking else sorted(topics)))
     pending.errors += record.problems
-    pending.stats.add(Scan(dropped_offloaded=findings.drop(record.offloaded, only=_RECHECKED)))
+    pending.stats.add(Scan(dropped_offloaded=findings.drop(record.offloaded, only=ON_ANSWERS)))
     named = record.owners()
     for chunk in findings.ledger_chunks(unowned=True):
         findings.set_owners({lid: named.get(lid, UNKNOWN) for lid, _, _ in chunk})
-
-
-def registrations_changed(pending: PendingRun, explicit: Mapping[str, str]) -> dict[int, tuple[str, ...]]:
-    """Ledgers whose finding blames a bookie no longer registered, or counts as gone the copies of
-    one registered again: they need another look. So does a silence at an address the bookie's agent has
-    left (it came back elsewhere while the look asked the old one); the bookie is newly silent there."""
-    findings = pending.findings
-    blamed = findings.named(categories={Category.BOOKIE_UNAVAILABLE})
-    gone = findings.named(lost=True)
-    if not blamed and not gone:
-        return {}
-    facts = ClusterFacts.read(pending.store)
-    out = findings.naming(blamed - facts.registered, categories={Category.BOOKIE_UNAVAILABLE})
-    out |= findings.naming(gone & facts.registered, lost=True)
-    pending.stats.add(Scan(relooked_after_registration_change=len(out)))
-    moved: dict[int, tuple[str, ...]] = {}
-    for b, asked in findings.agents_asked():
-        now = facts.agent_addresses.get(b, asked)  # registered nowhere now: down, the silence stands
-        if b not in explicit and now != asked:
-            moved.update((lid, ()) for lid in findings.asked_at(b, asked) if lid not in out)
-    pending.stats.add(Scan(relooked_after_agent_moved=len(moved)))
-    return out | moved
 
 
 def lost_bookies(facts: ClusterFacts, settings: ScanSettings) -> LostBookies:

@@ -43,7 +43,8 @@ RESTART_SPACING = 12.0
 
 
 # The run statistics that say a guarded moment was hit (a false alarm would have hidden there).
-MOMENTS = ("lost_bookies", "potentially_faulty", "rechecked_again", "reanalyzed_after_metadata_change",
+MOMENTS = ("lost_bookies", "potentially_faulty", "rechecked_again", "reasked_before_reporting",
+           "reanalyzed_after_metadata_change",
            "dropped_marked_during_run",
            "deleted_during_run", "relooked_after_registration_change", "relooked_after_agent_moved",
            "left_unsettled_after_rechecks",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from scrutiny.categories import Category, Phase, in_phase
 from scrutiny.checks import expected_share
 from scrutiny.config import ClusterSettings, ScanSettings
 from scrutiny.entrysources import SyntheticStore
+from scrutiny.entrysources.source import Holding
 from scrutiny.entrysources.synthetic import SyntheticStoreWriter
 from scrutiny.metadata import (
     BookieRegistration,
@@ -140,8 +142,46 @@ def test_the_fault_is_reported_when_nothing_changes(small: Small) -> None:
     _, _, _, place = small
     report = ScrutinyRun(only_coverage(place.uri), LocalEngine()).execute()
     assert found(report.violations) == {("LESS_THAN_AQ_REPLICAS_OF_AN_ENTRY", 1)}
+    assert report.stats["reasked_before_reporting"] == 1 and report.stats["potentially_faulty"] == 0
     # the store's requests, named for no one store (ZooKeeper or etcd)
     assert report.stats["store_reads"] > 0 and not {"zk_reads", "zk_peak_in_flight"} & report.stats.keys()
+
+
+class ReadWhileFlushed:
+    """A bookie's index as its agent read it once while the bookie moved it into a new file: each ledger
+    missing at its first answer, whole after."""
+
+    def __init__(self, first: Path, then: Path) -> None:
+        self.first, self.then = SyntheticStore(first), SyntheticStore(then)
+        self.answered: Counter[int] = Counter()
+
+    def availability(self, ledger_id: int) -> Holding | None:
+        self.answered[ledger_id] += 1
+        return (self.first if self.answered[ledger_id] == 1 else self.then).availability(ledger_id)
+
+    def refresh(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_one_wrong_answer_of_a_bookie_is_asked_again_and_no_finding(small: Small) -> None:
+    """Every bookie answered and the ledger closed long ago: no delayed re-check. The finding rests on one
+    answer all the same, and is asked again before the report, which holds what the second look found."""
+    _w, md, agents, place = small
+    whole = SyntheticStoreWriter()
+    whole.add(bookie(3), 1, expected_share(md, bookie(3)))
+    short = Path(agents[bookie(3)].source.path)  # type: ignore[attr-defined]
+    paths = whole.write_all(short.parent / "whole")
+    agents[bookie(3)].stop(grace=0)
+    source = ReadWhileFlushed(short, paths[bookie(3)])
+    agents[bookie(3)] = BookieAgent(source, bind="127.0.0.1:0").start()
+    agents[bookie(3)].register(place.registry, bookie(3), f"127.0.0.1:{agents[bookie(3)].port}")
+    report = ScrutinyRun(only_coverage(place.uri), LocalEngine()).execute()
+    assert report.complete and not report.violations, report.violations
+    assert source.answered[1] == 2
+    assert report.stats["reasked_before_reporting"] == 1 and report.stats["potentially_faulty"] == 0
 
 
 def test_metadata_change_during_the_run_is_no_false_alarm(small: Small) -> None:
