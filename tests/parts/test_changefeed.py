@@ -403,3 +403,53 @@ def test_a_bookie_formatted_and_back_within_one_look_is_another_bookie(bookie: t
     finally:
         agent.stop(grace=0)
         live.close()
+
+
+def test_the_watch_sees_nothing_gone_while_the_bookie_only_writes_flushes_and_restarts(tmp_path: Path) -> None:
+    """The watch catches up with the `ledgers` index as the answers do: a write-ahead log the bookie flushed
+    into an SST and removed while the secondary read (a flush; a restart's recovery) would leave its ledgers
+    in neither for one look. Here the bookie only creates ledgers, flushing and restarting as fast as it can,
+    while the watch looks: nothing is ever gone, and the bookie is never another."""
+    from scrutiny.entrysources import SourceError
+
+    path = tmp_path / "bookie"
+    live = LiveBookie(path)
+    live.add(0, [0])
+    live.flush()
+    source = DbLedgerStorageSource([path], tmp_path / "scratch")
+    stop = threading.Event()
+    moves = dict(restarts=0, flushes=0)
+
+    def churn() -> None:
+        lid = 1
+        while not stop.is_set():
+            for _ in range(20):
+                live.add(lid, [0, 1])
+                lid += 1
+            if lid % 600 == 1:
+                live.restart()
+                moves["restarts"] += 1
+            elif lid % 200 == 1:
+                live.flush()
+                moves["flushes"] += 1
+            time.sleep(0.002)
+
+    churner = threading.Thread(target=churn, daemon=True)
+    looks, seen = 0, []
+    try:
+        look(source)  # stock taken before the churn
+        churner.start()
+        end = time.monotonic() + 8
+        while time.monotonic() < end:
+            try:
+                seen += look(source)
+            except SourceError:
+                continue  # a catch-up that never settled: no look, nothing said
+            looks += 1
+    finally:
+        stop.set()
+        churner.join(10)
+        source.close()
+        live.close()
+    assert looks >= 20 and moves["restarts"] >= 5, (looks, moves)
+    assert seen == [], f"{len(seen)} changes in {looks} looks beside {moves}: {seen[:3]}"
