@@ -109,9 +109,8 @@ class Confirmation:
             reanalyse |= self._racks_changed(pending)
             changed = registrations_changed(pending, self.run.settings.bookie_endpoints)
             relook = {lid: bookies for lid, bookies in changed.items() if lid not in reanalyse}
-            if round_ == 0:
-                reanalyse |= self._seen_once(pending, exclude=reanalyse | relook.keys())
-            if not reanalyse and not relook:
+            once = self._seen_once(pending, exclude=reanalyse | relook.keys()) if round_ == 0 else set()
+            if not reanalyse and not relook and not once:
                 return
             if round_ == self.run.settings.verify_rounds:
                 # Facts that keep changing under a finding: no finding on them, and one ledger never makes the
@@ -122,12 +121,14 @@ class Confirmation:
                 log.warning("run %s: the facts of %d findings kept changing after %d re-reads; not reported",
                             self.run.run_id, len(reanalyse | set(relook)), self.run.settings.verify_rounds)
                 return
-            log.info("run %s: facts of %d findings changed during the run; looking again", self.run.run_id,
-                     len(reanalyse) + len(relook))
+            if reanalyse or relook:
+                log.info("run %s: facts of %d findings changed during the run; looking again", self.run.run_id,
+                         len(reanalyse) + len(relook))
+            reanalyse |= once
             findings.drop(reanalyse)
             # (the blast radius counted these ledgers at their first look already)
             faulty = self.run.look(pending, dataclasses.replace(pending.ctx, blast_radius=False, holdings=False),
-                                store.ranges_of(reanalyse), Pass.FIRST, first_look=False)
+                                   store.ranges_of(reanalyse), Pass.FIRST, first_look=False)
             if faulty:
                 self.run.sleep(self.run.settings.recheck_delay)
             self.recheck(pending, faulty.plus(relook))
