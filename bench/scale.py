@@ -177,6 +177,9 @@ class PeakRss:
         self._t.join()
 
 
+_STANDALONE_DAEMONS = ("org.apache.spark.deploy.master.Master", "org.apache.spark.deploy.worker.Worker")
+
+
 class ScrutinyCpu:
     """CPU seconds of this process and its descendants (Spark's JVM, its Python daemon and workers),
     leaving out the given processes and theirs (the agents, the ZooKeeper server). A process that
@@ -194,14 +197,16 @@ class ScrutinyCpu:
             with contextlib.suppress(psutil.Error):
                 skip |= {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
         out = {"python": 0.0, "jvm": 0.0, "driver": 0.0}
-        executors = []
-        for pid in self.workers:
+        processes = {p.pid: p for p in [me, *me.children(recursive=True)]}
+        for pid in self.workers:  # their executors, once: the bench's own workers are its descendants already
             with contextlib.suppress(psutil.Error):
-                executors += psutil.Process(pid).children(recursive=True)
-        for p in [me, *me.children(recursive=True), *executors]:
+                processes.update((c.pid, c) for c in psutil.Process(pid).children(recursive=True))
+        for p in processes.values():
             if p.pid in skip:
                 continue
             try:
+                if any(daemon in p.cmdline() for daemon in _STANDALONE_DAEMONS):
+                    continue  # Spark's own master and workers: not the scan's
                 t = p.cpu_times()
                 kind = "jvm" if "java" in p.name() else "python"
             except psutil.Error:
