@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -33,3 +38,47 @@ def bookie(tmp_path: Path) -> Iterator[tuple[Path, LiveBookie]]:
     (path / "current" / "VERSION").write_bytes(cookie("127.0.8.1:3181", "one"))
     yield path, live
     live.close()
+
+
+@dataclass
+class Writing:
+    """What a bookie writing, flushing and restarting has done so far (`writing_flushing_restarting`)."""
+
+    written: list[int] = field(default_factory=list)  # its ledgers, in the order written (two entries each)
+    moves: Counter[str] = field(default_factory=Counter)  # its flushes and restarts
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def last(self, n: int) -> list[int]:
+        with self.lock:
+            return self.written[-n:]
+
+
+@contextmanager
+def writing_flushing_restarting(bookie: LiveBookie, first: int = 0) -> Iterator[Writing]:
+    """The bookie creates ledgers from `first` on as fast as it can, flushing its memtables every 200 ledgers and
+    restarting (its recovery flushes every write-ahead log) every 600, until the block ends."""
+    done, stop = Writing(), threading.Event()
+
+    def churn() -> None:
+        lid = first
+        while not stop.is_set():
+            for _ in range(20):
+                bookie.add(lid, range(2))
+                with done.lock:
+                    done.written.append(lid)
+                lid += 1
+            if (lid - first) % 600 == 0:
+                bookie.restart()
+                done.moves["restarts"] += 1
+            elif (lid - first) % 200 == 0:
+                bookie.flush()
+                done.moves["flushes"] += 1
+            time.sleep(0.002)
+
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    try:
+        yield done
+    finally:
+        stop.set()
+        churner.join(10)

@@ -40,6 +40,7 @@ from scrutiny.testing.dbledgerstorage import LiveBookie, write_index
 from scrutiny.testing.localzk import LocalZooKeeper
 from scrutiny.testing.processes import reap
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
+from tests.parts.conftest import writing_flushing_restarting
 from tests.support.helpers import slow_agent, wait_for
 
 G = codec.SequenceGroup
@@ -228,47 +229,23 @@ def test_dbledgerstorage_answers_whole_while_the_bookie_flushes_and_restarts(tmp
     d0 = tmp_path / "ledgers0"
     bookie = LiveBookie(d0)
     source = DbLedgerStorageSource([d0], scratch_dir=tmp_path / "scratch")
-    written: list[int] = []
-    lock, stop = threading.Lock(), threading.Event()
-    moves = Counter[str]()
-
-    def churn() -> None:
-        lid = 0
-        while not stop.is_set():
-            for _ in range(20):
-                bookie.add(lid, range(2))
-                with lock:
-                    written.append(lid)
-                lid += 1
-            if lid % 600 == 0:
-                bookie.restart()
-                moves["restarts"] += 1
-            elif lid % 200 == 0:
-                bookie.flush()
-                moves["flushes"] += 1
-            time.sleep(0.002)
-
-    churner = threading.Thread(target=churn, daemon=True)
-    churner.start()
     looks, missing = 0, []
     try:
-        end = time.monotonic() + 8
-        while time.monotonic() < end:
-            with lock:
-                asked = written[-200:]
-            try:
-                source.refresh()
-            except SourceError:
-                continue
-            looks += 1
-            missing += [lid for lid in asked if (got := source.entry_ids(lid)) is None or got[0].size != 2]
+        with writing_flushing_restarting(bookie) as writing:
+            end = time.monotonic() + 8
+            while time.monotonic() < end:
+                asked = writing.last(200)
+                try:
+                    source.refresh()
+                except SourceError:
+                    continue
+                looks += 1
+                missing += [lid for lid in asked if (got := source.entry_ids(lid)) is None or got[0].size != 2]
     finally:
-        stop.set()
-        churner.join(10)
         source.close()
         bookie.close()
-    assert looks >= 20 and moves["restarts"] >= 5, (looks, moves)
-    assert missing == [], f"{len(missing)} ledgers missing from {looks} answers, beside {dict(moves)}"
+    assert looks >= 20 and writing.moves["restarts"] >= 5, (looks, writing.moves)
+    assert missing == [], f"{len(missing)} ledgers missing from {looks} answers, beside {dict(writing.moves)}"
 
 
 def test_dbledgerstorage_missing_index_is_a_clear_error(tmp_path: Path) -> None:

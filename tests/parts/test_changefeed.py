@@ -23,7 +23,7 @@ from scrutiny.entrysources import DbLedgerStorageSource, dbwatch
 from scrutiny.testing.clusterwriter import cookie
 from scrutiny.testing.dbledgerstorage import EntryLog, LiveBookie
 from scrutiny.v1 import bookie_pb2, bookie_pb2_grpc
-from tests.parts.conftest import stored
+from tests.parts.conftest import stored, writing_flushing_restarting
 from tests.support.helpers import wait_for
 
 Msg = bookie_pb2.HoldingsChange
@@ -417,39 +417,19 @@ def test_the_watch_sees_nothing_gone_while_the_bookie_only_writes_flushes_and_re
     live.add(0, [0])
     live.flush()
     source = DbLedgerStorageSource([path], tmp_path / "scratch")
-    stop = threading.Event()
-    moves = dict(restarts=0, flushes=0)
-
-    def churn() -> None:
-        lid = 1
-        while not stop.is_set():
-            for _ in range(20):
-                live.add(lid, [0, 1])
-                lid += 1
-            if lid % 600 == 1:
-                live.restart()
-                moves["restarts"] += 1
-            elif lid % 200 == 1:
-                live.flush()
-                moves["flushes"] += 1
-            time.sleep(0.002)
-
-    churner = threading.Thread(target=churn, daemon=True)
     looks, seen = 0, []
     try:
-        look(source)  # stock taken before the churn
-        churner.start()
-        end = time.monotonic() + 8
-        while time.monotonic() < end:
-            try:
-                seen += look(source)
-            except SourceError:
-                continue  # a catch-up that never settled: no look, nothing said
-            looks += 1
+        look(source)  # stock taken before the bookie moves
+        with writing_flushing_restarting(live, first=1) as writing:
+            end = time.monotonic() + 8
+            while time.monotonic() < end:
+                try:
+                    seen += look(source)
+                except SourceError:
+                    continue  # a catch-up that never settled: no look, nothing said
+                looks += 1
     finally:
-        stop.set()
-        churner.join(10)
         source.close()
         live.close()
-    assert looks >= 20 and moves["restarts"] >= 5, (looks, moves)
-    assert seen == [], f"{len(seen)} changes in {looks} looks beside {moves}: {seen[:3]}"
+    assert looks >= 20 and writing.moves["restarts"] >= 5, (looks, writing.moves)
+    assert seen == [], f"{len(seen)} changes in {looks} looks beside {dict(writing.moves)}: {seen[:3]}"
