@@ -3,7 +3,7 @@
 It enumerates ledger ranges and hands them to an engine for the first pass; then it does BP-34's steps
 upstream never built: ledgers whose bookies did not answer are re-checked after a delay, and before
 reporting every fact a finding rests on is read again (`scrutiny.scan.confirm`); then the reverse check,
-Pulsar's record, the marks' age and the owners.
+Pulsar's record, the marks' age (each mark reported for its age read again) and the owners.
 """
 
 from __future__ import annotations
